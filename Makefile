@@ -1,0 +1,27 @@
+# Two entry points: `make run` and `make test`. Both (re)build .venv when it is
+# missing or when setup.py / constraints.txt changed since the last install.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PIP_FLAGS := --ignore-requires-python -c constraints.txt
+export TF_USE_LEGACY_KERAS := 1
+export TF_CPP_MIN_LOG_LEVEL := 2
+
+.PHONY: run test install clean
+
+install: $(STAMP)
+
+$(STAMP): setup.py constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q $(PIP_FLAGS) -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/tfrp run
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf tfrp_runs build .pytest_cache

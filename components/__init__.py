@@ -1,0 +1,1 @@
+"""TFX components of tfrecord-pipeline, one folder each."""

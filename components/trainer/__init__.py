@@ -1,0 +1,1 @@
+"""Trainer pieces: the tf.data input function and the TFX `run_fn` module."""

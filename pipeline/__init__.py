@@ -1,0 +1,1 @@
+"""Pipeline assembly, configuration, runners and the `tfrp` CLI."""

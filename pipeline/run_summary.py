@@ -1,0 +1,153 @@
+"""What the latest run of a pipeline produced, read back from its ML Metadata store."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Optional
+
+from ml_metadata import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+
+_OUTPUT_EVENTS = (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)
+_STATE_NAMES = {
+    metadata_store_pb2.Execution.COMPLETE: "ran",
+    metadata_store_pb2.Execution.CACHED: "cached",
+    metadata_store_pb2.Execution.FAILED: "failed",
+    metadata_store_pb2.Execution.RUNNING: "running",
+}
+
+
+@dataclasses.dataclass
+class RunSummary:
+    run_id: str
+    components: dict[str, str]  # node id -> "ran" | "cached" | ...
+    artifacts: dict[str, list[metadata_store_pb2.Artifact]]  # type name -> artifacts
+    rows_per_split: dict[str, int]
+    schema_path: Optional[str]
+    anomalies: dict[str, list[str]]  # split -> anomaly descriptions
+    pushed_model: Optional[str]
+    blessed: Optional[bool] = None
+
+    def format(self) -> str:
+        lines = [f"Run {self.run_id}"]
+        lines += [f"  {node:<20} {state}" for node, state in self.components.items()]
+        rows = ", ".join(f"{s}={n:,}" for s, n in self.rows_per_split.items()) or "unknown"
+        lines.append(f"Rows per split: {rows}")
+        lines.append(f"Schema: {self.schema_path}")
+        found = sum(len(a) for a in self.anomalies.values())
+        lines.append(f"Anomalies found: {found}")
+        for split, items in self.anomalies.items():
+            lines += [f"  {split}: {item}" for item in items]
+        lines.append(f"Pushed model: {self.pushed_model or 'not pushed'}")
+        return "\n".join(lines)
+
+
+def open_store(metadata_path: str) -> metadata_store.MetadataStore:
+    config = metadata_store_pb2.ConnectionConfig()
+    config.sqlite.filename_uri = metadata_path
+    config.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+    return metadata_store.MetadataStore(config)
+
+
+def summarize(metadata_path: str, pipeline_name: str) -> RunSummary:
+    store = open_store(metadata_path)
+    runs = [c for c in store.get_contexts_by_type("pipeline_run")
+            if pipeline_name in {p.name for p in _parent_pipelines(store, c)}]
+    if not runs:
+        raise LookupError(f"No run of pipeline {pipeline_name!r} in {metadata_path}")
+    run = max(runs, key=lambda c: (c.create_time_since_epoch, c.id))
+    executions = sorted(store.get_executions_by_context(run.id), key=lambda e: e.id)
+    components = {}
+    for execution in executions:
+        node = next((c.name.split(".", 1)[-1] for c in store.get_contexts_by_execution(execution.id)
+                     if c.type == "node"), execution.type)
+        components[node] = _STATE_NAMES.get(execution.last_known_state, "unknown")
+    events = store.get_events_by_execution_ids([e.id for e in executions])
+    artifact_ids = sorted({e.artifact_id for e in events if e.type in _OUTPUT_EVENTS})
+    artifacts: dict[str, list] = {}
+    types = {}
+    for artifact in store.get_artifacts_by_id(artifact_ids):
+        if artifact.type_id not in types:
+            types[artifact.type_id] = store.get_artifact_types_by_id([artifact.type_id])[0].name
+        artifact.type = types[artifact.type_id]
+        artifacts.setdefault(artifact.type, []).append(artifact)
+    return RunSummary(
+        run_id=run.name,
+        components=components,
+        artifacts=artifacts,
+        rows_per_split=_rows_per_split(artifacts),
+        schema_path=_first_uri(artifacts, "Schema", "schema.pbtxt"),
+        anomalies=_anomalies(artifacts),
+        pushed_model=_pushed_model(artifacts),
+        blessed=_blessed(artifacts),
+    )
+
+
+def _parent_pipelines(store, run_context):
+    # TFX links each pipeline_run context to its pipeline context as a child.
+    try:
+        return store.get_parent_contexts_by_context(run_context.id)
+    except Exception:  # Older stores keep no parentage; fall back to the run's own name.
+        return [run_context]
+
+
+def _first_uri(artifacts, type_name: str, filename: str = "") -> Optional[str]:
+    found = artifacts.get(type_name)
+    return os.path.join(found[0].uri, filename) if found else None
+
+
+def _split_names(artifact) -> list[str]:
+    raw = artifact.properties.get("split_names") or artifact.custom_properties.get("split_names")
+    return json.loads(raw.string_value) if raw else []
+
+
+def _rows_per_split(artifacts) -> dict[str, int]:
+    """Read from our manifest when ExampleGen wrote one, else from StatisticsGen's output."""
+    for examples in artifacts.get("Examples", []):
+        manifest = os.path.join(examples.uri, "manifest.json")
+        if os.path.exists(manifest):
+            with open(manifest) as f:
+                return {s: v["rows"] for s, v in json.load(f)["splits"].items()}
+    from tensorflow_data_validation.utils import stats_util
+
+    rows = {}
+    for stats in artifacts.get("ExampleStatistics", []):
+        for split in _split_names(stats):
+            path = os.path.join(stats.uri, f"Split-{split}", "FeatureStats.pb")
+            if os.path.exists(path):
+                rows[split] = stats_util.load_stats_binary(path).datasets[0].num_examples
+    return rows
+
+
+def _anomalies(artifacts) -> dict[str, list[str]]:
+    from tensorflow_metadata.proto.v0 import anomalies_pb2
+
+    found = {}
+    for artifact in artifacts.get("ExampleAnomalies", []):
+        for split in _split_names(artifact):
+            path = os.path.join(artifact.uri, f"Split-{split}", "SchemaDiff.pb")
+            if not os.path.exists(path):
+                continue
+            anomalies = anomalies_pb2.Anomalies()
+            with open(path, "rb") as f:
+                anomalies.ParseFromString(f.read())
+            found[split] = [f"{name}: {info.short_description}"
+                            for name, info in anomalies.anomaly_info.items()]
+    return found
+
+
+def _pushed_model(artifacts) -> Optional[str]:
+    for artifact in artifacts.get("PushedModel", []):
+        pushed = artifact.custom_properties.get("pushed")
+        if pushed and pushed.int_value == 1:
+            return artifact.custom_properties["pushed_destination"].string_value
+    return None
+
+
+def _blessed(artifacts) -> Optional[bool]:
+    for artifact in artifacts.get("ModelBlessing", []):
+        blessed = artifact.custom_properties.get("blessed")
+        if blessed is not None:
+            return blessed.int_value == 1
+    return None

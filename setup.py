@@ -1,0 +1,30 @@
+"""tfrecord-pipeline: TFX-style components that turn big source data into sharded TFRecords."""
+from setuptools import find_packages, setup
+
+setup(
+    name="tfrecord-pipeline",
+    version="0.1.0",
+    description=(
+        "TFX/Kubeflow pipeline components: sharded TFRecord ExampleGen, Transform and an "
+        "autotuned tf.data Trainer input."
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.9",
+    packages=find_packages(include=["components", "components.*", "pipeline", "pipeline.*"]),
+    include_package_data=True,
+    install_requires=[
+        "tfx==1.16.0",
+        "tf-keras",
+        "click>=8",
+        "pyyaml",
+        "pillow",
+        "scikit-learn",
+        "matplotlib",
+        "kfp",
+        "google-cloud-aiplatform",
+    ],
+    extras_require={"dev": ["pytest"]},
+    entry_points={"console_scripts": ["tfrp=pipeline.cli:main"]},
+)
