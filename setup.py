@@ -12,7 +12,8 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.9",
-    packages=find_packages(include=["components", "components.*", "pipeline", "pipeline.*"]),
+    packages=find_packages(include=["components", "components.*", "pipeline", "pipeline.*",
+                                    "bench"]),
     include_package_data=True,
     install_requires=[
         "tfx==1.16.0",

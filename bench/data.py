@@ -1,0 +1,42 @@
+"""Benchmark data made from the bundled taxi sample with a fixed seed, never checked in."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from pipeline import datasets
+
+SEED = 20241122
+
+
+def taxi_like_table(rows: int, seed: int = SEED) -> pa.Table:
+    """`rows` trips drawn with replacement from the 15,002 real ones; floats get a small
+    multiplicative jitter so rows are not exact copies (compression stays realistic)."""
+    source = pacsv.read_csv(datasets.taxi_csv_path())
+    rng = np.random.default_rng(seed)
+    table = source.take(pa.array(rng.integers(0, source.num_rows, rows)))
+    columns = []
+    for name, column in zip(table.column_names, table.columns):
+        if pa.types.is_floating(column.type):
+            jitter = pa.array(1.0 + rng.normal(0.0, 0.01, rows))
+            column = pc.multiply(column, jitter)
+        columns.append(column)
+    return pa.Table.from_arrays(columns, table.column_names)
+
+
+def write_taxi_csv(rows: int, folder: str, seed: int = SEED) -> str:
+    """Writes `folder`/data.csv once per (rows, seed) and returns its path."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "data.csv")
+    stamp = folder.rstrip("/") + ".stamp"  # beside, not inside: readers glob the folder
+    if os.path.exists(path) and os.path.exists(stamp) and \
+            open(stamp).read() == f"{rows}:{seed}":
+        return path
+    pacsv.write_csv(taxi_like_table(rows, seed), path)
+    with open(stamp, "w") as f:
+        f.write(f"{rows}:{seed}")
+    return path

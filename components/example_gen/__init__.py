@@ -1,0 +1,1 @@
+"""ShardedExampleGen: source files -> sized, split TFRecord shards with a stored schema."""

@@ -1,0 +1,114 @@
+"""Reads tf.Example shards back as rows, for `tfrp inspect` and for tests.
+
+The stored schema.pbtxt gives the types when there is one; otherwise tfx_bsl infers them from
+the records, so nobody hand-writes a feature spec to look at data.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Iterator, Optional
+
+import tensorflow as tf
+from tensorflow_metadata.proto.v0 import schema_pb2
+
+from components import codec, tfrecord_io
+
+_SCHEMA_SEARCH_DEPTH = 3
+
+
+def record_files(path: str) -> list[str]:
+    """TFRecord files at `path`: the file itself, or every data file below a folder."""
+    if not tf.io.gfile.isdir(path):
+        return [path]
+    files = []
+    for root, _, names in tf.io.gfile.walk(path):
+        if os.path.basename(root.rstrip("/")).startswith((".", "_", "quarantine")):
+            continue
+        files += [os.path.join(root, n) for n in sorted(names)
+                  if not n.endswith((".json", ".pbtxt", ".pb", ".jsonl", ".idx"))
+                  and not n.startswith(".")]
+    return sorted(files)
+
+
+def find_schema(path: str) -> Optional[schema_pb2.Schema]:
+    """schema.pbtxt in `path` or up to three folders above it (shard -> Split-x -> artifact)."""
+    folder = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
+    for _ in range(_SCHEMA_SEARCH_DEPTH + 1):
+        candidate = os.path.join(folder, codec.SCHEMA_FILE)
+        if tf.io.gfile.exists(candidate):
+            return codec.load_schema(candidate)
+        folder = os.path.dirname(folder.rstrip("/"))
+    return None
+
+
+def iter_rows(path: str, limit: Optional[int] = None,
+              schema: Optional[schema_pb2.Schema] = None) -> Iterator[dict]:
+    """Rows as {feature: python value(s)}; a scalar feature gives a value or None."""
+    schema = schema if schema is not None else find_schema(path)
+    scalars = {f.name for f in schema.feature if codec.is_scalar(f)} if schema else None
+    count = 0
+    for file in record_files(path):
+        batch: list[bytes] = []
+        for _, record in tfrecord_io.iter_records(file):
+            batch.append(record)
+            if limit is not None and count + len(batch) >= limit:
+                break
+        if batch:
+            decoded = codec.decode_examples(batch, schema).to_pydict()
+            names = list(decoded)
+            for i in range(len(batch)):
+                row = {}
+                for name in names:
+                    value = decoded[name][i]
+                    if value is not None and (
+                            (scalars is not None and name in scalars) or
+                            (scalars is None and len(value) == 1)):
+                        value = value[0] if value else None
+                    row[name] = value
+                yield row
+            count += len(batch)
+        if limit is not None and count >= limit:
+            return
+
+
+def _show(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        try:
+            text = value.decode("utf-8")
+            return text if text.isprintable() else f"<{len(value)} bytes>"
+        except UnicodeDecodeError:
+            return f"<{len(value)} bytes>"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return str(value)
+
+
+def _json_value(value):
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"bytes": len(value)}
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    return value
+
+
+def format_rows(rows: list[dict], fmt: str = "table", max_width: int = 24) -> str:
+    if fmt == "json":
+        return "\n".join(json.dumps({k: _json_value(v) for k, v in row.items()})
+                         for row in rows)
+    if not rows:
+        return "(no records)"
+    names = list(rows[0])
+    cells = [[_show(row.get(n))[:max_width] for n in names] for row in rows]
+    widths = [max(len(n[:max_width]), *(len(c[i]) for c in cells)) for i, n in enumerate(names)]
+    lines = ["  ".join(n[:max_width].ljust(w) for n, w in zip(names, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)

@@ -1,0 +1,294 @@
+"""ShardedExampleGen on real files with Beam's DirectRunner."""
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+import tensorflow as tf
+
+from components import codec, inspect as inspect_lib, shards, tfrecord_io
+from components.example_gen import executor, sources
+from components.example_gen.options import ExampleGenOptions
+from components.shards import ShardingOptions
+
+
+def run_gen(source, out, **kwargs):
+    sharding = ShardingOptions(**{k: kwargs.pop(k) for k in
+                                  ("num_shards", "shard_size_mb", "compression") if k in kwargs})
+    return executor.run(ExampleGenOptions(source=str(source), sharding=sharding, **kwargs),
+                        str(out))
+
+
+def read_all(folder) -> list[dict]:
+    return list(inspect_lib.iter_rows(str(folder)))
+
+
+def assert_balanced(manifest):
+    assert manifest["rows_in"] == manifest["rows_written"] + manifest["rows_quarantined"]
+    assert manifest["rows_written"] == sum(s["rows"] for s in manifest["splits"].values())
+
+
+@pytest.fixture(scope="module")
+def taxi_slice_csv(taxi_slice_dir):
+    return os.path.join(taxi_slice_dir, "data.csv")
+
+
+@pytest.fixture(scope="module")
+def taxi_out(taxi_slice_csv, tmp_path_factory):
+    out = tmp_path_factory.mktemp("taxi_out")
+    return out, run_gen(taxi_slice_csv, out)
+
+
+# --- round trip and formats -----------------------------------------------------------------
+def test_csv_round_trip_every_value(taxi_out, taxi_slice_csv):
+    out, manifest = taxi_out
+    assert_balanced(manifest)
+    assert manifest["rows_written"] == 2000
+    source = pacsv.read_csv(taxi_slice_csv, convert_options=pacsv.ConvertOptions(
+        strings_can_be_null=True)).to_pylist()
+    schema = codec.load_schema(str(out))
+    types = {f.name: f.type for f in schema.feature}
+    rows = read_all(out)
+    assert len(rows) == len(source)
+    # Splits reorder rows: match on the full tuple of source values.
+    def key(row):
+        out_row = []
+        for name in sorted(types):
+            v = row[name]
+            if isinstance(v, bytes):
+                v = v.decode()
+            if types[name] == codec.schema_pb2.FLOAT and v is not None:
+                v = float(np.float32(v))  # the documented float32 narrowing
+            out_row.append(v)
+        return tuple(out_row)
+    assert sorted(map(key, rows), key=repr) == sorted(map(key, source), key=repr)
+    assert types["fare"] == codec.schema_pb2.FLOAT
+    assert types["trip_start_hour"] == codec.schema_pb2.INT
+    assert types["company"] == codec.schema_pb2.BYTES
+    # A column with gaps records its presence; payment_type's few values become a domain.
+    company = codec.find_feature(schema, "company")
+    assert 0 < company.presence.min_fraction < 1
+    domains = {d.name: list(d.value) for d in schema.string_domain}
+    assert "Cash" in domains["payment_type"]
+
+
+def test_parquet_lists_nulls_and_bools(tmp_path):
+    table = pa.table({
+        "id": pa.array([1, 2, 3, 4], pa.int64()),
+        "score": pa.array([0.5, None, 1.25, 2.0]),
+        "tags": pa.array([["a", "b"], [], None, ["c"]]),
+        "ok": pa.array([True, False, None, True]),
+    })
+    pq.write_table(table, tmp_path / "data.parquet")
+    manifest = run_gen(tmp_path / "data.parquet", tmp_path / "out")
+    assert_balanced(manifest)
+    schema = codec.load_schema(str(tmp_path / "out"))
+    tags = codec.find_feature(schema, "tags")
+    assert not codec.is_scalar(tags) and tags.type == codec.schema_pb2.BYTES
+    assert codec.find_feature(schema, "ok").type == codec.schema_pb2.INT
+    rows = {r["id"]: r for r in read_all(tmp_path / "out")}
+    assert rows[1]["tags"] == [b"a", b"b"] and rows[4]["tags"] == [b"c"]
+    assert rows[3]["tags"] is None and rows[2]["score"] is None
+    assert rows[1]["ok"] == 1 and rows[2]["ok"] == 0 and rows[3]["ok"] is None
+    assert rows[3]["score"] == 1.25
+
+
+def test_jsonl_with_bad_lines_quarantined(tmp_path):
+    lines = ['{"a": 1, "b": "x", "v": [1, 2]}', '{"a": 2, "b": null, "v": [3]}', "{broken",
+             '{"a": 3.5, "b": "y", "v": []}', "[1, 2]"]
+    (tmp_path / "data.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(Exception, match=r"data.jsonl: line 3: invalid JSON"):
+        run_gen(tmp_path / "data.jsonl", tmp_path / "failed")
+    assert not glob.glob(str(tmp_path / "failed" / "*"))  # nothing that looks complete
+    manifest = run_gen(tmp_path / "data.jsonl", tmp_path / "out", on_bad_record="quarantine")
+    assert_balanced(manifest)
+    assert manifest["rows_in"] == 5 and manifest["rows_quarantined"] == 2
+    bad = [json.loads(l) for f in glob.glob(str(tmp_path / "out" / "quarantine" / "*.jsonl"))
+           for l in open(f)]
+    assert sorted(b["location"] for b in bad) == ["line 3", "line 5"]
+    schema = codec.load_schema(str(tmp_path / "out"))
+    assert codec.find_feature(schema, "a").type == codec.schema_pb2.FLOAT  # int widened
+    values = sorted(r["a"] for r in read_all(tmp_path / "out"))
+    assert values == [1.0, 2.0, 3.5]
+
+
+def test_tfrecord_reshard_keeps_every_record(taxi_out, tmp_path):
+    out, manifest = taxi_out
+    resharded = run_gen(out / "Split-train", tmp_path / "re", num_shards=3, splits="all:1")
+    assert_balanced(resharded)
+    assert resharded["rows_written"] == manifest["splits"]["train"]["rows"]
+    assert len(resharded["splits"]["all"]["shards"]) == 3
+    before = sorted(repr(sorted(r.items())) for r in read_all(out / "Split-train"))
+    after = sorted(repr(sorted(r.items())) for r in read_all(tmp_path / "re"))
+    assert before == after
+
+
+def test_image_folder_with_labels(tmp_path):
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    folder = tmp_path / "digits"
+    folder.mkdir()
+    with open(folder / "labels.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["filename", "label", "writer"])
+        for i in range(40):
+            pixels = (digits.images[i] * 16).clip(0, 255).astype(np.uint8)
+            Image.fromarray(pixels, "L").save(folder / f"{i}.png")
+            writer.writerow([f"{i}.png", int(digits.target[i]), f"w{i % 3}"])
+        writer.writerow(["missing.png", 1, "w0"])
+        writer.writerow(["../escape.png", 1, "w0"])
+    (folder / "broken.png").write_bytes(b"not an image")
+    with open(folder / "labels.csv", "a") as f:
+        f.write("broken.png,2,w1\n")
+    manifest = run_gen(folder, tmp_path / "out", on_bad_record="quarantine")
+    assert manifest["format"] == "images"
+    assert_balanced(manifest)
+    assert manifest["rows_written"] == 40 and manifest["rows_quarantined"] == 3
+    rows = read_all(tmp_path / "out")
+    row = next(r for r in rows if r["height"] == 8)
+    assert (row["width"], row["channels"], row["format"]) == (8, 1, b"png")
+    decoded = tf.io.decode_png(row["image"]).numpy()
+    assert decoded.shape == (8, 8, 1)
+    assert {r["writer"] for r in rows} == {b"w0", b"w1", b"w2"}
+    labels = sorted(r["label"] for r in rows)
+    assert labels == sorted(int(t) for t in digits.target[:40])
+
+
+# --- shards, splits, partitions, compression ------------------------------------------------
+def test_num_shards_and_shard_size(taxi_slice_csv, tmp_path):
+    manifest = run_gen(taxi_slice_csv, tmp_path / "n", num_shards=4)
+    for split in manifest["splits"].values():
+        assert len(split["shards"]) == 4
+        rows = [s["rows"] for s in split["shards"]]
+        assert max(rows) - min(rows) <= 0.1 * max(rows)
+    names = sorted(os.listdir(tmp_path / "n" / "Split-train"))
+    assert names == [f"data_tfrecord-{i:05d}-of-00004.gz" for i in range(4)]
+
+    target_mb = 0.01
+    manifest = run_gen(taxi_slice_csv, tmp_path / "s", shard_size_mb=target_mb)
+    target = target_mb * 2 ** 20
+    for split in manifest["splits"].values():
+        sizes = [s["bytes"] for s in split["shards"]]
+        assert len(sizes) > 3
+        for size in sizes[:-1]:
+            assert 0.75 * target <= size <= 1.25 * target, sizes
+        assert sizes[-1] <= 1.25 * target
+
+
+def test_small_data_gets_one_shard_per_split(taxi_out):
+    _, manifest = taxi_out
+    assert {len(s["shards"]) for s in manifest["splits"].values()} == {1}
+
+
+def test_splits_are_deterministic_and_follow_key(taxi_slice_csv, tmp_path):
+    first = run_gen(taxi_slice_csv, tmp_path / "a", splits="train:8,eval:2")
+    second = run_gen(taxi_slice_csv, tmp_path / "b", splits="train:8,eval:2")
+    for split in ("train", "eval"):
+        a = sorted(map(repr, read_all(tmp_path / "a" / f"Split-{split}")))
+        b = sorted(map(repr, read_all(tmp_path / "b" / f"Split-{split}")))
+        assert a == b
+    share = first["splits"]["eval"]["rows"] / first["rows_written"]
+    assert 0.15 < share < 0.25
+    run_gen(taxi_slice_csv, tmp_path / "k", splits="train:1,eval:1", split_key="company")
+    train = {r["company"] for r in read_all(tmp_path / "k" / "Split-train")}
+    evals = {r["company"] for r in read_all(tmp_path / "k" / "Split-eval")}
+    assert train and evals and not (train & evals)
+
+
+def test_partition_by_hostile_values(tmp_path):
+    hostile = ["../../etc", "a/b", "x\x00y", ".", "..", "", "ok", "C:\\win", "%2F"]
+    (tmp_path / "src").mkdir()
+    pq.write_table(pa.table({"part": hostile + [None], "n": list(range(len(hostile) + 1))}),
+                   tmp_path / "src" / "data.parquet")
+    out = tmp_path / "out"
+    manifest = run_gen(tmp_path / "src", out, partition_by="part", splits="all:1")
+    assert_balanced(manifest)
+    created = []
+    for root, dirs, files in os.walk(out):
+        created += [os.path.join(root, d) for d in dirs] + [os.path.join(root, f) for f in files]
+    real_out = os.path.realpath(out)
+    for path in created:
+        assert os.path.realpath(path).startswith(real_out + os.sep)
+        assert "\x00" not in path
+    partitions = {s["partition"] for s in manifest["splits"]["all"]["shards"]}
+    assert len(partitions) == len(hostile) + 1
+    for partition in partitions:
+        assert partition.startswith("part=") and "/" not in partition
+        assert partition not in ("part=.", "part=..")
+        assert os.path.isdir(out / partition / "Split-all")
+    values = sorted(r["n"] for r in read_all(out))
+    assert values == list(range(len(hostile) + 1))
+
+
+@pytest.mark.parametrize("compression", ["gzip", "none"])
+def test_compression_modes_read_back(taxi_slice_csv, tmp_path, compression):
+    manifest = run_gen(taxi_slice_csv, tmp_path / "o", compression=compression)
+    files = sorted(glob.glob(str(tmp_path / "o" / "Split-*" / "*")))
+    assert all(f.endswith(".gz") == (compression == "gzip") for f in files)
+    assert all(tfrecord_io.is_gzip(f) == (compression == "gzip") for f in files)
+    count = sum(1 for _ in tf.data.TFRecordDataset(
+        files, compression_type="GZIP" if compression == "gzip" else ""))
+    assert count == manifest["rows_written"] == 2000
+
+
+# --- messy input ----------------------------------------------------------------------------
+MESSY_FILES = {
+    "ragged.csv": b"a,b,c\n1,x,2.5\n2,y\n3,z,4.5,extra\n4,\"multi\nline\",5\n",
+    "bad_utf8.csv": b"a,b,c\n5,\xff\xfe,1\n6,ok,2\n",
+    "type_change.csv": b"a,b,c\n7,p,1\n8,q,not-a-number\n",
+    "bom.csv": b"\xef\xbb\xbfa,b,c\n9,r,3\n",
+    "empty.csv": b"",
+    "header_only.csv": b"a,b,c\n",
+}
+
+
+@pytest.fixture
+def messy_dir(tmp_path):
+    folder = tmp_path / "messy"
+    folder.mkdir()
+    for name, data in MESSY_FILES.items():
+        (folder / name).write_bytes(data)
+    return folder
+
+
+def test_messy_csv_counts_balance(messy_dir, tmp_path):
+    manifest = run_gen(messy_dir, tmp_path / "out", on_bad_record="quarantine")
+    assert_balanced(manifest)
+    assert manifest["rows_in"] == 9
+    assert manifest["rows_quarantined"] == 2  # the two ragged rows
+    per_file = {os.path.basename(s["path"]): s for s in manifest["sources"]}
+    assert per_file["empty.csv"]["rows_in"] == 0 and per_file["header_only.csv"]["rows_in"] == 0
+    assert per_file["bom.csv"]["rows_in"] == 1
+    schema = codec.load_schema(str(tmp_path / "out"))
+    assert [f.name for f in schema.feature] == ["a", "b", "c"]  # BOM stripped from "a"
+    assert codec.find_feature(schema, "c").type == codec.schema_pb2.BYTES  # 1 then text
+    rows = read_all(tmp_path / "out")
+    assert sorted(r["a"] for r in rows) == [1, 4, 5, 6, 7, 8, 9]
+    assert {r["b"] for r in rows} >= {b"\xff\xfe", b"multi\nline"}
+    bad = [json.loads(l) for f in glob.glob(str(tmp_path / "out" / "quarantine" / "*"))
+           for l in open(f)]
+    assert {(os.path.basename(b["file"]), b["location"]) for b in bad} == {
+        ("ragged.csv", "row 3"), ("ragged.csv", "row 4")}
+
+
+def test_fail_mode_names_file_and_row_and_leaves_nothing(messy_dir, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(Exception, match=r"ragged\.csv: row 3: expected 3 fields, got 2"):
+        run_gen(messy_dir, out)
+    assert os.listdir(out) == []
+
+
+def test_output_dir_must_be_empty(taxi_out, taxi_slice_csv):
+    out, _ = taxi_out
+    with pytest.raises(FileExistsError):
+        run_gen(taxi_slice_csv, out)
