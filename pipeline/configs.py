@@ -11,8 +11,14 @@ DEFAULT_ROOT = "tfrp_runs"
 @dataclasses.dataclass
 class PipelineConfig:
     pipeline_name: str = "tfrp-taxi"
-    # A folder of source files, or None for the taxi sample bundled in the tfx wheel.
+    # A source file or folder, or None for the taxi sample bundled in the tfx wheel.
     data_root: Optional[str] = None
+    data_format: str = "auto"
+    splits: str = "train:2,eval:1"
+    num_shards: Optional[int] = None
+    shard_size_mb: Optional[float] = None
+    compression: str = "gzip"
+    on_bad_record: str = "fail"
     # Everything a run writes goes below this one folder (ignored by git).
     output_root: str = DEFAULT_ROOT
     train_steps: int = 1000

@@ -7,6 +7,7 @@ from typing import Optional
 from tfx import v1 as tfx
 from ml_metadata.proto import metadata_store_pb2
 
+from components.example_gen.component import ShardedExampleGen
 from pipeline.configs import PipelineConfig
 from pipeline import datasets
 
@@ -17,8 +18,10 @@ def create_pipeline(
     config: PipelineConfig,
     metadata_connection_config: Optional[metadata_store_pb2.ConnectionConfig] = None,
 ) -> tfx.dsl.Pipeline:
-    data_root = config.data_root or os.path.dirname(datasets.taxi_csv_path())
-    example_gen = tfx.components.CsvExampleGen(input_base=data_root)
+    example_gen = ShardedExampleGen(
+        source=config.data_root or datasets.taxi_csv_path(), format=config.data_format,
+        splits=config.splits, num_shards=config.num_shards, shard_size_mb=config.shard_size_mb,
+        compression=config.compression, on_bad_record=config.on_bad_record)
     statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
     schema_gen = tfx.components.SchemaGen(
         statistics=statistics_gen.outputs["statistics"], infer_feature_shape=False)

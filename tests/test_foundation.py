@@ -28,11 +28,30 @@ def test_pipeline_registers_examples_schema_and_model(taxi_run):
     _, summary = taxi_run
     for type_name in ("Examples", "Schema", "Model", "PushedModel"):
         assert summary.artifacts.get(type_name), f"no {type_name} artifact in the store"
-    assert set(summary.components) == {"CsvExampleGen", "StatisticsGen", "SchemaGen",
+    assert set(summary.components) == {"ShardedExampleGen", "StatisticsGen", "SchemaGen",
                                        "ExampleValidator", "Trainer", "Pusher"}
     assert all(state == "ran" for state in summary.components.values())
     assert sum(summary.rows_per_split.values()) == 2000
     assert os.path.exists(summary.schema_path)
+
+
+def test_stock_statistics_and_schema_gen_consume_our_examples(taxi_run):
+    """Stock StatisticsGen read our shards: its per-split counts equal our manifest's."""
+    from tensorflow_data_validation.utils import stats_util
+
+    from components import shards
+
+    _, summary = taxi_run
+    examples = summary.artifacts["Examples"][0]
+    manifest = shards.read_manifest(examples.uri)
+    stats = summary.artifacts["ExampleStatistics"][0]
+    for split, info in manifest["splits"].items():
+        path = os.path.join(stats.uri, f"Split-{split}", "FeatureStats.pb")
+        assert stats_util.load_stats_binary(path).datasets[0].num_examples == info["rows"]
+    stock_schema = summary.schema_path
+    with open(stock_schema) as f:
+        text = f.read()
+    assert 'name: "fare"' in text and "type: FLOAT" in text
 
 
 def test_pushed_model_scores_a_serialized_example(taxi_run, taxi_slice_dir):
