@@ -11,6 +11,7 @@ import dataclasses
 import json
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 import apache_beam as beam
@@ -62,30 +63,45 @@ class _EncodeFile(beam.DoFn):
         quarantine_path = os.path.join(self._staging, shards.QUARANTINE_DIR,
                                        QUARANTINE_FILE.format(unit=unit))
         quarantine = None
-        try:
-            for item in sources.read_file(path, self._fmt, profile.columns):
-                if isinstance(item, sources.BadRecord):
-                    rows_in += 1
-                    if options.on_bad_record == "fail":
-                        raise BadRecordError(item.describe())
-                    if quarantine is None:
-                        os.makedirs(os.path.dirname(quarantine_path), exist_ok=True)
-                        quarantine = open(quarantine_path, "w", encoding="utf-8")
-                    quarantine.write(json.dumps(dataclasses.asdict(item)) + "\n")
-                    quarantined += 1
-                    continue
-                if not item.num_rows:
-                    continue
-                rows_in += item.num_rows
-                self._encode_batch(item, profile, writer, split_names, weights, key_columns)
-        finally:
-            if quarantine is not None:
-                quarantine.close()
+        # Reading (pyarrow) and encoding (tfx_bsl) release the GIL for much of their work;
+        # one encoder thread working a batch ahead keeps both cores busy.
+        pending: list = []
+        with ThreadPoolExecutor(1) as encoder:
+            try:
+                for item in sources.read_file(path, self._fmt, profile.columns):
+                    if isinstance(item, sources.BadRecord):
+                        rows_in += 1
+                        if options.on_bad_record == "fail":
+                            raise BadRecordError(item.describe())
+                        if quarantine is None:
+                            os.makedirs(os.path.dirname(quarantine_path), exist_ok=True)
+                            quarantine = open(quarantine_path, "w", encoding="utf-8")
+                        quarantine.write(json.dumps(dataclasses.asdict(item)) + "\n")
+                        quarantined += 1
+                        continue
+                    if not item.num_rows:
+                        continue
+                    rows_in += item.num_rows
+                    pending.append(encoder.submit(self._encode_batch, item, profile,
+                                                  split_names, weights, key_columns))
+                    while len(pending) > 1:
+                        self._write(writer, pending.pop(0).result())
+                for future in pending:
+                    self._write(writer, future.result())
+            finally:
+                if quarantine is not None:
+                    quarantine.close()
         for chunk in writer.close():
             yield chunk
         yield UnitResult(unit, path, rows_in, quarantined)
 
-    def _encode_batch(self, batch, profile, writer, split_names, weights, key_columns):
+    @staticmethod
+    def _write(writer: shards.ChunkWriter, groups) -> None:
+        for partition, split, records in groups:
+            writer.add(partition, split, records)
+
+    def _encode_batch(self, batch, profile, split_names, weights, key_columns) -> list:
+        """[(partition, split, serialized examples)] for one record batch, all on arrays."""
         options = self._options
         split_of_row = _split_index(sources.hash_rows(batch, key_columns), weights)
         if options.partition_by:
@@ -100,10 +116,12 @@ class _EncodeFile(beam.DoFn):
         group_of_row = partition_of_row * len(split_names) + split_of_row
         order = np.argsort(group_of_row, kind="stable")
         groups, starts = np.unique(group_of_row[order], return_index=True)
+        out = []
         for group, start, end in zip(groups, starts, list(starts[1:]) + [len(order)]):
             partition, split = divmod(int(group), len(split_names))
-            writer.add(str(partitions[partition]), split_names[split],
-                       (records[i] for i in order[start:end]))
+            out.append((str(partitions[partition]), split_names[split],
+                        [records[i] for i in order[start:end]]))
+        return out
 
 
 def _check_columns(profile: sources.FileProfile, options: ExampleGenOptions) -> None:

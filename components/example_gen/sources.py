@@ -25,7 +25,7 @@ FORMATS = ("csv", "parquet", "jsonl", "tfrecord", "images")
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp")
 LABELS_FILE = "labels.csv"
 BATCH_ROWS = 65_536
-CSV_BLOCK_BYTES = 16 << 20
+CSV_BLOCK_BYTES = 4 << 20
 JSONL_BLOCK_BYTES = 16 << 20
 TFRECORD_BATCH = 4_096
 IMAGE_BATCH = 256
@@ -209,7 +209,7 @@ def profile_csv(path: str) -> tuple["FileProfile", int]:
         if not header:
             return profile, bad
         try:
-            for item in _read_csv_typed(path, types):
+            for item in _read_csv_typed(path, types, numbered=False):
                 if isinstance(item, BadRecord):
                     bad += 1
                     continue
@@ -236,7 +236,9 @@ def _next_kind(kind: str) -> str:
             codec.FLOAT: codec.BYTES, codec.BYTES: codec.BYTES}[kind]
 
 
-def _read_csv_typed(path: str, types: dict) -> Iterator[Union[pa.RecordBatch, BadRecord]]:
+def _read_csv_typed(path: str, types: dict, numbered: bool = True
+                    ) -> Iterator[Union[pa.RecordBatch, BadRecord]]:
+    """`numbered` gives bad rows their row number, which Arrow knows only single-threaded."""
     import pyarrow.csv as pacsv
 
     bad: list[BadRecord] = []
@@ -251,7 +253,8 @@ def _read_csv_typed(path: str, types: dict) -> Iterator[Union[pa.RecordBatch, Ba
         try:
             reader = pacsv.open_csv(
                 f,
-                read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, use_threads=False),
+                read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES,
+                                               use_threads=not numbered),
                 parse_options=pacsv.ParseOptions(newlines_in_values=True,
                                                   invalid_row_handler=on_invalid_row),
                 convert_options=pacsv.ConvertOptions(
