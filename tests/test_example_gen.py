@@ -292,3 +292,14 @@ def test_output_dir_must_be_empty(taxi_out, taxi_slice_csv):
     out, _ = taxi_out
     with pytest.raises(FileExistsError):
         run_gen(taxi_slice_csv, out)
+
+
+def test_checked_in_taxi_schema_matches_inference(taxi_csv, tmp_path):
+    """schemas/taxi/schema.pbtxt is what ExampleGen infers from the bundled taxi data."""
+    from google.protobuf import text_format
+
+    run_gen(taxi_csv, tmp_path / "out")
+    inferred = codec.load_schema(str(tmp_path / "out"))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    checked_in = codec.load_schema(os.path.join(root, "schemas", "taxi", "schema.pbtxt"))
+    assert text_format.MessageToString(inferred) == text_format.MessageToString(checked_in)
