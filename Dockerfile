@@ -10,4 +10,5 @@ COPY constraints.txt setup.py README.md ./
 COPY components ./components
 COPY pipeline ./pipeline
 COPY schemas ./schemas
+COPY bench ./bench
 RUN pip install --no-cache-dir --ignore-requires-python -c constraints.txt -e .
