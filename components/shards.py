@@ -15,7 +15,6 @@ import dataclasses
 import gzip
 import json
 import os
-import re
 import shutil
 import urllib.parse
 import uuid
@@ -373,7 +372,3 @@ def read_manifest(folder: str) -> Optional[dict]:
 def split_names(manifest: dict) -> list[str]:
     return sorted(manifest["splits"])
 
-
-def safe_relpath(path: str) -> bool:
-    parts = re.split(r"[\\/]", path)
-    return all(p not in ("..", ".") and "\x00" not in p for p in parts)
