@@ -105,7 +105,11 @@ class _EncodeFile(beam.DoFn):
         options = self._options
         split_of_row = _split_index(sources.hash_rows(batch, key_columns), weights)
         if options.partition_by:
-            column = batch.column(batch.schema.get_field_index(options.partition_by))
+            index = batch.schema.get_field_index(options.partition_by)
+            if index < 0:
+                raise sources.SourceError(
+                    f"--partition-by column {options.partition_by!r} is not in the data")
+            column = batch.column(index)
             partitions, partition_of_row = np.unique(
                 np.array([shards.partition_dir(options.partition_by, v)
                           for v in column.to_pylist()], dtype=object).astype(str),
