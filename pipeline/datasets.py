@@ -19,3 +19,35 @@ def taxi_csv_path() -> str:
             f"The taxi sample is missing from the installed tfx package: {path}"
         )
     return path
+
+
+DIGITS = "digits"
+
+
+def write_digits_images(folder: str, limit: int | None = None) -> str:
+    """scikit-learn's bundled handwritten digits (1,797 8x8 images) as PNG files plus a
+    labels.csv, the folder layout our ExampleGen reads. Written once; returns `folder`."""
+    import csv
+
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    labels_path = os.path.join(folder, "labels.csv")
+    if os.path.exists(labels_path):
+        return folder
+    digits = load_digits()
+    count = len(digits.images) if limit is None else min(limit, len(digits.images))
+    os.makedirs(os.path.join(folder, "images"), exist_ok=True)
+    partial = labels_path + ".partial"  # renamed last, so a crash never leaves a short set
+    with open(partial, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["filename", "label"])
+        for i in range(count):
+            # Pixel values run 0..16; spread them over 0..255 so the PNGs look like images.
+            pixels = np.round(digits.images[i] * (255 / 16)).astype(np.uint8)
+            name = f"images/{i:04d}.png"
+            Image.fromarray(pixels, mode="L").save(os.path.join(folder, name))
+            writer.writerow([name, int(digits.target[i])])
+    os.replace(partial, labels_path)
+    return folder

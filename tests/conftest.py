@@ -26,3 +26,51 @@ def taxi_slice_dir(tmp_path_factory, taxi_csv) -> str:
                 break
             dst.write(line)
     return str(folder)
+
+
+@pytest.fixture(scope="session")
+def taxi_examples(taxi_slice_dir, tmp_path_factory) -> str:
+    """Our ExampleGen's output for the 2,000-trip slice: Split-*/ shards and schema.pbtxt."""
+    from components.example_gen import executor
+    from components.example_gen.options import ExampleGenOptions
+
+    out = tmp_path_factory.mktemp("taxi_examples") / "examples"
+    executor.run(ExampleGenOptions(source=os.path.join(taxi_slice_dir, "data.csv")), str(out))
+    return str(out)
+
+
+@pytest.fixture(scope="session")
+def stock_taxi_examples(taxi_slice_dir, tmp_path_factory) -> tuple[str, str]:
+    """Stock CsvExampleGen -> StatisticsGen -> SchemaGen on the slice, on LocalDagRunner.
+    Returns (examples artifact folder, schema.pbtxt path)."""
+    from tfx import v1 as tfx
+
+    root = tmp_path_factory.mktemp("stock")
+    gen = tfx.components.CsvExampleGen(input_base=taxi_slice_dir)
+    stats = tfx.components.StatisticsGen(examples=gen.outputs["examples"])
+    schema = tfx.components.SchemaGen(statistics=stats.outputs["statistics"])
+    tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
+        pipeline_name="stock-taxi", pipeline_root=str(root / "root"),
+        components=[gen, stats, schema],
+        metadata_connection_config=tfx.orchestration.metadata
+        .sqlite_metadata_connection_config(str(root / "m.db"))))
+    found = {}
+    for folder, dirs, files in os.walk(root / "root"):
+        if "Split-train" in dirs and "CsvExampleGen" in folder:
+            found["examples"] = folder
+        if "schema.pbtxt" in files:
+            found["schema"] = os.path.join(folder, "schema.pbtxt")
+    return found["examples"], found["schema"]
+
+
+@pytest.fixture(scope="session")
+def digits_examples(tmp_path_factory) -> str:
+    """scikit-learn's digits as PNGs + labels.csv, through our ExampleGen."""
+    from components.example_gen import executor
+    from components.example_gen.options import ExampleGenOptions
+
+    root = tmp_path_factory.mktemp("digits")
+    images = datasets.write_digits_images(str(root / "images"))
+    out = root / "examples"
+    executor.run(ExampleGenOptions(source=images, format="images"), str(out))
+    return str(out)

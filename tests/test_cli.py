@@ -61,20 +61,10 @@ def test_inspect_reports_corrupt_record_with_file_and_offset(cli_out, tmp_path):
     assert f"{broken}: corrupt TFRecord at byte offset {offsets[2]}" in result.stderr
 
 
-def test_inspect_reads_stock_csv_example_gen_output(taxi_slice_dir, tmp_path):
-    from tfx import v1 as tfx
-
-    pipeline = tfx.dsl.Pipeline(
-        pipeline_name="stock-gen", pipeline_root=str(tmp_path / "root"),
-        components=[tfx.components.CsvExampleGen(input_base=taxi_slice_dir)],
-        metadata_connection_config=tfx.orchestration.metadata
-        .sqlite_metadata_connection_config(str(tmp_path / "m.db")))
-    tfx.orchestration.LocalDagRunner().run(pipeline)
-    splits = [os.path.join(root, d) for root, dirs, _ in os.walk(tmp_path / "root")
-              for d in dirs if d == "Split-train"]
-    assert splits
-    rows = [json.loads(l) for l in tfrp("inspect", splits[0], "--limit", "4", "--format",
-                                         "json").stdout.splitlines()]
+def test_inspect_reads_stock_csv_example_gen_output(stock_taxi_examples):
+    examples, _ = stock_taxi_examples
+    rows = [json.loads(l) for l in tfrp("inspect", os.path.join(examples, "Split-train"),
+                                         "--limit", "4", "--format", "json").stdout.splitlines()]
     assert len(rows) == 4 and all("fare" in r for r in rows)
 
 

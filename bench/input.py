@@ -1,0 +1,155 @@
+"""`tfrp bench input`: training input paths over the same taxi-like rows, in one process.
+
+Paths, each reading one full epoch of `rows` rows with the same batch size:
+  ours        our `build_dataset` (training mode) from per-row TFRecords, first epoch from disk
+  ours-cached the same dataset's second epoch, served by `cache()` after parsing
+  stock       TFX's stock Trainer path: tfx_bsl `TFExampleRecord.TensorFlowDataset`
+  csv         `tf.data.experimental.make_csv_dataset` over the same rows as CSV
+  naive       `TFRecordDataset -> map(parse_single_example) -> batch`, no parallelism
+
+All TFRecord paths read the same files, whose bytes are read once beforehand so every path
+starts with a warm page cache. The paths are interleaved across repeats and medians reported.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from typing import Callable, Iterable
+
+BATCH_SIZE = 256
+NUM_FILES = 8
+LABEL = "tips"
+PATHS = ("ours", "ours-cached", "stock", "csv", "naive")
+
+
+def write_data(rows: int, folder: str) -> dict:
+    """Per-row TFRecords (uncompressed, NUM_FILES files), the same rows as CSV files, and
+    the checked-in taxi schema. Reused when the stamp says the same rows were written."""
+    import pyarrow.csv as pacsv
+    import tensorflow as tf
+
+    from bench import data
+    from components import codec
+
+    os.makedirs(folder, exist_ok=True)
+    stamp = os.path.join(folder, "stamp")
+    tfrecords = [os.path.join(folder, f"data-{i:02d}.tfrecord") for i in range(NUM_FILES)]
+    csvs = [os.path.join(folder, f"data-{i:02d}.csv") for i in range(NUM_FILES)]
+    if not (os.path.exists(stamp) and open(stamp).read() == f"{rows}:{data.SEED}"):
+        table = data.taxi_like_table(rows)
+        columns = {name: codec.arrow_kind(col.type)
+                   for name, col in zip(table.column_names, table.columns)}
+        per_file = -(-rows // NUM_FILES)
+        for i in range(NUM_FILES):
+            part = table.slice(i * per_file, per_file)
+            pacsv.write_csv(part, csvs[i])
+            with tf.io.TFRecordWriter(tfrecords[i]) as writer:
+                for batch in part.to_batches(max_chunksize=8192):
+                    for record in codec.encode_examples(codec.to_example_batch(batch, columns)):
+                        writer.write(record)
+        with open(stamp, "w") as f:
+            f.write(f"{rows}:{data.SEED}")
+    return {"tfrecords": tfrecords, "csvs": csvs,
+            "schema": os.path.join(os.path.dirname(os.path.dirname(__file__)),
+                                   "schemas", "taxi", "schema.pbtxt")}
+
+
+def _rows_in(label) -> "tf.Tensor":
+    import tensorflow as tf
+
+    if isinstance(label, tf.SparseTensor):
+        return label.dense_shape[0]
+    return tf.shape(label, out_type=tf.int64)[0]
+
+
+def _time_epochs(dataset, rows: int, epochs: int = 1) -> list[float]:
+    """Seconds per full pass. The batches are consumed inside the TF runtime, as a training
+    step would consume them, so no path pays for turning tensors into Python objects."""
+    import tensorflow as tf
+
+    times = []
+    for _ in range(epochs):
+        start = time.perf_counter()
+        seen = int(dataset.reduce(tf.constant(0, tf.int64),
+                                  lambda total, batch: total + _rows_in(batch[1])))
+        times.append(time.perf_counter() - start)
+        if seen != rows:
+            raise RuntimeError(f"one pass gave {seen} rows, expected {rows}")
+    return times
+
+
+def _ours(files, schema, rows) -> list[float]:
+    from components.trainer.input import InputConfig, build_dataset
+
+    config = InputConfig(batch_size=BATCH_SIZE, cache="memory", num_epochs=1)
+    return _time_epochs(build_dataset(files, schema, LABEL, config=config), rows, epochs=2)
+
+
+def _stock(files, schema, rows) -> list[float]:
+    from tfx_bsl.public import tfxio
+
+    source = tfxio.TFExampleRecord(file_pattern=files, schema=schema,
+                                   telemetry_descriptors=["bench"])
+    dataset = source.TensorFlowDataset(tfxio.TensorFlowDatasetOptions(
+        batch_size=BATCH_SIZE, label_key=LABEL, num_epochs=1))
+    return _time_epochs(dataset, rows)
+
+
+def _csv(files, schema, rows) -> list[float]:
+    import tensorflow as tf
+
+    dataset = tf.data.experimental.make_csv_dataset(
+        files, batch_size=BATCH_SIZE, label_name=LABEL, num_epochs=1,
+        num_parallel_reads=tf.data.AUTOTUNE)
+    return _time_epochs(dataset, rows)
+
+
+def _naive(files, schema, rows) -> list[float]:
+    import tensorflow as tf
+
+    from components import codec
+
+    spec = codec.feature_spec_from_schema(schema)
+    def parse(record):
+        features = tf.io.parse_single_example(record, spec)
+        return features, features.pop(LABEL)
+
+    dataset = tf.data.TFRecordDataset(files).map(parse).batch(BATCH_SIZE)
+    return _time_epochs(dataset, rows)
+
+
+def run_benchmark(rows: int, work_root: str, repeats: int = 3,
+                  log: Callable[[str], None] = print) -> dict:
+    from components import codec
+
+    paths = write_data(rows, os.path.join(work_root, f"input-{rows}"))
+    schema = codec.load_schema(paths["schema"])
+    for path in paths["tfrecords"] + paths["csvs"]:  # warm the page cache for every path
+        with open(path, "rb") as f:
+            while f.read(16 << 20):
+                pass
+    seconds = {p: [] for p in PATHS}
+    for repeat in range(repeats):
+        first, cached = _ours(paths["tfrecords"], schema, rows)
+        seconds["ours"].append(first)
+        seconds["ours-cached"].append(cached)
+        seconds["stock"].append(_stock(paths["tfrecords"], schema, rows)[0])
+        seconds["csv"].append(_csv(paths["csvs"], schema, rows)[0])
+        seconds["naive"].append(_naive(paths["tfrecords"], schema, rows)[0])
+        log(f"repeat {repeat + 1}/{repeats}: " + ", ".join(
+            f"{p} {s[-1]:.2f}s" for p, s in seconds.items()))
+    result = {"rows": rows, "repeats": repeats, "batch_size": BATCH_SIZE, "paths": {}}
+    stock = statistics.median(seconds["stock"])
+    for path, values in seconds.items():
+        median = statistics.median(values)
+        result["paths"][path] = {"median_seconds": median, "rows_per_second": rows / median,
+                                 "vs_stock": stock / median, "seconds": values}
+    return result
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(json.dumps(run_benchmark(int(sys.argv[1]), sys.argv[2], int(sys.argv[3])), indent=2))

@@ -1,0 +1,290 @@
+"""The Trainer's input function, distribution path, training loop and input report, on real
+shards written by our ExampleGen and by stock CsvExampleGen."""
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow_metadata.proto.v0 import schema_pb2
+from tfx.components.trainer.fn_args_utils import FnArgs
+
+from components import codec, tfrecord_io
+from components.trainer import distribute, fit, module
+from components.trainer.input import (
+    ImageSpec, InputConfig, build_dataset, corrupt_files_named, resolve_files)
+
+HAND_SCHEMA = """
+feature { name: "fare" type: FLOAT value_count { min: 1 max: 1 } presence { min_fraction: 0.5 } }
+feature { name: "trips" type: INT value_count { min: 1 max: 1 } }
+feature { name: "company" type: BYTES value_count { min: 1 max: 1 } }
+feature { name: "tags" type: BYTES }
+"""
+
+
+def example(**features) -> bytes:
+    def feature(value):
+        if isinstance(value, float) or value == []:
+            return tf.train.Feature(float_list=tf.train.FloatList(value=[value] if value else []))
+        if isinstance(value, int):
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+        values = value if isinstance(value, list) else [value]
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+    return tf.train.Example(features=tf.train.Features(
+        feature={k: feature(v) for k, v in features.items()})).SerializeToString()
+
+
+HAND_ROWS = [
+    example(fare=10.5, trips=2, company=b"Acme", tags=[b"a", b"b"]),
+    example(fare=3.25, company=b"Zed"),  # trips and tags missing
+    example(fare=[], trips=7, tags=[b"c"]),  # fare null (empty list), company missing
+]
+
+
+def write_records(path, records, compression=""):
+    with tf.io.TFRecordWriter(str(path), options=compression or None) as writer:
+        for record in records:
+            writer.write(record)
+    return str(path)
+
+
+def fn_args(examples: str, tmp_path, schema_path=None, **kwargs) -> FnArgs:
+    return FnArgs(
+        train_files=[os.path.join(examples, "Split-train", "*")],
+        eval_files=[os.path.join(examples, "Split-eval", "*")],
+        schema_path=schema_path or os.path.join(examples, "schema.pbtxt"),
+        model_run_dir=str(tmp_path / "model_run"), serving_model_dir=str(tmp_path / "serving"),
+        **kwargs)
+
+
+def rows_of(dataset) -> list:
+    return [v for features, _ in dataset for v in features["fare"].numpy().ravel().tolist()]
+
+
+# --- the chain: values, defaults, compression --------------------------------------------
+@pytest.mark.parametrize("compression", ["", "GZIP"])
+def test_dataset_matches_hand_checked_sample(tmp_path, compression):
+    schema = text_format.Parse(HAND_SCHEMA, schema_pb2.Schema())
+    path = write_records(tmp_path / "hand.tfrecord", HAND_ROWS, compression)
+    assert tfrecord_io.is_gzip(path) == (compression == "GZIP")
+    dataset = build_dataset(path, schema, "trips",
+                            config=InputConfig(batch_size=3, training=False, num_epochs=1))
+    batches = list(dataset)
+    assert len(batches) == 1
+    features, label = batches[0]
+    assert sorted(features) == ["company", "fare", "tags"]
+    assert features["fare"].dtype == tf.float32 and features["fare"].shape == (3, 1)
+    np.testing.assert_array_equal(features["fare"].numpy(), [[10.5], [3.25], [0.0]])
+    assert features["company"].numpy().tolist() == [[b"Acme"], [b"Zed"], [b""]]
+    assert isinstance(features["tags"], tf.RaggedTensor)
+    assert features["tags"].to_list() == [[b"a", b"b"], [], [b"c"]]
+    assert label.dtype == tf.int64
+    assert label.numpy().tolist() == [[2], [0], [7]]  # the missing count got the default 0
+
+
+def test_unknown_feature_is_named(tmp_path):
+    schema = text_format.Parse(HAND_SCHEMA, schema_pb2.Schema())
+    path = write_records(tmp_path / "hand.tfrecord", HAND_ROWS)
+    with pytest.raises(KeyError, match="tips"):
+        build_dataset(path, schema, "tips")
+
+
+def test_reads_our_gzip_shards_and_stock_csv_example_gen_output(taxi_examples,
+                                                                stock_taxi_examples):
+    ours = codec.load_schema(taxi_examples)
+    stock_dir, stock_schema_path = stock_taxi_examples
+    stock = codec.load_schema(stock_schema_path)
+    config = InputConfig(batch_size=500, training=False, num_epochs=1)
+    for folder, schema in ((taxi_examples, ours), (stock_dir, stock)):
+        files = resolve_files(os.path.join(folder, "Split-eval", "*"))
+        assert tfrecord_io.is_gzip(files[0])
+        features, label = next(iter(build_dataset(files, schema, "tips", config=config)))
+        assert features["fare"].shape[1] == 1 and features["company"].dtype == tf.string
+        assert label.shape == (features["fare"].shape[0], 1)
+    # Both read the whole slice: the splits of each add up to the 2,000 source rows.
+    for folder, schema in ((taxi_examples, ours), (stock_dir, stock)):
+        total = sum(int(label.shape[0]) for split in ("train", "eval")
+                    for _, label in build_dataset(os.path.join(folder, f"Split-{split}", "*"),
+                                                  schema, "tips", config=config))
+        assert total == 2000
+
+
+@pytest.mark.parametrize("cache", ["none", "memory", "file"])
+def test_cache_modes_give_every_row_each_epoch(taxi_examples, tmp_path, cache):
+    schema = codec.load_schema(taxi_examples)
+    files = os.path.join(taxi_examples, "Split-train", "*")
+    where = str(tmp_path / "cache" / "train") if cache == "file" else cache
+    if cache == "file":
+        os.makedirs(tmp_path / "cache")
+    one_epoch = rows_of(build_dataset(files, schema, "tips", config=InputConfig(
+        batch_size=128, training=False, num_epochs=1)))
+    two_epochs = rows_of(build_dataset(files, schema, "tips", config=InputConfig(
+        batch_size=128, training=True, num_epochs=2, cache=where)))
+    assert len(two_epochs) == 2 * len(one_epoch)
+    first, second = two_epochs[:len(one_epoch)], two_epochs[len(one_epoch):]
+    assert sorted(first) == sorted(one_epoch) == sorted(second)
+    assert first != one_epoch  # training mode shuffled
+    if cache == "file":
+        assert glob.glob(where + "*.index"), "the file cache wrote nothing"
+
+
+# --- corrupt shards ------------------------------------------------------------------------
+@pytest.fixture
+def corrupt_shard(taxi_examples, tmp_path):
+    """An uncompressed copy of the eval split with one flipped byte in the 10th record."""
+    schema = codec.load_schema(taxi_examples)
+    records = [r.numpy() for r in tf.data.TFRecordDataset(
+        resolve_files(os.path.join(taxi_examples, "Split-eval", "*")), "GZIP")]
+    path = write_records(tmp_path / "shard-00000", records)
+    offsets = [o for o, _ in tfrecord_io.iter_records(path)]
+    data = bytearray(open(path, "rb").read())
+    data[offsets[9] + 20] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    return path, schema, len(records), offsets[9]
+
+
+def test_corrupt_shard_error_names_file_and_offset(corrupt_shard):
+    path, schema, _, offset = corrupt_shard
+    dataset = build_dataset(path, schema, "tips", config=InputConfig(training=False))
+    with pytest.raises(tfrecord_io.CorruptRecordError) as error:
+        with corrupt_files_named([path]):
+            for _ in dataset.take(100):
+                pass
+    assert error.value.path == path and error.value.offset == offset
+    assert path in str(error.value) and f"offset {offset}" in str(error.value)
+
+
+def test_skip_corrupt_skips_only_the_bad_record_and_logs_it(corrupt_shard, caplog):
+    path, schema, total, offset = corrupt_shard
+    config = InputConfig(batch_size=64, training=False, num_epochs=1, skip_corrupt=True)
+    with caplog.at_level("WARNING"):
+        dataset = build_dataset(path, schema, "tips", config=config)
+    assert sum(int(label.shape[0]) for _, label in dataset) == total - 1
+    assert f"offset {offset} of {path}" in caplog.text
+    assert "1 corrupt region(s) skipped in 1 of 1 file(s)" in caplog.text
+
+
+# --- images --------------------------------------------------------------------------------
+def test_image_examples_decode_in_the_input_chain(digits_examples):
+    from sklearn.datasets import load_digits
+
+    schema = codec.load_schema(digits_examples)
+    for dtype in ("uint8", "float32"):
+        config = InputConfig(batch_size=32, training=False, num_epochs=1,
+                             images={"image": ImageSpec(8, 8, 1, dtype)})
+        features, label = next(iter(build_dataset(
+            os.path.join(digits_examples, "Split-*", "*"), schema, "label",
+            feature_keys=["image"], config=config)))
+        image = features["image"]
+        assert image.shape == (32, 8, 8, 1) and image.dtype == getattr(tf, dtype)
+        assert label.shape == (32, 1)
+        pixels = image.numpy().astype(np.float64) * (255 if dtype == "float32" else 1)
+        # Every decoded image is one of the source digits, to PNG rounding.
+        digits = np.round(load_digits().images * (255 / 16))
+        first = pixels[0, :, :, 0]
+        assert np.abs(digits - first).reshape(len(digits), -1).max(axis=1).min() <= 1
+
+
+# --- distribution on CPU -------------------------------------------------------------------
+@pytest.mark.parametrize("mirrored", [False, True])
+def test_distributed_input_and_training_on_cpu(taxi_examples, tmp_path, mirrored):
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"]) if mirrored else \
+        distribute.make_strategy()
+    schema = codec.load_schema(taxi_examples)
+    keys = module.model_feature_keys(schema, module.TAXI_LABEL, module.TAXI_EXCLUDED, {})
+
+    def dataset_fn(context):
+        return build_dataset(os.path.join(taxi_examples, "Split-train", "*"), schema, None,
+                             feature_keys=keys, label_fn=module.taxi_label,
+                             label_inputs=("tips", "fare"), input_context=context,
+                             config=InputConfig(batch_size=context.get_per_replica_batch_size(64)))
+    data = distribute.distribute(strategy, dataset_fn)
+    features, label = next(iter(data))
+    assert strategy.experimental_local_results(label)[0].shape == (64, 1)
+    with strategy.scope():
+        model = module.build_tabular_model(schema, keys, dataset_fn(
+            tf.distribute.InputContext()).take(2))
+    result = fit.train(model, strategy, data, steps=6, steps_per_epoch=3,
+                       log_dir=str(tmp_path), global_batch_size=64)
+    assert [e.steps for e in result.epochs] == [3, 3]
+    assert all(np.isfinite(e.metrics["loss"]) for e in result.epochs)
+
+
+# --- run_fn: training, report, serving -----------------------------------------------------
+def check_report(model_run_dir: str, epochs: int) -> dict:
+    report = fit.load_report(model_run_dir)
+    assert report is not None and len(report["epochs"]) == epochs
+    for item in report["epochs"] + [report["overall"]]:
+        assert 0.0 <= item["input_wait_share"] <= 1.0
+        assert item["label"] == fit.input_bound_label(item["input_wait_share"])
+    assert report["overall"]["compute_seconds"] > 0
+    assert glob.glob(os.path.join(model_run_dir, "train", "events.out.tfevents.*"))
+    return report
+
+
+def test_taxi_training_reduces_loss_reports_input_wait_and_serves(taxi_examples, taxi_csv,
+                                                                  tmp_path):
+    args = fn_args(taxi_examples, tmp_path, train_steps=240, eval_steps=5,
+                   custom_config={"batch_size": 64, "epochs": 4, "cache": "memory"})
+    module.run_fn(args)
+    report = check_report(args.model_run_dir, 4)
+    losses = [e["metrics"]["loss"] for e in report["epochs"]]
+    assert losses[-1] < losses[0], losses
+    assert report["evaluation"]["accuracy"] > 0.5
+
+    served = tf.saved_model.load(args.serving_model_dir).signatures["serving_default"]
+    scores = served(examples=tf.constant([
+        example(fare=12.25, trip_miles=3.1, payment_type=b"Credit Card", trip_start_hour=14),
+        example()]))["probability"].numpy()
+    assert scores.shape == (2, 1) and np.all((scores >= 0) & (scores <= 1))
+
+
+def test_trains_on_stock_csv_example_gen_output(stock_taxi_examples, tmp_path):
+    examples, schema_path = stock_taxi_examples
+    args = fn_args(examples, tmp_path, schema_path=schema_path, train_steps=20, eval_steps=2,
+                   custom_config={"batch_size": 32, "epochs": 2})
+    module.run_fn(args)
+    check_report(args.model_run_dir, 2)
+    assert os.path.exists(os.path.join(args.serving_model_dir, "saved_model.pb"))
+
+
+def test_digits_cnn_training_reduces_loss_and_serves_png_bytes(digits_examples, tmp_path):
+    from components import inspect as inspect_lib
+
+    args = fn_args(digits_examples, tmp_path, train_steps=150, eval_steps=5,
+                   custom_config={"images": {"image": [8, 8, 1]}, "batch_size": 32,
+                                  "epochs": 3, "num_classes": 10})
+    module.run_fn(args)
+    report = check_report(args.model_run_dir, 3)
+    losses = [e["metrics"]["loss"] for e in report["epochs"]]
+    assert losses[-1] < losses[0], losses
+    assert report["evaluation"]["accuracy"] > 0.5  # ten classes: chance is 0.1
+
+    row = next(inspect_lib.iter_rows(os.path.join(digits_examples, "Split-eval"), limit=1))
+    served = tf.saved_model.load(args.serving_model_dir).signatures["serving_default"]
+    raw = next(iter(tf.data.TFRecordDataset(resolve_files(
+        os.path.join(digits_examples, "Split-eval", "*")), "GZIP")))
+    probabilities = served(examples=tf.reshape(raw, [1]))["probabilities"].numpy()
+    assert probabilities.shape == (1, 10)
+    assert abs(probabilities.sum() - 1) < 1e-4
+    assert "label" in row
+
+
+def test_corrupt_training_shard_fails_run_fn_with_the_file_named(corrupt_shard, taxi_examples,
+                                                                 tmp_path):
+    path, _, _, offset = corrupt_shard
+    folder = tmp_path / "examples"
+    (folder / "Split-train").mkdir(parents=True)
+    (folder / "Split-eval").mkdir()
+    os.replace(path, folder / "Split-train" / "shard-00000")
+    for shard in glob.glob(os.path.join(taxi_examples, "Split-eval", "*")):
+        (folder / "Split-eval" / os.path.basename(shard)).write_bytes(open(shard, "rb").read())
+    args = fn_args(str(folder), tmp_path, schema_path=os.path.join(taxi_examples, "schema.pbtxt"),
+                   train_steps=100, eval_steps=1, custom_config={"batch_size": 32})
+    with pytest.raises(tfrecord_io.CorruptRecordError,
+                       match=f"shard-00000: corrupt TFRecord at byte offset {offset}"):
+        module.run_fn(args)
+    assert not os.path.exists(args.serving_model_dir)
