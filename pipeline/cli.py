@@ -150,5 +150,51 @@ def bench_examplegen(rows, repeats, work_dir, as_json, only) -> None:
         click.echo(f"ratio ours/stock: {result['speedup']:.1f}x")
 
 
+
+@bench.command("input")
+@click.option("--rows", default=300_000, show_default=True, type=int)
+@click.option("--repeats", default=3, show_default=True, type=int)
+@click.option("--work-dir", default="tfrp_runs/bench", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def bench_input(rows, repeats, work_dir, as_json) -> None:
+    """Training input paths on the same rows: ours (first and cached epoch), the TFX stock
+    tfx_bsl path, make_csv_dataset and naive parse_single_example."""
+    import json
+
+    from bench import input as bench_lib
+
+    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats,
+                                     log=lambda line: click.echo(line, err=True))
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    for name, r in result["paths"].items():
+        click.echo(f"{name:>12}: {r['rows_per_second']:>12,.0f} rows/s  "
+                   f"median {r['median_seconds']:.2f}s  {r['vs_stock']:.2f}x stock")
+    click.echo(f"ours (first epoch) vs csv: {result['ours_vs_csv']:.2f}x")
+
+
+@bench.command("images")
+@click.option("--count", default=20_000, show_default=True, type=int)
+@click.option("--repeats", default=3, show_default=True, type=int)
+@click.option("--work-dir", default="tfrp_runs/bench", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def bench_images(count, repeats, work_dir, as_json) -> None:
+    """One JPEG file per image vs our TFRecord image path, on the same images."""
+    import json
+
+    from bench import images as bench_lib
+
+    result = bench_lib.run_benchmark(count, os.path.abspath(work_dir), repeats,
+                                     log=lambda line: click.echo(line, err=True))
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    for name, r in result["paths"].items():
+        click.echo(f"{name:>6}: {r['images_per_second']:>10,.0f} img/s  "
+                   f"median {r['median_seconds']:.2f}s")
+    click.echo(f"ratio ours/files: {result['ratio']:.2f}x")
+
+
 if __name__ == "__main__":
     main()

@@ -160,14 +160,26 @@ def _intact_records(path: str) -> Iterator[bytes]:
 # ---------------------------------------------------------------------------------------------
 # Parsing
 # ---------------------------------------------------------------------------------------------
-def decode_images(encoded: tf.Tensor, spec: ImageSpec) -> tf.Tensor:
-    """JPEG/PNG/GIF/BMP bytes [batch] or [batch, 1] -> [batch, h, w, c] uint8 or float32."""
-    def decode_one(data: tf.Tensor) -> tf.Tensor:
-        image = tf.io.decode_image(data, channels=spec.channels, expand_animations=False)
-        image = tf.image.resize(image, [spec.height, spec.width], antialias=True)
-        return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
+def decode_image(data: tf.Tensor, spec: ImageSpec) -> tf.Tensor:
+    """One encoded image (JPEG/PNG/GIF/BMP) -> [h, w, c] uint8 at the spec's size. Images
+    already at that size skip the resize, which otherwise costs more than the decode."""
+    image = tf.io.decode_image(data, channels=spec.channels, expand_animations=False)
+    image.set_shape([None, None, spec.channels])
 
-    images = tf.map_fn(decode_one, tf.reshape(encoded, [-1]),
+    def resized():
+        scaled = tf.image.resize(image, [spec.height, spec.width], antialias=True)
+        return tf.cast(tf.clip_by_value(tf.round(scaled), 0, 255), tf.uint8)
+
+    same_size = tf.logical_and(tf.shape(image)[0] == spec.height,
+                               tf.shape(image)[1] == spec.width)
+    image = tf.cond(same_size, lambda: image, resized)
+    return tf.ensure_shape(image, [spec.height, spec.width, spec.channels])
+
+
+def decode_images(encoded: tf.Tensor, spec: ImageSpec) -> tf.Tensor:
+    """A batch of encoded images, [batch] or [batch, 1] -> [batch, h, w, c] uint8, or float32
+    scaled to [0, 1] when the spec asks for host-side normalisation."""
+    images = tf.map_fn(lambda data: decode_image(data, spec), tf.reshape(encoded, [-1]),
                        fn_output_signature=tf.TensorSpec(
                            [spec.height, spec.width, spec.channels], tf.uint8))
     if spec.dtype == "float32":
