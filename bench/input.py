@@ -1,6 +1,7 @@
 """`tfrp bench input`: training input paths over the same taxi-like rows, in one process.
 
 Paths, each reading one full epoch of `rows` rows with the same batch size:
+  packed      our `build_dataset` over packed records (1,024 rows per Example), first epoch
   ours        our `build_dataset` (training mode) from per-row TFRecords, first epoch from disk
   ours-cached the same dataset's second epoch, served by `cache()` after parsing
   stock       TFX's stock Trainer path: tfx_bsl `TFExampleRecord.TensorFlowDataset`
@@ -21,7 +22,8 @@ from typing import Callable, Iterable
 BATCH_SIZE = 256
 NUM_FILES = 8
 LABEL = "tips"
-PATHS = ("ours", "ours-cached", "stock", "csv", "naive")
+PACKED_ROWS = 1024
+PATHS = ("packed", "ours", "ours-cached", "stock", "csv", "naive")
 
 
 def write_data(rows: int, folder: str) -> dict:
@@ -37,7 +39,11 @@ def write_data(rows: int, folder: str) -> dict:
     stamp = os.path.join(folder, "stamp")
     tfrecords = [os.path.join(folder, f"data-{i:02d}.tfrecord") for i in range(NUM_FILES)]
     csvs = [os.path.join(folder, f"data-{i:02d}.csv") for i in range(NUM_FILES)]
-    if not (os.path.exists(stamp) and open(stamp).read() == f"{rows}:{data.SEED}"):
+    packed = [os.path.join(folder, f"packed-{i:02d}.tfrecord") for i in range(NUM_FILES)]
+    packed_schema = os.path.join(folder, "packed_schema.pbtxt")
+    schema_path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                               "schemas", "taxi", "schema.pbtxt")
+    if not (os.path.exists(stamp) and open(stamp).read() == f"{rows}:{data.SEED}:packed{PACKED_ROWS}"):
         table = data.taxi_like_table(rows)
         columns = {name: codec.arrow_kind(col.type)
                    for name, col in zip(table.column_names, table.columns)}
@@ -49,11 +55,40 @@ def write_data(rows: int, folder: str) -> dict:
                 for batch in part.to_batches(max_chunksize=8192):
                     for record in codec.encode_examples(codec.to_example_batch(batch, columns)):
                         writer.write(record)
+        _write_packed(table, schema_path, packed, packed_schema)
         with open(stamp, "w") as f:
-            f.write(f"{rows}:{data.SEED}")
-    return {"tfrecords": tfrecords, "csvs": csvs,
-            "schema": os.path.join(os.path.dirname(os.path.dirname(__file__)),
-                                   "schemas", "taxi", "schema.pbtxt")}
+            f.write(f"{rows}:{data.SEED}:packed{PACKED_ROWS}")
+    return {"tfrecords": tfrecords, "csvs": csvs, "packed": packed,
+            "packed_schema": packed_schema,
+            "schema": schema_path}
+
+
+def _write_packed(table, schema_path: str, files: list[str], packed_schema: str) -> None:
+    """The same rows as a Transform would hand them over: every scalar dense (gaps filled with
+    the schema default, as the per-row reader fills them), packed PACKED_ROWS to an Example."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import tensorflow as tf
+
+    from components import codec, packing
+
+    schema = codec.load_schema(schema_path)
+    for feature in schema.feature:
+        feature.presence.min_fraction = 1.0
+        feature.ClearField("shape")
+        feature.shape.dim.add().size = 1
+    schema = packing.annotate(schema, PACKED_ROWS)
+    codec.write_schema(schema, packed_schema)
+    features = codec.feature_by_name(schema)
+    filled = pa.table({name: pc.fill_null(column, codec.default_value(features[name])
+                                          if not pa.types.is_string(column.type) else "")
+                       for name, column in zip(table.column_names, table.columns)})
+    per_file = -(-filled.num_rows // NUM_FILES)
+    for i, path in enumerate(files):
+        with tf.io.TFRecordWriter(path) as writer:
+            for block in packing.pack_batch(filled.slice(i * per_file, per_file), schema,
+                                            PACKED_ROWS):
+                writer.write(block)
 
 
 def _rows_in(label) -> "tf.Tensor":
@@ -85,6 +120,13 @@ def _ours(files, schema, rows) -> list[float]:
 
     config = InputConfig(batch_size=BATCH_SIZE, cache="memory", num_epochs=1)
     return _time_epochs(build_dataset(files, schema, LABEL, config=config), rows, epochs=2)
+
+
+def _packed(files, schema, rows) -> list[float]:
+    from components.trainer.input import InputConfig, build_dataset
+
+    config = InputConfig(batch_size=BATCH_SIZE, num_epochs=1)
+    return _time_epochs(build_dataset(files, schema, LABEL, config=config), rows)
 
 
 def _stock(files, schema, rows) -> list[float]:
@@ -126,12 +168,14 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3,
 
     paths = write_data(rows, os.path.join(work_root, f"input-{rows}"))
     schema = codec.load_schema(paths["schema"])
-    for path in paths["tfrecords"] + paths["csvs"]:  # warm the page cache for every path
+    for path in paths["tfrecords"] + paths["csvs"] + paths["packed"]:  # warm the page cache for every path
         with open(path, "rb") as f:
             while f.read(16 << 20):
                 pass
     seconds = {p: [] for p in PATHS}
+    packed_schema = codec.load_schema(paths["packed_schema"])
     for repeat in range(repeats):
+        seconds["packed"].append(_packed(paths["packed"], packed_schema, rows)[0])
         first, cached = _ours(paths["tfrecords"], schema, rows)
         seconds["ours"].append(first)
         seconds["ours-cached"].append(cached)

@@ -16,7 +16,7 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import codec, tfrecord_io
+from components import codec, packing, tfrecord_io
 
 AUTOTUNE = tf.data.AUTOTUNE
 LabelFn = Callable[[Mapping[str, tf.Tensor]], tf.Tensor]
@@ -59,6 +59,9 @@ class InputConfig:
     # Opt-in: scan the files first and read damaged ones past their bad records.
     skip_corrupt: bool = False
     drop_remainder: bool = False
+    # Packed data (see components/packing.py) is shuffled as whole blocks in a buffer of this
+    # many blocks, then row by row within each group of `shuffle_buffer` rows parsed together.
+    block_shuffle_buffer: int = 16
     # 0 keeps TF's global pool; a private pool isolates input work from the model's ops.
     private_threadpool_size: int = 0
     ram_budget_bytes: Optional[int] = None
@@ -310,6 +313,10 @@ def build_dataset(
         return kept
 
     clean_files = [f for f in files if f not in damaged]
+    rows_per_block = packing.packed_rows(schema)
+    if rows_per_block:
+        return _packed_chain(clean_files, read_file, sorted(damaged), schema, keep,
+                             list(label_inputs), label_key, label_fn, config, rows_per_block)
     return (
         tf.data.Dataset.from_tensor_slices(tf.constant(clean_files, tf.string))
         .apply(_shuffle_if(config.training, len(clean_files), config.seed))
@@ -320,6 +327,50 @@ def build_dataset(
         .apply(_shuffle_if(config.training, config.shuffle_buffer, config.seed))
         .batch(config.batch_size, drop_remainder=config.drop_remainder)
         .map(to_features_and_label, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+        .apply(_cache(config.cache, config.training, config.seed))
+        .repeat(config.num_epochs)
+        .prefetch(AUTOTUNE)
+        .with_options(_dataset_options(config))
+    )
+
+
+def _packed_chain(files, read_file, damaged, schema, keep, label_inputs, label_key, label_fn,
+                  config: InputConfig, rows_per_block: int) -> tf.data.Dataset:
+    """The same chain for packed blocks: shuffle blocks, parse a group of blocks at once,
+    unpack and shuffle its rows, then cut the rows into batches of `batch_size`."""
+    deterministic = not config.training
+    wanted = list(dict.fromkeys(list(keep) + label_inputs + ([label_key] if label_key else [])))
+    spec = packing.block_spec(schema, wanted)
+    blocks_per_parse = max(1, -(-config.shuffle_buffer // rows_per_block))
+    ragged = [k for k in wanted if k + packing.LENGTHS_SUFFIX in spec and
+              not codec.is_scalar(codec.find_feature(schema, k))]
+
+    def to_rows(serialized: tf.Tensor):
+        features = packing.unpack(tf.io.parse_example(serialized, spec), schema, wanted,
+                                  shuffle=config.training)
+        for name, image in config.images.items():
+            if name in features:
+                features[name] = decode_images(features[name], image)
+        kept = {k: features[k] for k in keep}
+        if label_fn is not None:
+            return kept, label_fn(features)
+        return (kept, features[label_key]) if label_key is not None else kept
+
+    def to_batches(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        if ragged:  # rebatch slices dense tensors only
+            return dataset.unbatch().batch(config.batch_size, config.drop_remainder)
+        return dataset.rebatch(config.batch_size, drop_remainder=config.drop_remainder)
+
+    return (
+        tf.data.Dataset.from_tensor_slices(tf.constant(files, tf.string))
+        .apply(_shuffle_if(config.training, len(files), config.seed))
+        .interleave(read_file, cycle_length=config.cycle_length or AUTOTUNE,
+                    num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+        .apply(_with_salvaged_records(damaged, config.seed))
+        .apply(_shuffle_if(config.training, config.block_shuffle_buffer, config.seed))
+        .batch(blocks_per_parse)
+        .map(to_rows, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+        .apply(to_batches)
         .apply(_cache(config.cache, config.training, config.seed))
         .repeat(config.num_epochs)
         .prefetch(AUTOTUNE)

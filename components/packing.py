@@ -1,0 +1,176 @@
+"""Packed records: one tf.Example holds a block of N rows as column lists.
+
+Parsing is what caps per-row input speed: every row is a tf.Example with its own feature map.
+A packed Example carries N rows at once, so one parse yields N rows of each column.
+
+Layout of a block, for a row schema with fixed features (shape known, always present) and
+variable ones (everything else):
+  `__rows__`        int64, one value: the rows really in this block (the last may be short)
+  <fixed>           N * k values; a short block is padded with the schema default
+  <variable>        the values of all N rows, concatenated
+  <variable>__lengths  N int64s: values per row (0 for a missing value and for padding)
+
+The schema stored beside packed data is the *row* schema plus an annotation tag
+`tfrp.packed_rows=<N>`; `packed_rows(schema)` reads it back. The Arrow->block encoder lives here
+beside the block parser so the two sides of the format are in one file.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Optional, Union
+
+import numpy as np
+import tensorflow as tf
+from tensorflow_metadata.proto.v0 import schema_pb2
+
+from components import codec
+
+ROWS_KEY = "__rows__"
+LENGTHS_SUFFIX = "__lengths"
+TAG_PREFIX = "tfrp.packed_rows="
+
+
+def packed_rows(schema: schema_pb2.Schema) -> int:
+    """N when `schema` describes packed data, else 0."""
+    for tag in schema.annotation.tag:
+        if tag.startswith(TAG_PREFIX):
+            return int(tag[len(TAG_PREFIX):])
+    return 0
+
+
+def annotate(schema: schema_pb2.Schema, rows: int) -> schema_pb2.Schema:
+    packed = copy.deepcopy(schema)
+    kept = [t for t in packed.annotation.tag if not t.startswith(TAG_PREFIX)]
+    del packed.annotation.tag[:]
+    packed.annotation.tag.extend(kept + [f"{TAG_PREFIX}{rows}"])
+    return packed
+
+
+def _fixed_size(spec) -> Optional[int]:
+    if isinstance(spec, tf.io.FixedLenFeature):
+        return int(np.prod(spec.shape)) if spec.shape else 1
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing: Arrow record batch (one row per entry) -> packed serialized Examples
+# ---------------------------------------------------------------------------------------------
+def _column_values(column, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(flat values, values per row) of an Arrow column that is scalar or list typed."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_list(column.type) or pa.types.is_large_list(column.type) or \
+            pa.types.is_fixed_size_list(column.type):
+        lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
+        values = pc.list_flatten(column)
+    else:
+        lengths = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), np.int64)
+        values = column.drop_null()
+    if dtype == tf.string:
+        flat = np.asarray([v if isinstance(v, bytes) else str(v).encode()
+                           for v in values.to_pylist()], dtype=object)
+    else:
+        flat = values.to_numpy(zero_copy_only=False).astype(
+            np.float32 if dtype == tf.float32 else np.int64)
+    return flat, lengths.astype(np.int64)
+
+
+def _feature(values: np.ndarray, dtype) -> tf.train.Feature:
+    if dtype == tf.string:
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=list(values)))
+    if dtype == tf.float32:
+        return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+
+def pack_batch(batch, schema: schema_pb2.Schema, rows_per_block: int) -> list[bytes]:
+    """Packs every row of `batch` (pyarrow RecordBatch/Table) into blocks of `rows_per_block`;
+    the last block holds the remainder. Columns not in the schema are an error."""
+    spec = codec.feature_spec_from_schema(schema)
+    features = codec.feature_by_name(schema)
+    names = list(batch.schema.names)
+    unknown = sorted(set(names) - set(spec))
+    if unknown:
+        raise KeyError(f"columns {unknown} are not in the schema")
+    columns = {}
+    for name in names:
+        flat, lengths = _column_values(batch.column(names.index(name)), spec[name].dtype)
+        size = _fixed_size(spec[name])
+        if size is not None and np.any(lengths != size):
+            row = int(np.argmax(lengths != size))
+            raise ValueError(f"feature {name!r} is fixed at {size} value(s) per row, but row "
+                             f"{row} of the batch has {int(lengths[row])}")
+        columns[name] = (flat, np.concatenate([[0], np.cumsum(lengths)]), size)
+    blocks = []
+    for start in range(0, batch.num_rows, rows_per_block):
+        end = min(start + rows_per_block, batch.num_rows)
+        block = {ROWS_KEY: _feature(np.array([end - start], np.int64), tf.int64)}
+        for name, (flat, offsets, size) in columns.items():
+            dtype = spec[name].dtype
+            values = flat[offsets[start]:offsets[end]]
+            if size is not None:
+                pad = (rows_per_block - (end - start)) * size
+                if pad:
+                    default = codec.default_value(features[name])
+                    filler = np.full(pad, default, dtype=object if dtype == tf.string
+                                     else values.dtype)
+                    values = np.concatenate([values, filler])
+                block[name] = _feature(values, dtype)
+            else:
+                lengths = np.zeros(rows_per_block, np.int64)
+                lengths[:end - start] = np.diff(offsets[start:end + 1])
+                block[name] = _feature(values, dtype)
+                block[name + LENGTHS_SUFFIX] = _feature(lengths, tf.int64)
+        blocks.append(tf.train.Example(
+            features=tf.train.Features(feature=block)).SerializeToString())
+    return blocks
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading: a batch of packed serialized Examples -> rows
+# ---------------------------------------------------------------------------------------------
+def block_spec(schema: schema_pb2.Schema, feature_names) -> dict:
+    """The parse spec of packed blocks for the wanted row features."""
+    rows = packed_rows(schema)
+    spec = codec.feature_spec_from_schema(schema)
+    out = {ROWS_KEY: tf.io.FixedLenFeature([1], tf.int64)}
+    for name in feature_names:
+        size = _fixed_size(spec[name])
+        if size is not None:
+            out[name] = tf.io.FixedLenFeature([rows * size], spec[name].dtype)
+        else:
+            out[name] = tf.io.VarLenFeature(spec[name].dtype)
+            out[name + LENGTHS_SUFFIX] = tf.io.FixedLenFeature([rows], tf.int64)
+    return out
+
+
+def unpack(parsed: dict, schema: schema_pb2.Schema, feature_names, shuffle: bool = False,
+           seed: Optional[int] = None) -> dict[str, Union[tf.Tensor, tf.RaggedTensor]]:
+    """Parsed blocks [B, ...] -> the real rows of all B blocks: fixed features [R, k] (k=1 for
+    scalars), variable ones ragged [R, None]. Padding rows of short blocks are dropped and, with
+    `shuffle`, the rows come out in random order: one index serves every feature, so dropping
+    and shuffling cost one gather per feature."""
+    rows = packed_rows(schema)
+    spec = codec.feature_spec_from_schema(schema)
+    real = tf.reshape(tf.sequence_mask(parsed[ROWS_KEY][:, 0], rows), [-1])
+    index = tf.where(real)[:, 0]
+    if shuffle:
+        index = tf.random.shuffle(index, seed=seed)
+    out = {}
+    for name in feature_names:
+        size = _fixed_size(spec[name])
+        if size is not None:
+            values = tf.gather(tf.reshape(parsed[name], [-1, size]), index)
+            shape = spec[name].shape
+            out[name] = tf.reshape(values, [-1, *shape]) if len(shape) > 1 else values
+            continue
+        lengths = tf.reshape(parsed[name + LENGTHS_SUFFIX], [-1])
+        ragged = tf.gather(tf.RaggedTensor.from_row_lengths(parsed[name].values, lengths), index)
+        # Same meaning as a per-row read: a missing scalar becomes the schema default.
+        feature = codec.find_feature(schema, name)
+        out[name] = ragged.to_tensor(codec.default_value(feature), shape=[None, 1]) \
+            if codec.is_scalar(feature) else ragged
+    return out
