@@ -18,6 +18,8 @@ class PipelineConfig:
     num_shards: Optional[int] = None
     shard_size_mb: Optional[float] = None
     compression: str = "gzip"
+    # Transform writes this many rows per tf.Example (0: one row per Example).
+    packed_rows: int = 1024
     on_bad_record: str = "fail"
     # Everything a run writes goes below this one folder (ignored by git).
     output_root: str = DEFAULT_ROOT

@@ -26,10 +26,11 @@ def taxi_run(taxi_slice_dir, tmp_path_factory):
 
 def test_pipeline_registers_examples_schema_and_model(taxi_run):
     _, summary = taxi_run
-    for type_name in ("Examples", "Schema", "Model", "PushedModel"):
+    for type_name in ("Examples", "Schema", "TransformGraph", "Model", "PushedModel"):
         assert summary.artifacts.get(type_name), f"no {type_name} artifact in the store"
     assert set(summary.components) == {"ShardedExampleGen", "StatisticsGen", "SchemaGen",
-                                       "ExampleValidator", "Trainer", "Pusher"}
+                                       "ExampleValidator", "ShardedTransform", "Trainer",
+                                       "Pusher"}
     assert all(state == "ran" for state in summary.components.values())
     assert sum(summary.rows_per_split.values()) == 2000
     assert os.path.exists(summary.schema_path)

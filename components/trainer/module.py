@@ -25,7 +25,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow_metadata.proto.v0 import schema_pb2  # noqa: E402
 
-from components import codec  # noqa: E402
+from components import codec, packing  # noqa: E402
+from components.inspect import find_schema  # noqa: E402
 from components.trainer import distribute, fit  # noqa: E402
 from components.trainer.input import (  # noqa: E402
     ImageSpec, InputConfig, build_dataset, corrupt_files_named, example_parser, resolve_files)
@@ -50,6 +51,20 @@ def taxi_label(features: Mapping[str, tf.Tensor]) -> tf.Tensor:
 DERIVED_LABELS: dict[str, tuple[Callable, tuple[str, ...]]] = {
     TAXI_LABEL: (taxi_label, ("tips", "fare")),
 }
+
+
+def preprocessing_fn(inputs: dict, custom_config: dict) -> dict:
+    """The taxi Transform: the default transforms for every model feature, plus the label
+    computed from the raw tip and fare before they are scaled."""
+    from components.transform.defaults import dense_scalar, transform_features
+
+    schema = custom_config["raw_schema"]
+    features = codec.feature_by_name(schema)
+    outputs = transform_features(inputs, schema, exclude=TAXI_EXCLUDED)
+    tips = dense_scalar(inputs["tips"], features["tips"])
+    fare = dense_scalar(inputs["fare"], features["fare"])
+    outputs[TAXI_LABEL] = tf.cast(tips > 0.2 * fare, tf.int64)
+    return outputs
 
 
 def model_feature_keys(schema: schema_pb2.Schema, label_key: str, excluded,
@@ -179,6 +194,9 @@ def run_fn(fn_args: Any) -> None:
     else:
         schema = codec.load_schema(fn_args.schema_path)
     raw_schema = codec.load_schema(fn_args.schema_path) if fn_args.schema_path else schema
+    # Packed examples carry their packing in the schema stored beside them.
+    stored = find_schema(resolve_files(fn_args.train_files)[0])
+    data_schema = stored if stored is not None and packing.packed_rows(stored) else schema
 
     images = {name: ImageSpec(*shape, dtype=custom.get("image_dtype", "uint8"))
               for name, shape in (custom.get("images") or {}).items()}
@@ -198,7 +216,7 @@ def run_fn(fn_args: Any) -> None:
                 batch_size=context.get_per_replica_batch_size(global_batch),
                 training=training, cache=custom.get("cache", "none"),
                 skip_corrupt=bool(custom.get("skip_corrupt", False)), images=images)
-            return build_dataset(files, schema, None if label_fn else label_key,
+            return build_dataset(files, data_schema, None if label_fn else label_key,
                                  feature_keys=feature_keys, label_fn=label_fn,
                                  label_inputs=label_inputs, config=config,
                                  input_context=context)

@@ -1,0 +1,1 @@
+"""ShardedTransform: tf.Transform with our sharding writer and optional packed output."""

@@ -1,0 +1,55 @@
+"""The preprocessing_fn used when the user gives none, derived from the raw schema.
+
+Floats are z-scored, strings become vocabulary ids (with one OOV bucket), ints are kept.
+Scalar features come out dense ([batch]), gaps filled with the schema default, so the
+transformed examples carry exactly one value per feature; list features pass through.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import tensorflow as tf
+import tensorflow_transform as tft
+from tensorflow_metadata.proto.v0 import schema_pb2
+
+from components import codec
+
+OOV_BUCKETS = 1
+
+
+def dense_scalar(value, feature: schema_pb2.Feature) -> tf.Tensor:
+    """A parsed scalar feature (sparse when it can be missing) as a dense [batch] tensor."""
+    if isinstance(value, tf.SparseTensor):
+        value = tf.sparse.to_dense(
+            tf.SparseTensor(value.indices, value.values, [value.dense_shape[0], 1]),
+            default_value=codec.default_value(feature))
+    return tf.reshape(value, [-1])
+
+
+def transform_features(inputs: dict, schema: schema_pb2.Schema,
+                       exclude: Iterable[str] = ()) -> dict:
+    """The default transforms for every input feature not in `exclude`."""
+    features = codec.feature_by_name(schema)
+    outputs = {}
+    for name, value in inputs.items():
+        if name in set(exclude) or name not in features:
+            continue
+        feature = features[name]
+        if not codec.is_scalar(feature):
+            outputs[name] = value
+            continue
+        dense = dense_scalar(value, feature)
+        if feature.type == schema_pb2.FLOAT:
+            outputs[name] = tft.scale_to_z_score(dense)
+        elif feature.type == schema_pb2.BYTES:
+            outputs[name] = tft.compute_and_apply_vocabulary(
+                dense, num_oov_buckets=OOV_BUCKETS, vocab_filename=name)
+        else:
+            outputs[name] = dense
+    return outputs
+
+
+def default_preprocessing_fn(schema: schema_pb2.Schema) -> Callable[[dict], dict]:
+    def preprocessing_fn(inputs: dict) -> dict:
+        return transform_features(inputs, schema)
+    return preprocessing_fn
