@@ -122,11 +122,19 @@ def bench() -> None:
     """Benchmarks; write their results into bench/RESULTS.md."""
 
 
+def _bench_options(command):
+    """The options every benchmark shares."""
+    for option in reversed([
+            click.option("--repeats", default=3, show_default=True, type=int),
+            click.option("--work-dir", default="tfrp_runs/bench", show_default=True),
+            click.option("--json", "as_json", is_flag=True)]):
+        command = option(command)
+    return command
+
+
 @bench.command("examplegen")
 @click.option("--rows", default=300_000, show_default=True, type=int)
-@click.option("--repeats", default=3, show_default=True, type=int)
-@click.option("--work-dir", default="tfrp_runs/bench", show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@_bench_options
 @click.option("--only", type=click.Choice(["ours", "stock"]), default=None,
               help="Measure one implementation only (e.g. for memory at large N).")
 def bench_examplegen(rows, repeats, work_dir, as_json, only) -> None:
@@ -153,9 +161,7 @@ def bench_examplegen(rows, repeats, work_dir, as_json, only) -> None:
 
 @bench.command("input")
 @click.option("--rows", default=300_000, show_default=True, type=int)
-@click.option("--repeats", default=3, show_default=True, type=int)
-@click.option("--work-dir", default="tfrp_runs/bench", show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@_bench_options
 def bench_input(rows, repeats, work_dir, as_json) -> None:
     """Training input paths on the same rows: ours (first and cached epoch), the TFX stock
     tfx_bsl path, make_csv_dataset and naive parse_single_example."""
@@ -176,9 +182,7 @@ def bench_input(rows, repeats, work_dir, as_json) -> None:
 
 @bench.command("images")
 @click.option("--count", default=20_000, show_default=True, type=int)
-@click.option("--repeats", default=3, show_default=True, type=int)
-@click.option("--work-dir", default="tfrp_runs/bench", show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@_bench_options
 def bench_images(count, repeats, work_dir, as_json) -> None:
     """One JPEG file per image vs our TFRecord image path, on the same images."""
     import json

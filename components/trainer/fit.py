@@ -161,11 +161,11 @@ def _devices(strategy: tf.distribute.Strategy) -> list[str]:
         return [(gpus or tf.config.list_logical_devices("CPU"))[0].name]
 
 
-def write_report(result: TrainingResult, folder: str) -> str:
+def write_report(report: dict, folder: str) -> str:
     path = os.path.join(folder, REPORT_FILE)
     tf.io.gfile.makedirs(folder)
     with tf.io.gfile.GFile(path, "w") as f:
-        json.dump(result.report(), f, indent=2)
+        json.dump(report, f, indent=2)
     return path
 
 

@@ -123,16 +123,8 @@ def corrupt_files_named(files: Sequence[str]) -> Iterator[None]:
         raise located from error
 
 
-@dataclasses.dataclass
-class CorruptionScan:
-    damaged: dict[str, list[tfrecord_io.CorruptRegion]]
-
-    @property
-    def regions(self) -> int:
-        return sum(len(r) for r in self.damaged.values())
-
-
-def scan_for_corruption(files: Sequence[str]) -> CorruptionScan:
+def scan_for_corruption(files: Sequence[str]) -> dict[str, list[tfrecord_io.CorruptRegion]]:
+    """The damaged regions of each damaged file; each region and the totals are logged."""
     damaged: dict[str, list[tfrecord_io.CorruptRegion]] = {}
     for path in files:
         try:
@@ -148,7 +140,7 @@ def scan_for_corruption(files: Sequence[str]) -> CorruptionScan:
                             region.length, region.offset, path, region.reason)
     logging.warning("skip_corrupt: %d corrupt region(s) skipped in %d of %d file(s)",
                     sum(len(r) for r in damaged.values()), len(damaged), len(files))
-    return CorruptionScan(damaged)
+    return damaged
 
 
 def _intact_records(path: str) -> Iterator[bytes]:
@@ -191,22 +183,35 @@ def decode_images(encoded: tf.Tensor, spec: ImageSpec) -> tf.Tensor:
 
 
 def example_parser(schema: schema_pb2.Schema, feature_names: Sequence[str],
-                   images: Mapping[str, ImageSpec] = {}) -> Callable[[tf.Tensor], dict]:
+                   images: Mapping[str, ImageSpec] = {}, shuffle_rows: bool = False
+                   ) -> Callable[[tf.Tensor], dict]:
     """A function from a batch of serialized tf.Examples to model-ready tensors: parsed with
     the schema's spec, gaps filled with the schema default, images decoded. Training and the
-    serving signature both use it, so they cannot drift apart."""
+    serving signature both use it, so they cannot drift apart.
+
+    When the schema says the data is packed, each Example is a block of rows: the function
+    unpacks them (in random order with `shuffle_rows`), so callers see rows either way."""
     features_by_name = codec.feature_by_name(schema)
     missing = sorted(set(feature_names) - set(features_by_name))
     if missing:
         raise KeyError(f"features {missing} are not in the schema "
                        f"(it has {sorted(features_by_name)})")
-    spec = {k: v for k, v in codec.feature_spec_from_schema(schema).items()
-            if k in set(feature_names)}
+    names = list(dict.fromkeys(feature_names))
+    if packing.packed_rows(schema):
+        spec = packing.block_spec(schema, names)
+
+        def to_rows(serialized: tf.Tensor) -> dict:
+            return packing.unpack(tf.io.parse_example(serialized, spec), schema, names,
+                                  shuffle=shuffle_rows)
+    else:
+        spec = {k: v for k, v in codec.feature_spec_from_schema(schema).items() if k in names}
+
+        def to_rows(serialized: tf.Tensor) -> dict:
+            return {name: codec.densify(value, features_by_name[name])
+                    for name, value in tf.io.parse_example(serialized, spec).items()}
 
     def parse(serialized: tf.Tensor) -> dict:
-        parsed = tf.io.parse_example(serialized, spec)
-        features = {name: codec.densify(value, features_by_name[name])
-                    for name, value in parsed.items()}
+        features = to_rows(serialized)
         for name, image in images.items():
             if name in features:
                 features[name] = decode_images(features[name], image)
@@ -290,14 +295,27 @@ def build_dataset(
     if input_context and input_context.num_input_pipelines > 1:
         files = files[input_context.input_pipeline_id::input_context.num_input_pipelines]
     compression = _compression_type(files, config.compression)
-    damaged = scan_for_corruption(files).damaged if config.skip_corrupt else {}
+    damaged = scan_for_corruption(files) if config.skip_corrupt else {}
     deterministic = not config.training
 
     features_by_name = codec.feature_by_name(schema)
     keep = list(feature_keys) if feature_keys is not None else [
         k for k in features_by_name if k != label_key]
     parse = example_parser(schema, list(keep) + list(label_inputs) + (
-        [label_key] if label_key else []), config.images)
+        [label_key] if label_key else []), config.images, shuffle_rows=config.training)
+
+    # Packed data (components/packing.py) holds blocks of rows: the records shuffled are whole
+    # blocks, one map parses a group of about `shuffle_buffer` rows (shuffled among
+    # themselves), and the rows are then cut into batches of `batch_size`.
+    rows_per_block = packing.packed_rows(schema)
+    if rows_per_block:
+        record_shuffle_buffer = config.block_shuffle_buffer
+        records_per_parse = max(1, -(-config.shuffle_buffer // rows_per_block))
+        records_per_turn = 1
+    else:
+        record_shuffle_buffer = config.shuffle_buffer
+        records_per_parse = config.batch_size
+        records_per_turn = config.block_length
 
     def read_file(path: tf.Tensor) -> tf.data.Dataset:
         return tf.data.TFRecordDataset(
@@ -312,64 +330,26 @@ def build_dataset(
             return kept, features[label_key]
         return kept
 
+    def to_batches(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        if not rows_per_block:
+            return dataset  # already batches of batch_size
+        if any(isinstance(spec, tf.RaggedTensorSpec)
+               for spec in tf.nest.flatten(dataset.element_spec)):
+            return dataset.unbatch().batch(config.batch_size, config.drop_remainder)
+        return dataset.rebatch(config.batch_size, drop_remainder=config.drop_remainder)
+
     clean_files = [f for f in files if f not in damaged]
-    rows_per_block = packing.packed_rows(schema)
-    if rows_per_block:
-        return _packed_chain(clean_files, read_file, sorted(damaged), schema, keep,
-                             list(label_inputs), label_key, label_fn, config, rows_per_block)
     return (
         tf.data.Dataset.from_tensor_slices(tf.constant(clean_files, tf.string))
         .apply(_shuffle_if(config.training, len(clean_files), config.seed))
         .interleave(read_file, cycle_length=config.cycle_length or AUTOTUNE,
-                    block_length=config.block_length, num_parallel_calls=AUTOTUNE,
+                    block_length=records_per_turn, num_parallel_calls=AUTOTUNE,
                     deterministic=deterministic)
         .apply(_with_salvaged_records(sorted(damaged), config.seed))
-        .apply(_shuffle_if(config.training, config.shuffle_buffer, config.seed))
-        .batch(config.batch_size, drop_remainder=config.drop_remainder)
+        .apply(_shuffle_if(config.training, record_shuffle_buffer, config.seed))
+        .batch(records_per_parse,
+               drop_remainder=config.drop_remainder and not rows_per_block)
         .map(to_features_and_label, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-        .apply(_cache(config.cache, config.training, config.seed))
-        .repeat(config.num_epochs)
-        .prefetch(AUTOTUNE)
-        .with_options(_dataset_options(config))
-    )
-
-
-def _packed_chain(files, read_file, damaged, schema, keep, label_inputs, label_key, label_fn,
-                  config: InputConfig, rows_per_block: int) -> tf.data.Dataset:
-    """The same chain for packed blocks: shuffle blocks, parse a group of blocks at once,
-    unpack and shuffle its rows, then cut the rows into batches of `batch_size`."""
-    deterministic = not config.training
-    wanted = list(dict.fromkeys(list(keep) + label_inputs + ([label_key] if label_key else [])))
-    spec = packing.block_spec(schema, wanted)
-    blocks_per_parse = max(1, -(-config.shuffle_buffer // rows_per_block))
-    ragged = [k for k in wanted if k + packing.LENGTHS_SUFFIX in spec and
-              not codec.is_scalar(codec.find_feature(schema, k))]
-
-    def to_rows(serialized: tf.Tensor):
-        features = packing.unpack(tf.io.parse_example(serialized, spec), schema, wanted,
-                                  shuffle=config.training)
-        for name, image in config.images.items():
-            if name in features:
-                features[name] = decode_images(features[name], image)
-        kept = {k: features[k] for k in keep}
-        if label_fn is not None:
-            return kept, label_fn(features)
-        return (kept, features[label_key]) if label_key is not None else kept
-
-    def to_batches(dataset: tf.data.Dataset) -> tf.data.Dataset:
-        if ragged:  # rebatch slices dense tensors only
-            return dataset.unbatch().batch(config.batch_size, config.drop_remainder)
-        return dataset.rebatch(config.batch_size, drop_remainder=config.drop_remainder)
-
-    return (
-        tf.data.Dataset.from_tensor_slices(tf.constant(files, tf.string))
-        .apply(_shuffle_if(config.training, len(files), config.seed))
-        .interleave(read_file, cycle_length=config.cycle_length or AUTOTUNE,
-                    num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-        .apply(_with_salvaged_records(damaged, config.seed))
-        .apply(_shuffle_if(config.training, config.block_shuffle_buffer, config.seed))
-        .batch(blocks_per_parse)
-        .map(to_rows, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
         .apply(to_batches)
         .apply(_cache(config.cache, config.training, config.seed))
         .repeat(config.num_epochs)

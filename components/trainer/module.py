@@ -195,7 +195,8 @@ def run_fn(fn_args: Any) -> None:
         schema = codec.load_schema(fn_args.schema_path)
     raw_schema = codec.load_schema(fn_args.schema_path) if fn_args.schema_path else schema
     # Packed examples carry their packing in the schema stored beside them.
-    stored = find_schema(resolve_files(fn_args.train_files)[0])
+    train_files = resolve_files(fn_args.train_files)
+    stored = find_schema(train_files[0])
     data_schema = stored if stored is not None and packing.packed_rows(stored) else schema
 
     images = {name: ImageSpec(*shape, dtype=custom.get("image_dtype", "uint8"))
@@ -222,7 +223,6 @@ def run_fn(fn_args: Any) -> None:
                                  input_context=context)
         return make
 
-    train_files = resolve_files(fn_args.train_files)
     with corrupt_files_named(train_files + resolve_files(fn_args.eval_files)):
         with strategy.scope():
             if images:
@@ -239,10 +239,10 @@ def run_fn(fn_args: Any) -> None:
                            steps_per_epoch=max(1, -(-fn_args.train_steps // epochs)),
                            log_dir=fn_args.model_run_dir, global_batch_size=global_batch,
                            eval_data=evaluation, eval_steps=fn_args.eval_steps or 0)
-    report = fit.write_report(result, fn_args.model_run_dir)
-    logging.info("Input report: %s (overall input wait %.1f%%, %s)", report,
-                 100 * result.report()["overall"]["input_wait_share"],
-                 result.report()["overall"]["label"])
+    report = result.report()
+    report_path = fit.write_report(report, fn_args.model_run_dir)
+    logging.info("Input report: %s (overall input wait %.1f%%, %s)", report_path,
+                 100 * report["overall"]["input_wait_share"], report["overall"]["label"])
 
     signatures = {"serving_default": _serving_signature(
         model, raw_schema if transform_output is None else schema, feature_keys, images,

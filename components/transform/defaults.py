@@ -19,11 +19,7 @@ OOV_BUCKETS = 1
 
 def dense_scalar(value, feature: schema_pb2.Feature) -> tf.Tensor:
     """A parsed scalar feature (sparse when it can be missing) as a dense [batch] tensor."""
-    if isinstance(value, tf.SparseTensor):
-        value = tf.sparse.to_dense(
-            tf.SparseTensor(value.indices, value.values, [value.dense_shape[0], 1]),
-            default_value=codec.default_value(feature))
-    return tf.reshape(value, [-1])
+    return tf.reshape(codec.densify(value, feature), [-1])
 
 
 def transform_features(inputs: dict, schema: schema_pb2.Schema,
