@@ -5,10 +5,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP_FLAGS := --ignore-requires-python -c constraints.txt
+# The container image Kubeflow and Vertex run; the compiled pipeline defaults to the same
+# name and tag (pipeline/configs.py), and `tfrp compile --image-tag` changes it.
+IMAGE ?= tfrecord-pipeline
+IMAGE_TAG ?= 0.1.0
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: run test install clean
+.PHONY: run test install image clean
 
 install: $(STAMP)
 
@@ -22,6 +26,9 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+image:
+	docker build -t $(IMAGE):$(IMAGE_TAG) .
 
 clean:
 	rm -rf tfrp_runs build .pytest_cache

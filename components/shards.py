@@ -15,7 +15,6 @@ import dataclasses
 import gzip
 import json
 import os
-import shutil
 import urllib.parse
 import uuid
 from concurrent.futures import ThreadPoolExecutor

@@ -22,23 +22,100 @@ def main(verbose: bool) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def _config_options(command):
+    """Settings of the pipeline: a YAML file, `--set key=value` for any setting, and named
+    options for the common ones. Later wins: defaults < YAML < --set < named options."""
+    for option in reversed([
+            click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
+                         help="YAML file of settings (see pipeline/configs.py)."),
+            click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE",
+                         help="Any setting, e.g. --set packed_rows=0 --set beam_runner="
+                              "DataflowRunner. Repeatable."),
+            click.option("--dataset", type=click.Choice(["taxi", "digits", "images"]),
+                         default=None, help="taxi (default) or digits, both bundled, or "
+                         "images: your folder of images and labels.csv as --data-root."),
+            click.option("--data-root", default=None,
+                         help="A file or folder to read instead of the bundled dataset."),
+            click.option("--pipeline-name", default=None),
+            click.option("--output-root", default=None,
+                         help="Local runs write everything below it (default tfrp_runs)."),
+            click.option("--pipeline-root", default=None,
+                         help="Where artifacts go (gs://... for Kubeflow and Vertex)."),
+            click.option("--train-steps", type=int, default=None),
+            click.option("--eval-steps", type=int, default=None),
+            click.option("--image-tag", default=None,
+                         help="Tag of the container image the components run.")]):
+        command = option(command)
+    return command
+
+
+def _load_config(config_file, assignments, **named):
+    from pipeline.configs import PipelineConfig, parse_assignments
+
+    try:
+        overrides = parse_assignments(list(assignments))
+        overrides.update({k: v for k, v in named.items() if v is not None})
+        return PipelineConfig.create(config_file, overrides)
+    except (KeyError, ValueError, TypeError) as e:
+        raise click.UsageError(str(e).strip("'\""))
+
+
 @main.command()
-@click.option("--data-root", default=None,
-              help="Folder of CSV files. Default: the taxi sample shipped in the tfx wheel.")
-@click.option("--output-root", default="tfrp_runs", show_default=True,
-              help="Every output of the run goes below this folder.")
-@click.option("--pipeline-name", default="tfrp-taxi", show_default=True)
-@click.option("--train-steps", default=1000, show_default=True, type=int)
-@click.option("--eval-steps", default=100, show_default=True, type=int)
-def run(data_root, output_root, pipeline_name, train_steps, eval_steps) -> None:
-    """Run the pipeline locally (LocalDagRunner, SQLite metadata)."""
-    from pipeline.configs import PipelineConfig
+@_config_options
+def run(config_file, assignments, **named) -> None:
+    """Run the pipeline locally (LocalDagRunner, SQLite metadata). Unchanged components are
+    reused from the cache of earlier runs."""
+    config = _load_config(config_file, assignments, **named)
     from pipeline import local_runner
 
-    config = PipelineConfig(pipeline_name=pipeline_name, data_root=data_root,
-                            output_root=output_root, train_steps=train_steps,
-                            eval_steps=eval_steps)
     click.echo(local_runner.run(config).format())
+
+
+@main.command("compile")
+@_config_options
+@click.option("--target", type=click.Choice(["kubeflow"]), default="kubeflow", show_default=True,
+              help="Kubeflow Pipelines v2 JSON; Vertex AI Pipelines runs the same file.")
+@click.option("--output", default="build/pipeline.json", show_default=True)
+def compile_command(config_file, assignments, target, output, **named) -> None:
+    """Compile the pipeline for Kubeflow Pipelines v2 / Vertex AI, every component in the
+    configured image."""
+    config = _load_config(config_file, assignments, **named)
+    from pipeline import kubeflow_runner
+
+    try:
+        path = kubeflow_runner.compile_pipeline(config, output)
+    except ValueError as e:
+        raise click.ClickException(str(e))
+    click.echo(f"Compiled {config.pipeline_name} ({target}, image {config.image_uri}) to {path}")
+
+
+@main.command()
+@click.option("--template", default="build/pipeline.json", show_default=True,
+              type=click.Path(dir_okay=False), help="The output of `tfrp compile`.")
+@click.option("--project", required=True, help="Google Cloud project.")
+@click.option("--region", required=True, help="Vertex AI region, e.g. us-central1.")
+@click.option("--pipeline-root", required=True,
+              help="gs:// folder for this run's artifacts. The serving folder was fixed at "
+                   "compile time.")
+@click.option("--service-account", default=None, help="Run the pipeline as this account.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the job instead: no credentials, no network.")
+def submit(template, project, region, pipeline_root, service_account, dry_run) -> None:
+    """Submit the compiled pipeline to Vertex AI Pipelines."""
+    import json
+
+    from pipeline import vertex_runner
+
+    if not os.path.exists(template):
+        raise click.ClickException(f"no compiled pipeline at {template}; run `tfrp compile` "
+                                   f"first")
+    if dry_run:
+        job = vertex_runner.dry_run_job(template, project, region, pipeline_root)
+        click.echo(json.dumps(vertex_runner.describe(job, service_account), indent=2,
+                              sort_keys=True))
+        return
+    job = vertex_runner.build_job(template, project, region, pipeline_root)
+    click.echo(f"Submitted {vertex_runner.submit(job, service_account)}")
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

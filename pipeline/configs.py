@@ -1,43 +1,233 @@
-"""Every setting of a pipeline run, in one dataclass."""
+"""Every setting of a pipeline run, in one dataclass, overridable from YAML and the CLI.
+
+Precedence: the dataclass defaults, then a YAML file, then `--set key=value` and the named
+CLI options. Settings left at None take the dataset's own default (label, image shape, schema).
+"""
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Optional
+import typing
+from typing import Any, Mapping, Optional
 
 DEFAULT_ROOT = "tfrp_runs"
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCHEMAS_DIR = os.path.join(REPO_ROOT, "schemas")
+# The image the Dockerfile builds (`make image`); the Makefile uses the same name and tag.
+DEFAULT_IMAGE = "tfrecord-pipeline"
+DEFAULT_IMAGE_TAG = "0.1.0"
+# Where the Dockerfile puts the project inside the image.
+CONTAINER_WORKDIR = "/pipeline"
+
+# What each bundled dataset needs beyond the defaults. Your own data_root is read with the
+# settings of `dataset` (taxi unless set), so set label_key and preprocessing_fn for it.
+DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
+    "taxi": {"label_key": "big_tipper", "schema": "infer",
+             "preprocessing_fn": "components.trainer.module.preprocessing_fn"},
+    "digits": {"label_key": "label", "image_shape": [8, 8, 1], "num_classes": 10,
+               "schema": "import", "preprocessing_fn": "schema"},
+    # Your own folder of images with a labels.csv (filename,label): set data_root,
+    # image_shape (images are resized to it) and num_classes.
+    "images": {"label_key": "label", "schema": "infer", "preprocessing_fn": "schema"},
+}
 
 
 @dataclasses.dataclass
 class PipelineConfig:
-    pipeline_name: str = "tfrp-taxi"
-    # A source file or folder, or None for the taxi sample bundled in the tfx wheel.
+    pipeline_name: Optional[str] = None  # default: tfrp-<dataset>
+    # A bundled dataset (taxi: the sample in the tfx wheel; digits: scikit-learn's images).
+    dataset: str = "taxi"
+    # A source file or folder (local, gs://, ...) instead of the bundled dataset's data.
     data_root: Optional[str] = None
     data_format: str = "auto"
     splits: str = "train:2,eval:1"
+    split_key: Optional[str] = None
     num_shards: Optional[int] = None
     shard_size_mb: Optional[float] = None
     compression: str = "gzip"
+    on_bad_record: str = "fail"
+    # "infer" (SchemaGen), "import" (ImportSchemaGen from schemas/<dataset>/schema.pbtxt),
+    # or the path of a schema.pbtxt to import.
+    schema: Optional[str] = None
+    # A `module.function` preprocessing_fn, or "schema" to derive one from the schema.
+    preprocessing_fn: Optional[str] = None
     # Transform writes this many rows per tf.Example (0: one row per Example).
     packed_rows: int = 1024
-    on_bad_record: str = "fail"
-    # Everything a run writes goes below this one folder (ignored by git).
-    output_root: str = DEFAULT_ROOT
+    label_key: Optional[str] = None
+    # [height, width, channels] of the "image" feature; set for image datasets.
+    image_shape: Optional[list[int]] = None
+    num_classes: Optional[int] = None
     train_steps: int = 1000
     eval_steps: int = 100
     batch_size: int = 256
-    # Passed to every Beam-based component; switch runner here (Dataflow, Flink, Spark).
+    # Evaluator blesses the model only when every metric reaches its bound (AUC: binary only).
+    min_accuracy: float = 0.6
+    min_auc: Optional[float] = 0.6
+    # Beam: DirectRunner here; DataflowRunner, FlinkRunner or SparkRunner on a cluster.
+    beam_runner: str = "DirectRunner"
+    # DirectRunner in worker processes (0: one per core); unset runs in this process.
+    direct_num_workers: Optional[int] = None
+    dataflow_project: Optional[str] = None
+    dataflow_region: Optional[str] = None
+    dataflow_temp_location: Optional[str] = None
+    dataflow_machine_type: Optional[str] = None
+    dataflow_max_num_workers: Optional[int] = None
+    # Any further Beam flags, passed through as given.
     beam_args: list[str] = dataclasses.field(default_factory=list)
+    image: str = DEFAULT_IMAGE
+    image_tag: str = DEFAULT_IMAGE_TAG
+    # Everything a local run writes goes below this one folder (ignored by git).
+    output_root: str = DEFAULT_ROOT
+    # Override the folders derived from output_root (gs:// paths on Kubeflow and Vertex).
+    pipeline_root: Optional[str] = None
+    serving_dir: Optional[str] = None
+    metadata_path: Optional[str] = None
+    # Where schemas/<dataset>/schema.pbtxt lives: the repo here, the image's copy in a container.
+    schemas_dir: str = SCHEMAS_DIR
     enable_cache: bool = True
 
+    def __post_init__(self) -> None:
+        if self.dataset not in DATASET_DEFAULTS:
+            raise ValueError(f"dataset must be one of {sorted(DATASET_DEFAULTS)}, "
+                             f"not {self.dataset!r}")
+        if self.pipeline_name is None:
+            self.pipeline_name = f"tfrp-{self.dataset}"
+        for name, value in DATASET_DEFAULTS[self.dataset].items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
+        if self.dataset == "images":
+            missing = [name for name in ("data_root", "image_shape", "num_classes")
+                       if getattr(self, name) is None]
+            if missing:
+                raise ValueError(f"dataset images needs {', '.join(missing)}")
+        if self.image_shape is not None and len(self.image_shape) != 3:
+            raise ValueError(f"image_shape is [height, width, channels], not {self.image_shape}")
+        if self.beam_runner == "DataflowRunner":
+            missing = [name for name in ("dataflow_project", "dataflow_region",
+                                         "dataflow_temp_location") if not getattr(self, name)]
+            if missing:
+                raise ValueError(f"DataflowRunner needs {', '.join(missing)}")
+
+    # -- derived settings ---------------------------------------------------------------------
     @property
-    def pipeline_root(self) -> str:
-        return os.path.join(self.output_root, "pipelines", self.pipeline_name)
+    def image_uri(self) -> str:
+        return f"{self.image}:{self.image_tag}"
 
     @property
-    def metadata_path(self) -> str:
-        return os.path.join(self.output_root, "metadata", self.pipeline_name, "metadata.db")
+    def resolved_pipeline_root(self) -> str:
+        return self.pipeline_root or os.path.join(self.output_root, "pipelines",
+                                                  self.pipeline_name)
 
     @property
-    def serving_dir(self) -> str:
-        return os.path.join(self.output_root, "serving", self.pipeline_name)
+    def resolved_serving_dir(self) -> str:
+        return self.serving_dir or os.path.join(self.output_root, "serving", self.pipeline_name)
+
+    @property
+    def resolved_metadata_path(self) -> str:
+        return self.metadata_path or os.path.join(self.output_root, "metadata",
+                                                  self.pipeline_name, "metadata.db")
+
+    @property
+    def schema_file(self) -> Optional[str]:
+        """The schema ImportSchemaGen reads, or None when SchemaGen infers one."""
+        if self.schema == "infer":
+            return None
+        if self.schema == "import":
+            return os.path.join(self.schemas_dir, self.dataset, "schema.pbtxt")
+        return self.schema
+
+    @property
+    def beam_pipeline_args(self) -> list[str]:
+        args = [f"--runner={self.beam_runner}"]
+        if self.beam_runner == "DirectRunner" and self.direct_num_workers is not None:
+            args += [f"--direct_num_workers={self.direct_num_workers}",
+                     "--direct_running_mode=multi_processing"]
+        flags = {"project": self.dataflow_project, "region": self.dataflow_region,
+                 "temp_location": self.dataflow_temp_location,
+                 "machine_type": self.dataflow_machine_type,
+                 "max_num_workers": self.dataflow_max_num_workers}
+        if self.beam_runner == "DataflowRunner":
+            args += [f"--{flag}={value}" for flag, value in flags.items() if value is not None]
+            # Dataflow workers run the same image as the components, so they import our code.
+            args.append(f"--sdk_container_image={self.image_uri}")
+        return args + list(self.beam_args)
+
+    # -- building one -------------------------------------------------------------------------
+    @classmethod
+    def create(cls, yaml_path: Optional[str] = None,
+               overrides: Optional[Mapping[str, Any]] = None) -> "PipelineConfig":
+        """Defaults < YAML file < overrides (the CLI); None in overrides means "not given"."""
+        settings: dict[str, Any] = {}
+        if yaml_path:
+            settings.update(load_yaml(yaml_path))
+        settings.update({k: v for k, v in (overrides or {}).items() if v is not None})
+        return cls(**{name: coerce(name, value) for name, value in settings.items()})
+
+    def replace(self, **changes: Any) -> "PipelineConfig":
+        return dataclasses.replace(self, **changes)
+
+
+_FIELD_TYPES = None
+
+
+def field_types() -> dict[str, Any]:
+    global _FIELD_TYPES
+    if _FIELD_TYPES is None:
+        _FIELD_TYPES = typing.get_type_hints(PipelineConfig)
+    return _FIELD_TYPES
+
+
+def coerce(name: str, value: Any) -> Any:
+    """A value from YAML or a `--set key=value` string, as the field's type."""
+    types = field_types()
+    if name not in types:
+        raise KeyError(f"unknown setting {name!r}; settings are: {', '.join(sorted(types))}")
+    hint = types[name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    base = args[0] if typing.get_origin(hint) is typing.Union and args else hint
+    if value is None or not isinstance(value, str):
+        if base is float and isinstance(value, int):
+            return float(value)
+        return value
+    if value.lower() in ("none", "null", "") and base is not str:
+        return None
+    if base is bool:
+        if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValueError(f"{name}: expected true or false, not {value!r}")
+        return value.lower() in ("true", "1", "yes")
+    if base in (int, float):
+        try:
+            return base(value)
+        except ValueError:
+            raise ValueError(f"{name}: expected a number, not {value!r}") from None
+    if typing.get_origin(base) is list:
+        import yaml
+
+        parsed = yaml.safe_load(value) if value.strip().startswith("[") else value.split(",")
+        inner = typing.get_args(base)[0]
+        return [inner(v) for v in parsed]
+    return value
+
+
+def load_yaml(path: str) -> dict[str, Any]:
+    import yaml
+
+    with open(path, encoding="utf-8") as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(field_types()))
+    if unknown:
+        raise KeyError(f"{path}: unknown settings {unknown}")
+    return data
+
+
+def parse_assignments(pairs: list[str]) -> dict[str, str]:
+    """`key=value` strings from `--set`."""
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--set expects key=value, got {pair!r}")
+        settings[key.strip().replace("-", "_")] = value
+    return settings

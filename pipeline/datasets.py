@@ -3,25 +3,39 @@ from __future__ import annotations
 
 import os
 
+from components.example_gen.sources import BUNDLED_PREFIX, resolve_source
+from pipeline.configs import PipelineConfig
+
 TAXI = "taxi"
+
+
+TAXI_SOURCE = BUNDLED_PREFIX + TAXI
+DIGITS = "digits"
 
 
 def taxi_csv_path() -> str:
     """The Chicago taxi sample (15,002 trips) bundled in the tfx wheel."""
-    import tfx
-
-    path = os.path.join(
-        os.path.dirname(tfx.__file__),
-        "examples", "chicago_taxi_pipeline", "data", "simple", "data.csv",
-    )
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"The taxi sample is missing from the installed tfx package: {path}"
-        )
-    return path
+    return resolve_source(TAXI_SOURCE)
 
 
-DIGITS = "digits"
+def source_for(config: PipelineConfig, local: bool = True) -> str:
+    """What ExampleGen reads: the configured data_root, else the dataset's bundled data.
+
+    The taxi sample is named, not pathed, so a compiled pipeline finds it inside the image.
+    Digits are written out as image files first, which only a local run can see.
+    """
+    if config.data_root:
+        return config.data_root
+    if config.dataset == TAXI:
+        return TAXI_SOURCE
+    if config.dataset == DIGITS:
+        if not local:
+            raise ValueError(
+                "the digits images are written to local disk; for Kubeflow or Vertex, copy "
+                "them to shared storage (gsutil -m cp -r) and set data_root to that folder")
+        return os.path.abspath(write_digits_images(
+            os.path.join(config.output_root, "datasets", DIGITS)))
+    raise ValueError(f"dataset {config.dataset!r} has no bundled data; set data_root")
 
 
 def write_digits_images(folder: str, limit: int | None = None) -> str:

@@ -1,20 +1,28 @@
 """Runs the pipeline with TFX's LocalDagRunner and SQLite metadata, then summarises the run."""
 from __future__ import annotations
 
-import dataclasses
 import os
-from typing import Optional
 
 from tfx import v1 as tfx
 
+from pipeline import datasets, run_summary
 from pipeline.configs import PipelineConfig
 from pipeline.pipeline import create_pipeline
-from pipeline import run_summary
+
+
+def local_config(config: PipelineConfig) -> PipelineConfig:
+    """The config with every local folder absolute: TFX records artifact URIs as given."""
+    return config.replace(
+        pipeline_root=os.path.abspath(config.resolved_pipeline_root),
+        serving_dir=os.path.abspath(config.resolved_serving_dir),
+        metadata_path=os.path.abspath(config.resolved_metadata_path))
 
 
 def run(config: PipelineConfig) -> run_summary.RunSummary:
+    config = local_config(config)
     os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
     connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(
         config.metadata_path)
-    tfx.orchestration.LocalDagRunner().run(create_pipeline(config, connection))
+    pipeline = create_pipeline(config, datasets.source_for(config), connection)
+    tfx.orchestration.LocalDagRunner().run(pipeline)
     return run_summary.summarize(config.metadata_path, config.pipeline_name)

@@ -1,39 +1,83 @@
-"""`create_pipeline()`: the one place the components are wired together."""
+"""`create_pipeline()`: the one place the components are wired together.
+
+ShardedExampleGen -> StatisticsGen -> SchemaGen | ImportSchemaGen -> ExampleValidator
+-> ShardedTransform -> Trainer -> Evaluator -> Pusher (blessed models only).
+"""
 from __future__ import annotations
 
-import os
-from typing import Optional
+from typing import Any, Optional
 
-from tfx import v1 as tfx
+import tensorflow_model_analysis as tfma
 from ml_metadata.proto import metadata_store_pb2
+from tfx import v1 as tfx
 
 from components.example_gen.component import ShardedExampleGen
+from components.trainer.module import TRANSFORM_SIGNATURE
 from components.transform.component import ShardedTransform
 from pipeline.configs import PipelineConfig
-from pipeline import datasets
 
 TRAINER_RUN_FN = "components.trainer.module.run_fn"
-PREPROCESSING_FN = "components.trainer.module.preprocessing_fn"
+SCHEMA_PREPROCESSING = "schema"
+
+
+def trainer_custom_config(config: PipelineConfig) -> dict[str, Any]:
+    custom: dict[str, Any] = {"batch_size": config.batch_size, "label_key": config.label_key}
+    if config.image_shape:
+        custom["images"] = {"image": list(config.image_shape)}
+    if config.num_classes:
+        custom["num_classes"] = config.num_classes
+    return custom
+
+
+def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
+    """Bless the model only if it reaches min_accuracy (and min_auc for a binary label) on the
+    eval split of the raw examples, scored through the exported serving signature."""
+    def bound(value: float) -> tfma.MetricThreshold:
+        return tfma.MetricThreshold(value_threshold=tfma.GenericValueThreshold(
+            lower_bound={"value": value}))
+
+    if (config.num_classes or 2) > 2:
+        metrics = [tfma.MetricConfig(class_name="SparseCategoricalAccuracy",
+                                     threshold=bound(config.min_accuracy))]
+    else:
+        metrics = [tfma.MetricConfig(class_name="BinaryAccuracy",
+                                     threshold=bound(config.min_accuracy))]
+        if config.min_auc is not None:
+            metrics.append(tfma.MetricConfig(class_name="AUC", threshold=bound(config.min_auc)))
+    metrics.append(tfma.MetricConfig(class_name="ExampleCount"))
+    return tfma.EvalConfig(
+        model_specs=[tfma.ModelSpec(signature_name="serving_default",
+                                    label_key=config.label_key,
+                                    preprocessing_function_names=[TRANSFORM_SIGNATURE])],
+        slicing_specs=[tfma.SlicingSpec()],
+        metrics_specs=[tfma.MetricsSpec(metrics=metrics)])
 
 
 def create_pipeline(
     config: PipelineConfig,
+    source: str,
     metadata_connection_config: Optional[metadata_store_pb2.ConnectionConfig] = None,
 ) -> tfx.dsl.Pipeline:
+    """The pipeline for `config`, reading `source` (a path or a bundled source name)."""
     example_gen = ShardedExampleGen(
-        source=config.data_root or datasets.taxi_csv_path(), format=config.data_format,
-        splits=config.splits, num_shards=config.num_shards, shard_size_mb=config.shard_size_mb,
-        compression=config.compression, on_bad_record=config.on_bad_record)
+        source=source, format=config.data_format, splits=config.splits,
+        split_key=config.split_key, num_shards=config.num_shards,
+        shard_size_mb=config.shard_size_mb, compression=config.compression,
+        on_bad_record=config.on_bad_record)
     statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
-    schema_gen = tfx.components.SchemaGen(
-        statistics=statistics_gen.outputs["statistics"], infer_feature_shape=False)
+    if config.schema_file:
+        schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_file)
+    else:
+        schema_gen = tfx.components.SchemaGen(
+            statistics=statistics_gen.outputs["statistics"], infer_feature_shape=False)
     example_validator = tfx.components.ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
     transform = ShardedTransform(
         examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
-        preprocessing_fn=PREPROCESSING_FN, packed_rows=config.packed_rows,
-        num_shards=config.num_shards, shard_size_mb=config.shard_size_mb,
-        compression=config.compression)
+        preprocessing_fn=(None if config.preprocessing_fn == SCHEMA_PREPROCESSING
+                          else config.preprocessing_fn),
+        packed_rows=config.packed_rows, num_shards=config.num_shards,
+        shard_size_mb=config.shard_size_mb, compression=config.compression)
     # Only data that passed validation is transformed; nothing flows between the two, so the
     # order is stated.
     transform.add_upstream_node(example_validator)
@@ -44,20 +88,24 @@ def create_pipeline(
         schema=schema_gen.outputs["schema"],
         train_args=tfx.proto.TrainArgs(num_steps=config.train_steps),
         eval_args=tfx.proto.EvalArgs(num_steps=config.eval_steps),
-        custom_config={"batch_size": config.batch_size},
+        custom_config=trainer_custom_config(config),
     )
+    evaluator = tfx.components.Evaluator(
+        examples=example_gen.outputs["examples"], model=trainer.outputs["model"],
+        eval_config=eval_config(config))
     pusher = tfx.components.Pusher(
         model=trainer.outputs["model"],
+        model_blessing=evaluator.outputs["blessing"],
         push_destination=tfx.proto.PushDestination(
             filesystem=tfx.proto.PushDestination.Filesystem(
-                base_directory=os.path.abspath(config.serving_dir))),
+                base_directory=config.resolved_serving_dir)),
     )
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline_name,
-        pipeline_root=os.path.abspath(config.pipeline_root),
+        pipeline_root=config.resolved_pipeline_root,
         components=[example_gen, statistics_gen, schema_gen, example_validator, transform,
-                    trainer, pusher],
+                    trainer, evaluator, pusher],
         enable_cache=config.enable_cache,
         metadata_connection_config=metadata_connection_config,
-        beam_pipeline_args=list(config.beam_args),
+        beam_pipeline_args=config.beam_pipeline_args,
     )

@@ -28,10 +28,14 @@ class RunSummary:
     anomalies: dict[str, list[str]]  # split -> anomaly descriptions
     pushed_model: Optional[str]
     blessed: Optional[bool] = None
+    # Overall metrics of the Evaluator on the eval split, name -> value.
+    evaluation: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def format(self) -> str:
         lines = [f"Run {self.run_id}"]
         lines += [f"  {node:<20} {state}" for node, state in self.components.items()]
+        cached = list(self.components.values()).count("cached")
+        lines.append(f"Reused from cache: {cached} of {len(self.components)} components")
         rows = ", ".join(f"{s}={n:,}" for s, n in self.rows_per_split.items()) or "unknown"
         lines.append(f"Rows per split: {rows}")
         lines.append(f"Schema: {self.schema_path}")
@@ -39,6 +43,11 @@ class RunSummary:
         lines.append(f"Anomalies found: {found}")
         for split, items in self.anomalies.items():
             lines += [f"  {split}: {item}" for item in items]
+        if self.evaluation:
+            lines.append("Evaluation (eval split): " + ", ".join(
+                f"{name}={value:.4g}" for name, value in sorted(self.evaluation.items())))
+        if self.blessed is not None:
+            lines.append(f"Model blessed by Evaluator: {'yes' if self.blessed else 'no'}")
         lines.append(f"Pushed model: {self.pushed_model or 'not pushed'}")
         return "\n".join(lines)
 
@@ -81,6 +90,7 @@ def summarize(metadata_path: str, pipeline_name: str) -> RunSummary:
         anomalies=_anomalies(artifacts),
         pushed_model=_pushed_model(artifacts),
         blessed=_blessed(artifacts),
+        evaluation=_evaluation(artifacts),
     )
 
 
@@ -151,3 +161,20 @@ def _blessed(artifacts) -> Optional[bool]:
         if blessed is not None:
             return blessed.int_value == 1
     return None
+
+
+def _evaluation(artifacts) -> dict[str, float]:
+    """The overall slice of the newest ModelEvaluation."""
+    evaluations = artifacts.get("ModelEvaluation", [])
+    if not evaluations:
+        return {}
+    import tensorflow_model_analysis as tfma
+
+    found = {}
+    for slice_metrics in tfma.load_metrics(evaluations[-1].uri):
+        if slice_metrics.slice_key.single_slice_keys:
+            continue
+        for item in slice_metrics.metric_keys_and_values:
+            if item.value.HasField("double_value"):
+                found[item.key.name] = item.value.double_value.value
+    return found

@@ -74,3 +74,19 @@ def digits_examples(tmp_path_factory) -> str:
     out = root / "examples"
     executor.run(ExampleGenOptions(source=images, format="images"), str(out))
     return str(out)
+
+
+# The metric bounds a 100-step model on 2,000 trips reaches (a real run's defaults are higher).
+REACHABLE = {"min_accuracy": 0.5, "min_auc": 0.5}
+
+
+@pytest.fixture(scope="session")
+def taxi_run(taxi_slice_dir, tmp_path_factory):
+    """The whole pipeline on LocalDagRunner over the 2,000-trip slice: (config, summary)."""
+    from pipeline import local_runner
+    from pipeline.configs import PipelineConfig
+
+    config = PipelineConfig(pipeline_name="test-taxi", data_root=taxi_slice_dir,
+                            output_root=str(tmp_path_factory.mktemp("runs")),
+                            train_steps=100, eval_steps=5, batch_size=64, **REACHABLE)
+    return config, local_runner.run(config)

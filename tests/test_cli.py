@@ -79,5 +79,5 @@ def test_examplegen_cli_bad_row_is_one_line_error(tmp_path):
 
 def test_help_lists_all_commands():
     out = tfrp("--help").stdout
-    for command in ("run", "examplegen", "inspect", "bench"):
+    for command in ("run", "compile", "submit", "examplegen", "inspect", "bench"):
         assert f"  {command}" in out

@@ -10,27 +10,17 @@ import sys
 import pytest
 import tensorflow as tf
 
-from pipeline import local_runner
-from pipeline.configs import PipelineConfig
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture(scope="module")
-def taxi_run(taxi_slice_dir, tmp_path_factory):
-    config = PipelineConfig(pipeline_name="test-taxi", data_root=taxi_slice_dir,
-                            output_root=str(tmp_path_factory.mktemp("runs")),
-                            train_steps=30, eval_steps=5, batch_size=64)
-    return config, local_runner.run(config)
 
 
 def test_pipeline_registers_examples_schema_and_model(taxi_run):
     _, summary = taxi_run
-    for type_name in ("Examples", "Schema", "TransformGraph", "Model", "PushedModel"):
+    for type_name in ("Examples", "Schema", "TransformGraph", "Model", "ModelEvaluation",
+                      "ModelBlessing", "PushedModel"):
         assert summary.artifacts.get(type_name), f"no {type_name} artifact in the store"
     assert set(summary.components) == {"ShardedExampleGen", "StatisticsGen", "SchemaGen",
                                        "ExampleValidator", "ShardedTransform", "Trainer",
-                                       "Pusher"}
+                                       "Evaluator", "Pusher"}
     assert all(state == "ran" for state in summary.components.values())
     assert sum(summary.rows_per_split.values()) == 2000
     assert os.path.exists(summary.schema_path)

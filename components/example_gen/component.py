@@ -8,7 +8,7 @@ from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 from tfx.types import channel_utils
 
-from components.example_gen import executor
+from components.example_gen import executor, sources
 from components.example_gen.options import DEFAULT_SPLITS, ExampleGenOptions
 from components.shards import ShardingOptions
 
@@ -37,7 +37,8 @@ class ShardedExampleGen(base_beam_component.BaseBeamComponent):
             source=source, format=format, splits=splits, split_key=split_key,
             partition_by=partition_by, on_bad_record=on_bad_record,
             sharding=ShardingOptions(num_shards=num_shards, shard_size_mb=shard_size_mb,
-                                     compression=compression))
+                                     compression=compression),
+            source_fingerprint=sources.local_fingerprint(source))
         super().__init__(spec=ShardedExampleGenSpec(
             examples=channel_utils.as_channel([standard_artifacts.Examples()]),
             **{executor.OPTIONS_KEY: options.to_json()}))

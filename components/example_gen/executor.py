@@ -17,6 +17,7 @@ from typing import Any, Optional
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import tensorflow as tf
 
 from components import codec, shards
 from components.example_gen import sources
@@ -74,8 +75,8 @@ class _EncodeFile(beam.DoFn):
                         if options.on_bad_record == "fail":
                             raise BadRecordError(item.describe())
                         if quarantine is None:
-                            os.makedirs(os.path.dirname(quarantine_path), exist_ok=True)
-                            quarantine = open(quarantine_path, "w", encoding="utf-8")
+                            tf.io.gfile.makedirs(os.path.dirname(quarantine_path))
+                            quarantine = tf.io.gfile.GFile(quarantine_path, "w")
                         quarantine.write(json.dumps(dataclasses.asdict(item)) + "\n")
                         quarantined += 1
                         continue
@@ -181,6 +182,9 @@ def _finalize(_, staging, options, fmt, profile, written, results) -> None:
     good_rows = sum(r.rows_in - r.quarantined for r in results)
     schema = codec.schema_from_profile(profile.columns, good_rows, profile.non_null,
                                        profile.string_values)
+    if fmt == "images":
+        # Marks the encoded bytes as an image, so Transform passes them through untouched.
+        codec.find_feature(schema, sources.IMAGE_FEATURE).image_domain.SetInParent()
     codec.write_schema(schema, os.path.join(staging, codec.SCHEMA_FILE))
     manifest = shards.build_manifest(
         written, sources_info, options.sharding.compression, quarantined,
@@ -202,14 +206,15 @@ def run(options: ExampleGenOptions, output_dir: str,
     Outputs appear only when the whole run succeeded; on failure the staging folder is removed.
     `make_pipeline` lets the TFX executor supply its own configured Beam pipeline.
     """
-    fmt = sources.detect_format(options.source) if options.format == "auto" else options.format
+    source = sources.resolve_source(options.source)
+    fmt = sources.detect_format(source) if options.format == "auto" else options.format
     if fmt not in sources.FORMATS:
         raise ValueError(f"--format must be one of {sources.FORMATS} or auto, not {fmt!r}")
-    files = sources.list_files(options.source, fmt)
+    files = sources.list_files(source, fmt)
     if not files:
-        raise sources.SourceError(f"{options.source}: no source files")
-    os.makedirs(output_dir, exist_ok=True)
-    existing = [n for n in os.listdir(output_dir) if not n.startswith(".staging-")]
+        raise sources.SourceError(f"{source}: no source files")
+    tf.io.gfile.makedirs(output_dir)
+    existing = [n for n in tf.io.gfile.listdir(output_dir) if not n.startswith(".staging-")]
     if existing:
         raise FileExistsError(f"{output_dir} is not empty ({sorted(existing)[:3]}...)")
     staging = shards.new_staging_dir(output_dir)

@@ -19,6 +19,9 @@ class ExampleGenOptions:
     partition_by: Optional[str] = None
     on_bad_record: str = "fail"  # "fail" | "quarantine"
     sharding: ShardingOptions = ShardingOptions()
+    # Sizes and modification times of local source files, taken when the pipeline is built:
+    # an edited source changes the component's parameters, so a cached run re-reads it.
+    source_fingerprint: Optional[str] = None
 
     def __post_init__(self):
         if self.on_bad_record not in ("fail", "quarantine"):

@@ -30,6 +30,13 @@ JSONL_BLOCK_BYTES = 16 << 20
 TFRECORD_BATCH = 4_096
 IMAGE_BATCH = 256
 
+# Data that ships inside an installed package, named rather than pathed so that a compiled
+# pipeline finds it wherever the package is installed (a laptop's venv, the container image).
+BUNDLED_PREFIX = "bundled:"
+BUNDLED_SOURCES = {
+    "taxi": ("tfx", "examples/chicago_taxi_pipeline/data/simple/data.csv"),
+}
+
 _TRUE_WORDS = ["true", "True", "TRUE"]
 _FALSE_WORDS = ["false", "False", "FALSE"]
 _BOOL_WORDS = pa.array(_TRUE_WORDS + _FALSE_WORDS)
@@ -104,6 +111,41 @@ class FileProfile:
             merged.string_values[name] = (
                 union if union is not None and len(union) <= codec.MAX_DOMAIN_VALUES else None)
         return merged
+
+
+def resolve_source(source: str) -> str:
+    """A path for `source`: itself, or where a `bundled:<name>` file is installed here."""
+    if not source.startswith(BUNDLED_PREFIX):
+        return source
+    name = source[len(BUNDLED_PREFIX):]
+    if name not in BUNDLED_SOURCES:
+        raise SourceError(f"{source}: unknown bundled source; known: "
+                          f"{', '.join(BUNDLED_PREFIX + n for n in BUNDLED_SOURCES)}")
+    import importlib
+
+    package, relative = BUNDLED_SOURCES[name]
+    path = os.path.join(os.path.dirname(importlib.import_module(package).__file__), relative)
+    if not os.path.exists(path):
+        raise SourceError(f"{source}: {path} is missing from the installed {package} package")
+    return path
+
+
+def local_fingerprint(source: str) -> Optional[str]:
+    """A digest of the local files under `source` (names, sizes, mtimes), or None for bundled
+    and remote sources, which are not listed when the pipeline is built."""
+    import hashlib
+
+    if source.startswith(BUNDLED_PREFIX) or "://" in source:
+        return None
+    try:
+        paths = list_files(source)  # a folder: every file below it, an image folder's too
+    except SourceError:
+        return None  # the executor reports the missing source with its own message
+    digest = hashlib.sha256()
+    for path in paths:
+        stat = os.stat(path)
+        digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 def detect_format(path: str) -> str:
@@ -448,7 +490,8 @@ def profile_list_batch(batch: pa.RecordBatch) -> dict:
 # --------------------------------------------------------------------------------------------
 # Image folder + labels.csv
 # --------------------------------------------------------------------------------------------
-IMAGE_COLUMNS = {"image": (codec.BYTES, False), "height": (codec.INT, False),
+IMAGE_FEATURE = "image"
+IMAGE_COLUMNS = {IMAGE_FEATURE: (codec.BYTES, False), "height": (codec.INT, False),
                  "width": (codec.INT, False), "channels": (codec.INT, False),
                  "format": (codec.BYTES, False)}
 _CHANNELS = {"1": 1, "L": 1, "P": 1, "LA": 2, "RGB": 3, "YCbCr": 3, "RGBA": 4, "CMYK": 4,

@@ -29,7 +29,8 @@ from components import codec, packing  # noqa: E402
 from components.inspect import find_schema  # noqa: E402
 from components.trainer import distribute, fit  # noqa: E402
 from components.trainer.input import (  # noqa: E402
-    ImageSpec, InputConfig, build_dataset, corrupt_files_named, example_parser, resolve_files)
+    ImageSpec, InputConfig, build_dataset, corrupt_files_named, decode_images, example_parser,
+    resolve_files)
 
 keras = tf.keras
 
@@ -39,6 +40,8 @@ IMAGE_METADATA = ("height", "width", "channels", "format")
 HASH_BINS = 64
 EMBEDDING_DIM = 4
 NORMALIZATION_BATCHES = 20
+# Raw Examples -> transformed features incl. the label; the Evaluator's preprocessing function.
+TRANSFORM_SIGNATURE = "transform_features"
 
 
 def taxi_label(features: Mapping[str, tf.Tensor]) -> tf.Tensor:
@@ -156,7 +159,7 @@ def build_image_model(name: str, image: ImageSpec, num_classes: int) -> keras.Mo
 def _serving_signature(model: keras.Model, schema: schema_pb2.Schema, feature_keys: list[str],
                        images: Mapping[str, ImageSpec], transform_output=None):
     """Scores serialized raw tf.Examples: parse with the raw schema, fill gaps, apply the
-    Transform graph when there is one, then the model."""
+    Transform graph when there is one, decode images, then the model."""
     output_name = model.output_names[0]
     if transform_output is None:
         parse = example_parser(schema, feature_keys, images)
@@ -167,18 +170,44 @@ def _serving_signature(model: keras.Model, schema: schema_pb2.Schema, feature_ke
 
         return serve_tf_examples
 
-    model.tft_layer = transform_output.transform_features_layer()
-    raw_spec = transform_output.raw_feature_spec()
+    transform = _raw_to_transformed(model, transform_output)
     transformed = codec.feature_by_name(transform_output.transformed_metadata.schema)
+
+    def model_input(name: str, features: dict) -> tf.Tensor:
+        value = codec.densify(features[name], transformed[name])
+        return decode_images(value, images[name]) if name in images else value
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
     def serve_transformed(serialized):
-        raw = tf.io.parse_example(serialized, raw_spec)
-        features = model.tft_layer(raw)
-        dense = {k: codec.densify(features[k], transformed[k]) for k in feature_keys}
-        return {output_name: model(dense)}
+        features = transform(serialized)
+        return {output_name: model({k: model_input(k, features) for k in feature_keys})}
 
     return serve_transformed
+
+
+def _raw_to_transformed(model: keras.Model, transform_output) -> Callable:
+    # The layer is tracked on the model so the saved model carries the transform graph, once.
+    if not hasattr(model, "tft_layer"):
+        model.tft_layer = transform_output.transform_features_layer()
+    raw_spec = transform_output.raw_feature_spec()
+
+    def transform(serialized: tf.Tensor) -> dict:
+        return model.tft_layer(tf.io.parse_example(serialized, raw_spec))
+
+    return transform
+
+
+def _transform_features_signature(model: keras.Model, transform_output, label_key: str):
+    """Raw Examples -> the transformed label: TFMA's preprocessing function, so the Evaluator
+    scores raw eval examples even when the label only exists after Transform."""
+    transform = _raw_to_transformed(model, transform_output)
+    label = codec.feature_by_name(transform_output.transformed_metadata.schema)[label_key]
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    def transform_features(serialized):
+        return {label_key: codec.densify(transform(serialized)[label_key], label)}
+
+    return transform_features
 
 
 def run_fn(fn_args: Any) -> None:
@@ -247,6 +276,9 @@ def run_fn(fn_args: Any) -> None:
     signatures = {"serving_default": _serving_signature(
         model, raw_schema if transform_output is None else schema, feature_keys, images,
         transform_output)}
+    if transform_output is not None and label_key in codec.feature_by_name(schema):
+        signatures[TRANSFORM_SIGNATURE] = _transform_features_signature(
+            model, transform_output, label_key)
     model.save(fn_args.serving_model_dir, save_format="tf", signatures=signatures)
     logging.info("Exported serving model to %s", fn_args.serving_model_dir)
 

@@ -1,6 +1,8 @@
 """The preprocessing_fn used when the user gives none, derived from the raw schema.
 
-Floats are z-scored, strings become vocabulary ids (with one OOV bucket), ints are kept.
+Floats are z-scored, strings become vocabulary ids (with one OOV bucket), ints are kept, and
+encoded images (bytes with an image_domain) pass through: decoding them is the input
+function's parallel work, not the transform graph's.
 Scalar features come out dense ([batch]), gaps filled with the schema default, so the
 transformed examples carry exactly one value per feature; list features pass through.
 """
@@ -37,6 +39,8 @@ def transform_features(inputs: dict, schema: schema_pb2.Schema,
         dense = dense_scalar(value, feature)
         if feature.type == schema_pb2.FLOAT:
             outputs[name] = tft.scale_to_z_score(dense)
+        elif feature.HasField("image_domain"):
+            outputs[name] = dense
         elif feature.type == schema_pb2.BYTES:
             outputs[name] = tft.compute_and_apply_vocabulary(
                 dense, num_oov_buckets=OOV_BUCKETS, vocab_filename=name)

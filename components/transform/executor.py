@@ -183,10 +183,11 @@ def run(options: TransformOptions, examples_dir: str, raw_schema: schema_pb2.Sch
     make_pipeline = make_pipeline or beam.Pipeline
     input_manifest = shards.read_manifest(examples_dir)
     splits = splits or (shards.split_names(input_manifest) if input_manifest else sorted(
-        d[len("Split-"):] for d in os.listdir(examples_dir) if d.startswith("Split-")))
+        d.rstrip("/")[len("Split-"):] for d in tf.io.gfile.listdir(examples_dir)
+        if d.startswith("Split-")))
     if options.analyze_split not in splits:
         raise ValueError(f"analyze split {options.analyze_split!r} is not among {splits}")
-    os.makedirs(output_dir, exist_ok=True)
+    tf.io.gfile.makedirs(output_dir)
     staging = shards.new_staging_dir(output_dir)
     graph_staging = os.path.join(staging, "_graph")
     temp_dir = os.path.join(staging, "_tft_tmp")
@@ -232,6 +233,26 @@ def run(options: TransformOptions, examples_dir: str, raw_schema: schema_pb2.Sch
     return manifest
 
 
+def shards_schema(examples_dir: str) -> Optional[schema_pb2.Schema]:
+    """The schema our ExampleGen stored beside its shards, if these are ours."""
+    path = os.path.join(examples_dir, codec.SCHEMA_FILE)
+    return codec.load_schema(path) if tf.io.gfile.exists(path) else None
+
+
+def mark_images(schema: schema_pb2.Schema, stored: Optional[schema_pb2.Schema]
+                ) -> schema_pb2.Schema:
+    """`schema` with image_domain on the features our ExampleGen marked as images. Stock
+    SchemaGen cannot tell encoded images from other bytes, and Transform must not turn
+    images into vocabulary ids."""
+    images = {f.name for f in (stored.feature if stored else []) if f.HasField("image_domain")}
+    marked = schema_pb2.Schema()
+    marked.CopyFrom(schema)
+    for feature in marked.feature:
+        if feature.name in images and feature.type == schema_pb2.BYTES:
+            feature.image_domain.SetInParent()
+    return marked
+
+
 class Executor(base_beam_executor.BaseBeamExecutor):
     """Writes TransformGraph, transformed Examples (Split-*/, schema.pbtxt, manifest.json) and
     the post-transform Schema."""
@@ -241,7 +262,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         options = TransformOptions.from_json(exec_properties[OPTIONS_KEY])
         examples = artifact_utils.get_single_instance(input_dict["examples"])
         schema_uri = artifact_utils.get_single_uri(input_dict["schema"])
-        raw_schema = codec.load_schema(io_utils.get_only_uri_in_dir(schema_uri))
+        raw_schema = mark_images(codec.load_schema(io_utils.get_only_uri_in_dir(schema_uri)),
+                                 shards_schema(examples.uri))
         graph = artifact_utils.get_single_instance(output_dict["transform_graph"])
         transformed = artifact_utils.get_single_instance(output_dict["transformed_examples"])
         splits = artifact_utils.decode_split_names(examples.split_names)

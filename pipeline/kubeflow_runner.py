@@ -1,0 +1,57 @@
+"""Compiles the pipeline to a Kubeflow Pipelines v2 / Vertex AI Pipelines JSON file."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import posixpath
+import tempfile
+
+from tfx import v1 as tfx
+
+from pipeline import datasets
+from pipeline.configs import CONTAINER_WORKDIR, PipelineConfig
+from pipeline.pipeline import create_pipeline
+
+JOB_FILE = "pipeline_job.json"
+
+
+def container_config(config: PipelineConfig) -> PipelineConfig:
+    """The config as the containers see it: schemas from the image's copy of the project, and
+    a serving folder beside the pipeline root unless one is set."""
+    pipeline_root = config.resolved_pipeline_root
+    if "://" not in pipeline_root:
+        logging.warning("pipeline_root %s is not on shared storage; set it (gs://...) in the "
+                        "config, or pass --pipeline-root to submit", pipeline_root)
+    return config.replace(
+        schemas_dir=posixpath.join(CONTAINER_WORKDIR, "schemas"),
+        pipeline_root=pipeline_root,
+        serving_dir=config.serving_dir or posixpath.join(pipeline_root, "serving"))
+
+
+def compile_pipeline(config: PipelineConfig, output_path: str) -> str:
+    """Writes the pipeline for `config` to `output_path` as a KFP v2 PipelineSpec; every
+    component runs config.image_uri.
+
+    TFX's runner writes a Vertex PipelineJob (the spec wrapped with a runtime config). We keep
+    the spec itself, with the pipeline root as its default: that is the file Kubeflow
+    Pipelines uploads and kfp's loader reads, and Vertex's PipelineJob takes it as well.
+    """
+    config = container_config(config)
+    output_path = os.path.abspath(output_path)
+    os.makedirs(os.path.dirname(output_path), exist_ok=True)
+    with tempfile.TemporaryDirectory() as workdir:
+        runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
+            config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
+                default_image=config.image_uri),
+            output_dir=workdir, output_filename=JOB_FILE)
+        runner.run(create_pipeline(config, datasets.source_for(config, local=False)))
+        with open(os.path.join(workdir, JOB_FILE), encoding="utf-8") as f:
+            job = json.load(f)
+    spec = job["pipelineSpec"]
+    spec["defaultPipelineRoot"] = job["runtimeConfig"]["gcsOutputDirectory"]
+    partial = output_path + ".partial"  # a failed write never leaves a plausible file
+    with open(partial, "w", encoding="utf-8") as f:
+        json.dump(spec, f, indent=2, sort_keys=True)
+    os.replace(partial, output_path)
+    return output_path

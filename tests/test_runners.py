@@ -1,0 +1,249 @@
+"""The runners: LocalDagRunner with caching and blessing, the Kubeflow v2 compile, the Vertex
+submit dry run, the image pipeline, and the settings they share."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from pipeline import local_runner, vertex_runner
+from pipeline.configs import (CONTAINER_WORKDIR, DEFAULT_IMAGE, DEFAULT_IMAGE_TAG,
+                              PipelineConfig)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMPONENTS = {"ShardedExampleGen", "StatisticsGen", "SchemaGen", "ExampleValidator",
+              "ShardedTransform", "Trainer", "Evaluator", "Pusher"}
+BEAM_ARGS = ["--runner=DataflowRunner", "--project=test-project", "--region=europe-west4",
+             "--temp_location=gs://test-bucket/tmp", "--machine_type=n2-standard-4",
+             "--max_num_workers=7"]
+
+
+def tfrp(*args, check=True, cwd=None):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-W", "ignore", "-m", "pipeline.cli", *args],
+                            capture_output=True, text=True, env=env, cwd=cwd)
+    if check and result.returncode != 0:
+        raise AssertionError(result.stderr[-3000:])
+    return result
+
+
+# -- LocalDagRunner: Evaluator, Pusher, cache ----------------------------------------------------
+@pytest.fixture(scope="module")
+def taxi_rerun(taxi_run):
+    config, _ = taxi_run
+    return local_runner.run(config)
+
+
+@pytest.fixture(scope="module")
+def taxi_unblessed_run(taxi_run, taxi_rerun):
+    """The same pipeline with an accuracy bound no model can reach."""
+    config, _ = taxi_run
+    return local_runner.run(config.replace(min_accuracy=1.01))
+
+
+def test_first_run_evaluates_blesses_and_pushes(taxi_run):
+    config, summary = taxi_run
+    assert summary.components == dict.fromkeys(summary.components, "ran")
+    assert set(summary.components) == COMPONENTS
+    assert summary.blessed is True
+    assert 0.5 <= summary.evaluation["binary_accuracy"] <= 1
+    assert summary.evaluation["example_count"] == summary.rows_per_split["eval"]
+    assert summary.pushed_model.startswith(os.path.abspath(config.resolved_serving_dir))
+    assert os.listdir(summary.pushed_model)
+
+
+def test_second_run_reuses_every_component_and_says_so(taxi_run, taxi_rerun):
+    _, first = taxi_run
+    assert taxi_rerun.run_id != first.run_id
+    assert taxi_rerun.components == dict.fromkeys(COMPONENTS, "cached")
+    assert f"Reused from cache: {len(COMPONENTS)} of {len(COMPONENTS)}" in taxi_rerun.format()
+    assert taxi_rerun.pushed_model == first.pushed_model
+
+
+def test_unblessed_model_is_not_pushed(taxi_run, taxi_unblessed_run):
+    config, first = taxi_run
+    summary = taxi_unblessed_run
+    # Only the bound changed: the model is reused, then judged again and refused.
+    assert summary.components["Trainer"] == "cached"
+    assert summary.components["Evaluator"] == "ran" and summary.components["Pusher"] == "ran"
+    assert summary.blessed is False
+    assert summary.pushed_model is None
+    assert "Pushed model: not pushed" in summary.format()
+    serving = os.path.abspath(config.resolved_serving_dir)
+    assert sorted(os.listdir(serving)) == [os.path.basename(first.pushed_model)]
+
+
+# -- Kubeflow Pipelines v2 compile and Vertex AI submit ------------------------------------------
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("compiled")
+    settings = folder / "settings.yaml"
+    settings.write_text("beam_runner: DataflowRunner\n"
+                        "dataflow_project: test-project\n"
+                        "dataflow_region: europe-west4\n"
+                        "dataflow_temp_location: gs://test-bucket/tmp\n"
+                        "dataflow_machine_type: n2-standard-4\n"
+                        "pipeline_root: gs://test-bucket/root\n")
+    output = folder / "build" / "pipeline.json"
+    result = tfrp("compile", "--target", "kubeflow", "--output", str(output),
+                  "--config", str(settings), "--set", "dataflow_max_num_workers=7",
+                  "--image-tag", "7.7.7")
+    assert str(output) in result.stdout
+    return output
+
+
+def test_compiled_json_loads_with_kfp_and_names_every_component(compiled):
+    from kfp import components
+
+    pipeline = components.load_component_from_file(str(compiled))
+    assert pipeline.name == "tfrp-taxi"
+    assert set(pipeline.pipeline_spec.root.dag.tasks) == COMPONENTS
+    assert pipeline.pipeline_spec.default_pipeline_root == "gs://test-bucket/root"
+
+
+def test_every_component_runs_the_configured_image_with_beam_args(compiled):
+    spec = json.loads(compiled.read_text())
+    executors = spec["deploymentSpec"]["executors"]
+    assert {name.removesuffix("_executor") for name in executors} == COMPONENTS
+    for name, executor in executors.items():
+        container = executor["container"]
+        assert container["image"] == f"{DEFAULT_IMAGE}:7.7.7", name
+        for arg in BEAM_ARGS + [f"--sdk_container_image={DEFAULT_IMAGE}:7.7.7"]:
+            assert arg in container["args"], (name, arg)
+
+
+def test_compiled_pipeline_reads_container_paths(compiled):
+    """Nothing in the spec may point at this machine: data is named, serving is on GCS."""
+    text = compiled.read_text()
+    assert ROOT not in text and "site-packages" not in text and "tfrp_runs" not in text
+    assert "bundled:taxi" in text
+    assert "gs://test-bucket/root/serving" in text
+
+
+def test_submit_dry_run_builds_the_job_from_the_compiled_json(compiled):
+    result = tfrp("submit", "--template", str(compiled), "--project", "test-project",
+                  "--region", "europe-west4", "--pipeline-root", "gs://test-bucket/run-1",
+                  "--service-account", "runner@test-project.iam.gserviceaccount.com",
+                  "--dry-run")
+    job = json.loads(result.stdout)
+    assert job["pipelineSpec"] == json.loads(compiled.read_text())
+    assert job["runtimeConfig"]["gcsOutputDirectory"] == "gs://test-bucket/run-1"
+    assert job["serviceAccount"] == "runner@test-project.iam.gserviceaccount.com"
+    assert job["displayName"] == "tfrp-taxi"
+
+
+def test_dry_run_job_needs_no_network_and_no_credentials(compiled, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network used: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/nonexistent/credentials.json")
+    job = vertex_runner.dry_run_job(str(compiled), "test-project", "europe-west4",
+                                    "gs://test-bucket/run-2")
+    assert job.credentials.__class__.__name__ == "AnonymousCredentials"
+    assert vertex_runner.describe(job)["pipelineSpec"] == json.loads(compiled.read_text())
+
+
+def test_submit_without_compiled_pipeline_is_a_clear_error(tmp_path):
+    result = tfrp("submit", "--template", str(tmp_path / "missing.json"), "--project", "p",
+                  "--region", "r", "--pipeline-root", "gs://b/r", "--dry-run", check=False)
+    assert result.returncode != 0
+    assert "run `tfrp compile` first" in result.stderr
+
+
+# -- The image pipeline --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory):
+    output_root = tmp_path_factory.mktemp("digits_runs")
+    result = tfrp("run", "--dataset", "digits", "--output-root", str(output_root),
+                  "--train-steps", "200", "--set", "batch_size=64")
+    return output_root, result.stdout
+
+
+def test_digits_pipeline_trains_blesses_and_pushes(digits_run):
+    output_root, stdout = digits_run
+    for component in COMPONENTS - {"SchemaGen"} | {"ImportSchemaGen"}:
+        assert re.search(rf"^\s+{component}\s+ran$", stdout, re.M), stdout
+    assert "Model blessed by Evaluator: yes" in stdout
+    pushed = re.search(r"^Pushed model: (\S+)$", stdout, re.M).group(1)
+    assert pushed.startswith(str(output_root))
+
+
+def test_pushed_digits_model_classifies_raw_png_examples(digits_run):
+    """The serving signature takes one raw Example per image (just the PNG bytes), applies
+    the transform graph, decodes, and classifies."""
+    output_root, stdout = digits_run
+    pushed = re.search(r"^Pushed model: (\S+)$", stdout, re.M).group(1)
+    folder = output_root / "datasets" / "digits"
+    with open(folder / "labels.csv") as f:
+        rows = list(csv.DictReader(f))[-200:]
+    examples = [tf.train.Example(features=tf.train.Features(feature={
+        "image": tf.train.Feature(bytes_list=tf.train.BytesList(
+            value=[(folder / row["filename"]).read_bytes()]))})).SerializeToString()
+        for row in rows]
+    model = tf.saved_model.load(pushed)
+    probabilities = model.signatures["serving_default"](
+        examples=tf.constant(examples))["probabilities"].numpy()
+    assert probabilities.shape == (200, 10)
+    predicted = probabilities.argmax(axis=1)
+    accuracy = (predicted == [int(r["label"]) for r in rows]).mean()
+    assert accuracy > 0.8, accuracy
+
+
+# -- Settings ------------------------------------------------------------------------------------
+def test_yaml_then_set_then_named_options_override_defaults(tmp_path):
+    settings = tmp_path / "settings.yaml"
+    settings.write_text("train_steps: 50\npacked_rows: 0\nbeam_args: [--direct_num_workers=2]\n")
+    config = PipelineConfig.create(str(settings), {"packed_rows": "256", "min_auc": "none",
+                                                   "enable_cache": "false"})
+    assert (config.train_steps, config.packed_rows, config.min_auc, config.enable_cache) == (
+        50, 256, None, False)
+    assert config.beam_pipeline_args == ["--runner=DirectRunner", "--direct_num_workers=2"]
+    assert config.label_key == "big_tipper" and config.schema == "infer"
+    digits = PipelineConfig.create(None, {"dataset": "digits"})
+    assert (digits.pipeline_name, digits.image_shape, digits.schema_file) == (
+        "tfrp-digits", [8, 8, 1], os.path.join(ROOT, "schemas", "digits", "schema.pbtxt"))
+
+
+def test_bad_settings_are_named(tmp_path):
+    with pytest.raises(KeyError, match="unknown setting 'trian_steps'"):
+        PipelineConfig.create(None, {"trian_steps": "5"})
+    with pytest.raises(ValueError, match="train_steps: expected a number"):
+        PipelineConfig.create(None, {"train_steps": "many"})
+    with pytest.raises(ValueError, match="DataflowRunner needs dataflow_project"):
+        PipelineConfig(beam_runner="DataflowRunner")
+    with pytest.raises(ValueError, match="dataset images needs data_root"):
+        PipelineConfig(dataset="images")
+    result = tfrp("run", "--set", "trian_steps=5", check=False)
+    assert result.returncode == 2 and "unknown setting 'trian_steps'" in result.stderr
+
+
+def test_edited_source_changes_example_gen_parameters(tmp_path):
+    """An edited source must not be served from the cache."""
+    from components.example_gen.component import ShardedExampleGen
+
+    source = tmp_path / "data.csv"
+    source.write_text("a,b\n1,2\n")
+    before = ShardedExampleGen(source=str(source)).exec_properties
+    source.write_text("a,b\n1,2\n3,4\n")
+    after = ShardedExampleGen(source=str(source)).exec_properties
+    assert before != after
+
+
+def test_image_and_container_paths_match_makefile_and_dockerfile():
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        makefile = f.read()
+    assert re.search(rf"^IMAGE \?= {re.escape(DEFAULT_IMAGE)}$", makefile, re.M)
+    assert re.search(rf"^IMAGE_TAG \?= {re.escape(DEFAULT_IMAGE_TAG)}$", makefile, re.M)
+    with open(os.path.join(ROOT, "Dockerfile")) as f:
+        dockerfile = f.read()
+    assert re.search(rf"^WORKDIR {CONTAINER_WORKDIR}$", dockerfile, re.M)
+    assert re.search(r"^COPY schemas ", dockerfile, re.M)
