@@ -99,6 +99,24 @@ def find_feature(schema: schema_pb2.Schema, name: str) -> Optional[schema_pb2.Fe
     return feature_by_name(schema).get(name)
 
 
+# Lifecycle stages whose features tfx_bsl leaves out of tensor representations.
+INACTIVE_STAGES = (schema_pb2.DEPRECATED, schema_pb2.DISABLED, schema_pb2.PLANNED,
+                   schema_pb2.ALPHA, schema_pb2.DEBUG_ONLY, schema_pb2.VALIDATION_DERIVED)
+
+
+def active_schema(schema: schema_pb2.Schema) -> schema_pb2.Schema:
+    """`schema` without the features marked deprecated (or otherwise inactive).
+
+    SchemaGen marks a feature DEPRECATED and types it BYTES when the train split never holds
+    a value for it; the decoder would still decode that feature with the guessed type and
+    fail on the one row of another split that has an int. Nothing downstream reads it."""
+    active = schema_pb2.Schema()
+    active.CopyFrom(schema)
+    del active.feature[:]
+    active.feature.extend(f for f in schema.feature if f.lifecycle_stage not in INACTIVE_STAGES)
+    return active
+
+
 # ---------------------------------------------------------------------------------------------
 # Arrow <-> tf.Example
 # ---------------------------------------------------------------------------------------------

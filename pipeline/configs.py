@@ -61,8 +61,8 @@ class PipelineConfig:
     eval_steps: int = 100
     batch_size: int = 256
     # Evaluator blesses the model only when every metric reaches its bound (AUC: binary only).
-    min_accuracy: float = 0.6
-    min_auc: Optional[float] = 0.6
+    min_accuracy: float = 0.8
+    min_auc: Optional[float] = 0.85
     # Beam: DirectRunner here; DataflowRunner, FlinkRunner or SparkRunner on a cluster.
     beam_runner: str = "DirectRunner"
     # DirectRunner in worker processes (0: one per core); unset runs in this process.

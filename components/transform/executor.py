@@ -181,6 +181,11 @@ def run(options: TransformOptions, examples_dir: str, raw_schema: schema_pb2.Sch
     """Transforms `examples_dir` into `output_dir` (Split-*/ shards, schema.pbtxt, manifest)
     and writes the TransformGraph to `graph_dir`. Returns the manifest."""
     make_pipeline = make_pipeline or beam.Pipeline
+    active = codec.active_schema(raw_schema)
+    dropped = sorted({f.name for f in raw_schema.feature} - {f.name for f in active.feature})
+    if dropped:
+        logging.info("Transform leaves out features the schema marks inactive: %s", dropped)
+    raw_schema = active
     input_manifest = shards.read_manifest(examples_dir)
     splits = splits or (shards.split_names(input_manifest) if input_manifest else sorted(
         d.rstrip("/")[len("Split-"):] for d in tf.io.gfile.listdir(examples_dir)
