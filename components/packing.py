@@ -168,9 +168,24 @@ def unpack(parsed: dict, schema: schema_pb2.Schema, feature_names, shuffle: bool
             out[name] = tf.reshape(values, [-1, *shape]) if len(shape) > 1 else values
             continue
         lengths = tf.reshape(parsed[name + LENGTHS_SUFFIX], [-1])
-        ragged = tf.gather(tf.RaggedTensor.from_row_lengths(parsed[name].values, lengths), index)
-        # Same meaning as a per-row read: a missing scalar becomes the schema default.
         feature = codec.find_feature(schema, name)
-        out[name] = ragged.to_tensor(codec.default_value(feature), shape=[None, 1]) \
-            if codec.is_scalar(feature) else ragged
+        if codec.is_scalar(feature):
+            out[name] = _scalar_rows(parsed[name].values, lengths, index,
+                                     codec.default_value(feature))
+            continue
+        out[name] = tf.gather(tf.RaggedTensor.from_row_lengths(parsed[name].values, lengths),
+                              index)
     return out
+
+
+def _scalar_rows(values: tf.Tensor, lengths: tf.Tensor, index: tf.Tensor,
+                 default) -> tf.Tensor:
+    """A nullable scalar's rows `index` as [R, 1], a missing value as the schema default (what
+    a per-row read gives). Each row holds 0 or 1 values, so the value of row i sits at the
+    running count of values before it: two integer gathers and one gather of values, where a
+    ragged gather and densify would build row splits and scatter."""
+    present = tf.gather(lengths, index) > 0
+    position = tf.gather(tf.cumsum(lengths, exclusive=True), index)
+    padded = tf.concat([values, tf.constant([default], values.dtype)], axis=0)
+    safe = tf.where(present, position, tf.cast(tf.size(values), position.dtype))
+    return tf.reshape(tf.gather(padded, safe), [-1, 1])

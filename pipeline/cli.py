@@ -277,5 +277,28 @@ def bench_images(count, repeats, work_dir, as_json) -> None:
     click.echo(f"ratio ours/files: {result['ratio']:.2f}x")
 
 
+@bench.command("accuracy")
+@click.option("--seeds", default=3, show_default=True, type=int)
+@click.option("--train-steps", default=1000, show_default=True, type=int)
+@click.option("--work-dir", default="tfrp_runs/bench/accuracy", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def bench_accuracy(seeds, train_steps, work_dir, as_json) -> None:
+    """The same model trained on packed and on per-row records of the taxi sample, with the
+    same steps and seed, scored on the same raw eval Examples."""
+    import json
+
+    from bench import accuracy as bench_lib
+
+    result = bench_lib.run_benchmark(os.path.abspath(work_dir), seeds, train_steps,
+                                     log=lambda line: click.echo(line, err=True))
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    for name, median in result["median"].items():
+        click.echo(f"{name:>8}: accuracy {median['accuracy']:.4f}  AUC {median['auc']:.4f}")
+    click.echo(f"packed - per-row accuracy: {result['accuracy_gap_points']['median']:+.2f} "
+               f"points (median over {seeds} seeds)")
+
+
 if __name__ == "__main__":
     main()

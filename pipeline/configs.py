@@ -60,6 +60,7 @@ class PipelineConfig:
     train_steps: int = 1000
     eval_steps: int = 100
     batch_size: int = 256
+    seed: int = 42  # weight initialisation and input shuffling
     # Evaluator blesses the model only when every metric reaches its bound (AUC: binary only).
     min_accuracy: float = 0.8
     min_auc: Optional[float] = 0.85

@@ -21,7 +21,8 @@ SCHEMA_PREPROCESSING = "schema"
 
 
 def trainer_custom_config(config: PipelineConfig) -> dict[str, Any]:
-    custom: dict[str, Any] = {"batch_size": config.batch_size, "label_key": config.label_key}
+    custom: dict[str, Any] = {"batch_size": config.batch_size, "label_key": config.label_key,
+                              "seed": config.seed}
     if config.image_shape:
         custom["images"] = {"image": list(config.image_shape)}
     if config.num_classes:

@@ -10,6 +10,7 @@ What to train is read from `custom_config`, all keys optional:
   num_classes     classes of an image label (default: the label's int_domain, else 10)
   image_dtype     "uint8" (normalised on the device, default) or "float32"
   batch_size, epochs (reporting windows of train_steps), cache, skip_corrupt
+  seed            seeds weight initialisation and input shuffling (default 42)
 With a Transform graph the model trains on transformed examples and the serving signature
 applies the graph to raw examples.
 """
@@ -40,6 +41,7 @@ IMAGE_METADATA = ("height", "width", "channels", "format")
 HASH_BINS = 64
 EMBEDDING_DIM = 4
 NORMALIZATION_BATCHES = 20
+DEFAULT_SEED = 42
 # Raw Examples -> transformed features incl. the label; the Evaluator's preprocessing function.
 TRANSFORM_SIGNATURE = "transform_features"
 
@@ -237,6 +239,8 @@ def run_fn(fn_args: Any) -> None:
     if label_key not in codec.feature_by_name(schema) and label_key in DERIVED_LABELS:
         label_fn, label_inputs = DERIVED_LABELS[label_key]
     batch_size = int(custom.get("batch_size", 64 if images else 256))
+    seed = int(custom.get("seed", DEFAULT_SEED))
+    keras.utils.set_random_seed(seed)
     strategy = distribute.make_strategy()
     global_batch = batch_size * strategy.num_replicas_in_sync
 
@@ -244,7 +248,7 @@ def run_fn(fn_args: Any) -> None:
         def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
             config = InputConfig(
                 batch_size=context.get_per_replica_batch_size(global_batch),
-                training=training, cache=custom.get("cache", "none"),
+                training=training, cache=custom.get("cache", "none"), seed=seed,
                 skip_corrupt=bool(custom.get("skip_corrupt", False)), images=images)
             return build_dataset(files, data_schema, None if label_fn else label_key,
                                  feature_keys=feature_keys, label_fn=label_fn,
