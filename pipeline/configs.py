@@ -6,6 +6,7 @@ CLI options. Settings left at None take the dataset's own default (label, image 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import typing
 from typing import Any, Mapping, Optional
@@ -168,14 +169,9 @@ class PipelineConfig:
         return dataclasses.replace(self, **changes)
 
 
-_FIELD_TYPES = None
-
-
+@functools.lru_cache(maxsize=None)
 def field_types() -> dict[str, Any]:
-    global _FIELD_TYPES
-    if _FIELD_TYPES is None:
-        _FIELD_TYPES = typing.get_type_hints(PipelineConfig)
-    return _FIELD_TYPES
+    return typing.get_type_hints(PipelineConfig)
 
 
 def coerce(name: str, value: Any) -> Any:
@@ -184,13 +180,14 @@ def coerce(name: str, value: Any) -> Any:
     if name not in types:
         raise KeyError(f"unknown setting {name!r}; settings are: {', '.join(sorted(types))}")
     hint = types[name]
+    optional = type(None) in typing.get_args(hint)
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     base = args[0] if typing.get_origin(hint) is typing.Union and args else hint
     if value is None or not isinstance(value, str):
         if base is float and isinstance(value, int):
             return float(value)
         return value
-    if value.lower() in ("none", "null", "") and base is not str:
+    if optional and value.lower() in ("none", "null", ""):
         return None
     if base is bool:
         if value.lower() not in ("true", "false", "1", "0", "yes", "no"):

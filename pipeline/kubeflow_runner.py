@@ -45,7 +45,8 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> str:
             config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
                 default_image=config.image_uri),
             output_dir=workdir, output_filename=JOB_FILE)
-        runner.run(create_pipeline(config, datasets.source_for(config, local=False)))
+        runner.run(create_pipeline(config,
+                                   source=datasets.source_for(config, local=False)))
         with open(os.path.join(workdir, JOB_FILE), encoding="utf-8") as f:
             job = json.load(f)
     spec = job["pipelineSpec"]

@@ -5,7 +5,7 @@ import os
 
 from tfx import v1 as tfx
 
-from pipeline import datasets, run_summary
+from pipeline import run_summary
 from pipeline.configs import PipelineConfig
 from pipeline.pipeline import create_pipeline
 
@@ -23,6 +23,6 @@ def run(config: PipelineConfig) -> run_summary.RunSummary:
     os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
     connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(
         config.metadata_path)
-    pipeline = create_pipeline(config, datasets.source_for(config), connection)
+    pipeline = create_pipeline(config, connection)
     tfx.orchestration.LocalDagRunner().run(pipeline)
     return run_summary.summarize(config.metadata_path, config.pipeline_name)

@@ -14,6 +14,7 @@ from tfx import v1 as tfx
 from components.example_gen.component import ShardedExampleGen
 from components.trainer.module import TRANSFORM_SIGNATURE
 from components.transform.component import ShardedTransform
+from pipeline import datasets
 from pipeline.configs import PipelineConfig
 
 TRAINER_RUN_FN = "components.trainer.module.run_fn"
@@ -56,10 +57,12 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
 
 def create_pipeline(
     config: PipelineConfig,
-    source: str,
     metadata_connection_config: Optional[metadata_store_pb2.ConnectionConfig] = None,
+    source: Optional[str] = None,
 ) -> tfx.dsl.Pipeline:
-    """The pipeline for `config`, reading `source` (a path or a bundled source name)."""
+    """The pipeline for `config`. It reads `source` (a path or a bundled source name), by
+    default the configured data_root or the dataset's bundled data."""
+    source = source or datasets.source_for(config)
     example_gen = ShardedExampleGen(
         source=source, format=config.data_format, splits=config.splits,
         split_key=config.split_key, num_shards=config.num_shards,

@@ -175,6 +175,7 @@ def _serving_signature(model: keras.Model, schema: schema_pb2.Schema, feature_ke
     transform = _raw_to_transformed(model, transform_output)
     transformed = codec.feature_by_name(transform_output.transformed_metadata.schema)
 
+    @tf.autograph.experimental.do_not_convert  # plain Python branching on names only
     def model_input(name: str, features: dict) -> tf.Tensor:
         value = codec.densify(features[name], transformed[name])
         return decode_images(value, images[name]) if name in images else value
