@@ -198,6 +198,57 @@ def test_pushed_digits_model_classifies_raw_png_examples(digits_run):
     assert accuracy > 0.8, accuracy
 
 
+DIGIT_NAMES = "zero one two three four five six seven eight nine".split()
+
+
+@pytest.fixture(scope="module")
+def photo_folder_run(tmp_path_factory):
+    """A folder given by path: 24x24 colour JPEGs named by word labels, trained at 16x16."""
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    folder = tmp_path_factory.mktemp("photos")
+    (folder / "img").mkdir()
+    digits = load_digits()
+    with open(folder / "labels.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["filename", "label"])
+        for i in range(600):
+            pixels = np.round(digits.images[i] * (255 / 16)).astype(np.uint8)
+            colour = np.stack([pixels, pixels // 2, 255 - pixels], axis=-1)
+            Image.fromarray(colour).resize((24, 24)).save(folder / "img" / f"{i}.jpg")
+            writer.writerow([f"img/{i}.jpg", DIGIT_NAMES[digits.target[i]]])
+    output_root = tmp_path_factory.mktemp("photo_runs")
+    result = tfrp("run", "--dataset", "images", "--data-root", str(folder),
+                  "--output-root", str(output_root), "--train-steps", "150",
+                  "--set", "image_shape=[16,16,3]", "--set", "num_classes=10",
+                  "--set", "batch_size=32", "--set", "min_accuracy=0.5")
+    return folder, result.stdout
+
+
+def test_image_folder_by_path_trains_and_serves_resized_jpegs(photo_folder_run):
+    """String labels become vocabulary ids in Transform; the served model takes raw JPEGs at
+    their own size (24x24), resizes them to the trained 16x16 and classifies them."""
+    folder, stdout = photo_folder_run
+    assert "Reused from cache: 0 of 8" in stdout and "Model blessed by Evaluator: yes" in stdout
+    pushed = re.search(r"^Pushed model: (\S+)$", stdout, re.M).group(1)
+    with open(folder / "labels.csv") as f:
+        rows = list(csv.DictReader(f))[-150:]
+    examples = tf.constant([tf.train.Example(features=tf.train.Features(feature={
+        "image": tf.train.Feature(bytes_list=tf.train.BytesList(
+            value=[(folder / row["filename"]).read_bytes()])),
+        "label": tf.train.Feature(bytes_list=tf.train.BytesList(
+            value=[row["label"].encode()]))})).SerializeToString() for row in rows])
+    model = tf.saved_model.load(pushed)
+    probabilities = model.signatures["serving_default"](examples=examples)["probabilities"]
+    label_ids = model.signatures["transform_features"](examples=examples)["label"]
+    assert probabilities.shape == (150, 10)
+    assert sorted(set(label_ids.numpy().ravel().tolist())) == list(range(10))
+    accuracy = (probabilities.numpy().argmax(axis=1) == label_ids.numpy().ravel()).mean()
+    assert accuracy > 0.6, accuracy
+
+
 # -- Settings ------------------------------------------------------------------------------------
 def test_yaml_then_set_then_named_options_override_defaults(tmp_path):
     settings = tmp_path / "settings.yaml"
