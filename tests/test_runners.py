@@ -160,6 +160,13 @@ def test_submit_without_compiled_pipeline_is_a_clear_error(tmp_path):
 
 
 # -- The image pipeline --------------------------------------------------------------------------
+def raw_example(**features: bytes) -> bytes:
+    """One serialized raw tf.Example of bytes features, as a serving request carries it."""
+    return tf.train.Example(features=tf.train.Features(feature={
+        name: tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+        for name, value in features.items()})).SerializeToString()
+
+
 @pytest.fixture(scope="module")
 def digits_run(tmp_path_factory):
     output_root = tmp_path_factory.mktemp("digits_runs")
@@ -185,10 +192,7 @@ def test_pushed_digits_model_classifies_raw_png_examples(digits_run):
     folder = output_root / "datasets" / "digits"
     with open(folder / "labels.csv") as f:
         rows = list(csv.DictReader(f))[-200:]
-    examples = [tf.train.Example(features=tf.train.Features(feature={
-        "image": tf.train.Feature(bytes_list=tf.train.BytesList(
-            value=[(folder / row["filename"]).read_bytes()]))})).SerializeToString()
-        for row in rows]
+    examples = [raw_example(image=(folder / row["filename"]).read_bytes()) for row in rows]
     model = tf.saved_model.load(pushed)
     probabilities = model.signatures["serving_default"](
         examples=tf.constant(examples))["probabilities"].numpy()
@@ -235,11 +239,8 @@ def test_image_folder_by_path_trains_and_serves_resized_jpegs(photo_folder_run):
     pushed = re.search(r"^Pushed model: (\S+)$", stdout, re.M).group(1)
     with open(folder / "labels.csv") as f:
         rows = list(csv.DictReader(f))[-150:]
-    examples = tf.constant([tf.train.Example(features=tf.train.Features(feature={
-        "image": tf.train.Feature(bytes_list=tf.train.BytesList(
-            value=[(folder / row["filename"]).read_bytes()])),
-        "label": tf.train.Feature(bytes_list=tf.train.BytesList(
-            value=[row["label"].encode()]))})).SerializeToString() for row in rows])
+    examples = tf.constant([raw_example(image=(folder / row["filename"]).read_bytes(),
+                                        label=row["label"].encode()) for row in rows])
     model = tf.saved_model.load(pushed)
     probabilities = model.signatures["serving_default"](examples=examples)["probabilities"]
     label_ids = model.signatures["transform_features"](examples=examples)["label"]
