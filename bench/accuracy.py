@@ -19,36 +19,38 @@ SCORE_BATCH = 1024
 
 def _examples(work_dir: str, log: Callable[[str], None]) -> str:
     from components import shards
-    from components.example_gen import executor
+    from components.example_gen import beam_job
     from components.example_gen.options import ExampleGenOptions
-    from pipeline import datasets
+    from components.example_gen.sources.locate import TAXI_SOURCE
 
     out = os.path.join(work_dir, "examples")
     if shards.read_manifest(out) is None:
         log("ExampleGen: the full taxi sample")
-        executor.run(ExampleGenOptions(source=datasets.TAXI_SOURCE), out)
+        beam_job.run(ExampleGenOptions(source=TAXI_SOURCE), out)
     return out
 
 
 def _transformed(examples: str, work_dir: str, name: str, packed_rows: int,
                  log: Callable[[str], None]) -> str:
-    from components import codec, shards
-    from components.transform import executor
-    from components.transform.executor import TransformOptions
+    from components import shards, taxi
+    from components.codec import schema_file
+    from components.transform import beam_job
+    from components.transform.options import TransformOptions
 
     out = os.path.join(work_dir, f"transformed-{name}")
     if shards.read_manifest(os.path.join(out, "examples")) is None:
         log(f"Transform: {name}")
-        executor.run(TransformOptions(preprocessing_fn="components.trainer.module."
-                                      "preprocessing_fn", packed_rows=packed_rows),
-                     examples, codec.load_schema(examples), os.path.join(out, "graph"),
+        beam_job.run(TransformOptions(preprocessing_fn=taxi.PREPROCESSING_FN,
+                                      packed_rows=packed_rows),
+                     examples, schema_file.load_schema(examples), os.path.join(out, "graph"),
                      os.path.join(out, "examples"))
     return out
 
 
-def _train(transformed: str, examples: str, model_dir: str, steps: int, seed: int) -> None:
+def _train(transformed: str, model_dir: str, steps: int, seed: int) -> None:
     from tfx.components.trainer.fn_args_utils import FnArgs
 
+    from components import taxi
     from components.trainer import module
 
     data = os.path.join(transformed, "examples")
@@ -56,11 +58,12 @@ def _train(transformed: str, examples: str, model_dir: str, steps: int, seed: in
         train_files=[os.path.join(data, "Split-train", "*")],
         eval_files=[os.path.join(data, "Split-eval", "*")],
         train_steps=steps, eval_steps=0,
-        schema_path=os.path.join(examples, "schema.pbtxt"),
+        # The transformed examples' own schema, which says whether they are packed.
+        schema_path=os.path.join(data, "schema.pbtxt"),
         transform_graph_path=os.path.join(transformed, "graph"),
         serving_model_dir=os.path.join(model_dir, "serving"),
         model_run_dir=os.path.join(model_dir, "run"),
-        custom_config={"seed": seed, "batch_size": 256}))
+        custom_config={**taxi.TRAINER_SETTINGS, "seed": seed, "batch_size": 256}))
 
 
 def _score(model_dir: str, eval_records: list[bytes]) -> dict:
@@ -69,7 +72,8 @@ def _score(model_dir: str, eval_records: list[bytes]) -> dict:
     import tensorflow as tf
     from sklearn.metrics import roc_auc_score
 
-    from components.trainer.module import TAXI_LABEL, TRANSFORM_SIGNATURE
+    from components.taxi import TAXI_LABEL
+    from components.trainer.options import TRANSFORM_SIGNATURE
 
     model = tf.saved_model.load(os.path.join(model_dir, "serving"))
     scores, labels = [], []
@@ -101,7 +105,7 @@ def run_benchmark(work_dir: str, seeds: int, steps: int,
             model_dir = os.path.join(work_dir, "models", f"{name}-seed{seed}")
             if tf.io.gfile.exists(model_dir):
                 tf.io.gfile.rmtree(model_dir)
-            _train(transformed[name], examples, model_dir, steps, seed)
+            _train(transformed[name], model_dir, steps, seed)
             runs[name].append(dict(_score(model_dir, eval_records), seed=seed))
             log(f"seed {seed} {name:>8}: accuracy {runs[name][-1]['accuracy']:.4f}  "
                 f"AUC {runs[name][-1]['auc']:.4f}")

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from pipeline import datasets
+from components.example_gen.sources.locate import taxi_csv_path
 
 SEED = 20241122
 
@@ -16,7 +16,7 @@ SEED = 20241122
 def taxi_like_table(rows: int, seed: int = SEED) -> pa.Table:
     """`rows` trips drawn with replacement from the 15,002 real ones; floats get a small
     multiplicative jitter so rows are not exact copies (compression stays realistic)."""
-    source = pacsv.read_csv(datasets.taxi_csv_path())
+    source = pacsv.read_csv(taxi_csv_path())
     rng = np.random.default_rng(seed)
     table = source.take(pa.array(rng.integers(0, source.num_rows, rows)))
     columns = []

@@ -54,7 +54,7 @@ def write_images(count: int, folder: str) -> str:
 
 
 def _examples(images: str, out: str) -> str:
-    from components.example_gen import executor
+    from components.example_gen import beam_job
     from components.example_gen.options import ExampleGenOptions
     from components.shards import ShardingOptions
 
@@ -64,7 +64,7 @@ def _examples(images: str, out: str) -> str:
         shutil.rmtree(out, ignore_errors=True)
         # JPEG bytes do not gzip (31 MB -> 31 MB here) but gunzip costs the reader CPU, so
         # image shards are written uncompressed; four shards let the interleave read in parallel.
-        executor.run(ExampleGenOptions(source=images, format="images", splits="train:1",
+        beam_job.run(ExampleGenOptions(source=images, format="images", splits="train:1",
                                        sharding=ShardingOptions(num_shards=4,
                                                                 compression="none")), out)
     return out
@@ -83,13 +83,14 @@ def _time_pass(dataset, count: int) -> float:
 
 
 def _ours(examples: str, count: int) -> float:
-    from components import codec
-    from components.trainer.input import ImageSpec, InputConfig, build_dataset
+    from components.codec import schema_file
+    from components.trainer.input import build_dataset
+    from components.trainer.options import ImageSpec, InputConfig
 
     config = InputConfig(batch_size=BATCH_SIZE, num_epochs=1, shuffle_buffer=1000,
                          images={"image": ImageSpec(SIZE, SIZE, 3)})
     dataset = build_dataset(os.path.join(examples, "Split-train", "*"),
-                            codec.load_schema(examples), "label", feature_keys=["image"],
+                            schema_file.load_schema(examples), "label", feature_keys=["image"],
                             config=config).map(lambda f, label: (f["image"], label))
     return _time_pass(dataset, count)
 
@@ -102,7 +103,8 @@ def _files(images: str, count: int) -> float:
     paths = [os.path.join(images, r["filename"]) for r in rows]
     labels = [int(r["label"]) for r in rows]
 
-    from components.trainer.input import ImageSpec, decode_image
+    from components.trainer.input import decode_image
+    from components.trainer.options import ImageSpec
 
     spec = ImageSpec(SIZE, SIZE, 3)
 

@@ -33,7 +33,7 @@ def write_data(rows: int, folder: str) -> dict:
     import tensorflow as tf
 
     from bench import data
-    from components import codec
+    from components.codec import serializer
 
     os.makedirs(folder, exist_ok=True)
     stamp = os.path.join(folder, "stamp")
@@ -45,7 +45,7 @@ def write_data(rows: int, folder: str) -> dict:
                                "schemas", "taxi", "schema.pbtxt")
     if not (os.path.exists(stamp) and open(stamp).read() == f"{rows}:{data.SEED}:packed{PACKED_ROWS}"):
         table = data.taxi_like_table(rows)
-        columns = {name: codec.arrow_kind(col.type)
+        columns = {name: serializer.arrow_kind(col.type)
                    for name, col in zip(table.column_names, table.columns)}
         per_file = -(-rows // NUM_FILES)
         for i in range(NUM_FILES):
@@ -53,7 +53,7 @@ def write_data(rows: int, folder: str) -> dict:
             pacsv.write_csv(part, csvs[i])
             with tf.io.TFRecordWriter(tfrecords[i]) as writer:
                 for batch in part.to_batches(max_chunksize=8192):
-                    for record in codec.encode_examples(codec.to_example_batch(batch, columns)):
+                    for record in serializer.encode_examples(serializer.to_example_batch(batch, columns)):
                         writer.write(record)
         _write_packed(table, schema_path, packed, packed_schema)
         with open(stamp, "w") as f:
@@ -70,17 +70,18 @@ def _write_packed(table, schema_path: str, files: list[str], packed_schema: str)
     import pyarrow.compute as pc
     import tensorflow as tf
 
-    from components import codec, packing
+    from components import packing
+    from components.codec import parser, schema_file
 
-    schema = codec.load_schema(schema_path)
+    schema = schema_file.load_schema(schema_path)
     for feature in schema.feature:
         feature.presence.min_fraction = 1.0
         feature.ClearField("shape")
         feature.shape.dim.add().size = 1
     schema = packing.annotate(schema, PACKED_ROWS)
-    codec.write_schema(schema, packed_schema)
-    features = codec.feature_by_name(schema)
-    filled = pa.table({name: pc.fill_null(column, codec.default_value(features[name])
+    schema_file.write_schema(schema, packed_schema)
+    features = parser.feature_by_name(schema)
+    filled = pa.table({name: pc.fill_null(column, parser.default_value(features[name])
                                           if not pa.types.is_string(column.type) else "")
                        for name, column in zip(table.column_names, table.columns)})
     per_file = -(-filled.num_rows // NUM_FILES)
@@ -116,14 +117,16 @@ def _time_epochs(dataset, rows: int, epochs: int = 1) -> list[float]:
 
 
 def _ours(files, schema, rows) -> list[float]:
-    from components.trainer.input import InputConfig, build_dataset
+    from components.trainer.input import build_dataset
+    from components.trainer.options import InputConfig
 
     config = InputConfig(batch_size=BATCH_SIZE, cache="memory", num_epochs=1)
     return _time_epochs(build_dataset(files, schema, LABEL, config=config), rows, epochs=2)
 
 
 def _packed(files, schema, rows) -> list[float]:
-    from components.trainer.input import InputConfig, build_dataset
+    from components.trainer.input import build_dataset
+    from components.trainer.options import InputConfig
 
     config = InputConfig(batch_size=BATCH_SIZE, num_epochs=1)
     return _time_epochs(build_dataset(files, schema, LABEL, config=config), rows)
@@ -151,9 +154,9 @@ def _csv(files, schema, rows) -> list[float]:
 def _naive(files, schema, rows) -> list[float]:
     import tensorflow as tf
 
-    from components import codec
+    from components.codec import parser
 
-    spec = codec.feature_spec_from_schema(schema)
+    spec = parser.feature_spec_from_schema(schema)
     def parse(record):
         features = tf.io.parse_single_example(record, spec)
         return features, features.pop(LABEL)
@@ -164,16 +167,16 @@ def _naive(files, schema, rows) -> list[float]:
 
 def run_benchmark(rows: int, work_root: str, repeats: int = 3,
                   log: Callable[[str], None] = print) -> dict:
-    from components import codec
+    from components.codec import schema_file
 
     paths = write_data(rows, os.path.join(work_root, f"input-{rows}"))
-    schema = codec.load_schema(paths["schema"])
+    schema = schema_file.load_schema(paths["schema"])
     for path in paths["tfrecords"] + paths["csvs"] + paths["packed"]:  # warm the page cache for every path
         with open(path, "rb") as f:
             while f.read(16 << 20):
                 pass
     seconds = {p: [] for p in PATHS}
-    packed_schema = codec.load_schema(paths["packed_schema"])
+    packed_schema = schema_file.load_schema(paths["packed_schema"])
     for repeat in range(repeats):
         seconds["packed"].append(_packed(paths["packed"], packed_schema, rows)[0])
         first, cached = _ours(paths["tfrecords"], schema, rows)

@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import codec
+from components.codec import parser
 
 ROWS_KEY = "__rows__"
 LENGTHS_SUFFIX = "__lengths"
@@ -89,8 +89,8 @@ def _feature(values: np.ndarray, dtype) -> tf.train.Feature:
 def pack_batch(batch, schema: schema_pb2.Schema, rows_per_block: int) -> list[bytes]:
     """Packs every row of `batch` (pyarrow RecordBatch/Table) into blocks of `rows_per_block`;
     the last block holds the remainder. Columns not in the schema are an error."""
-    spec = codec.feature_spec_from_schema(schema)
-    features = codec.feature_by_name(schema)
+    spec = parser.feature_spec_from_schema(schema)
+    features = parser.feature_by_name(schema)
     names = list(batch.schema.names)
     unknown = sorted(set(names) - set(spec))
     if unknown:
@@ -114,7 +114,7 @@ def pack_batch(batch, schema: schema_pb2.Schema, rows_per_block: int) -> list[by
             if size is not None:
                 pad = (rows_per_block - (end - start)) * size
                 if pad:
-                    default = codec.default_value(features[name])
+                    default = parser.default_value(features[name])
                     filler = np.full(pad, default, dtype=object if dtype == tf.string
                                      else values.dtype)
                     values = np.concatenate([values, filler])
@@ -135,7 +135,7 @@ def pack_batch(batch, schema: schema_pb2.Schema, rows_per_block: int) -> list[by
 def block_spec(schema: schema_pb2.Schema, feature_names) -> dict:
     """The parse spec of packed blocks for the wanted row features."""
     rows = packed_rows(schema)
-    spec = codec.feature_spec_from_schema(schema)
+    spec = parser.feature_spec_from_schema(schema)
     out = {ROWS_KEY: tf.io.FixedLenFeature([1], tf.int64)}
     for name in feature_names:
         size = _fixed_size(spec[name])
@@ -154,7 +154,7 @@ def unpack(parsed: dict, schema: schema_pb2.Schema, feature_names, shuffle: bool
     `shuffle`, the rows come out in random order: one index serves every feature, so dropping
     and shuffling cost one gather per feature."""
     rows = packed_rows(schema)
-    spec = codec.feature_spec_from_schema(schema)
+    spec = parser.feature_spec_from_schema(schema)
     real = tf.reshape(tf.sequence_mask(parsed[ROWS_KEY][:, 0], rows), [-1])
     index = tf.where(real)[:, 0]
     if shuffle:
@@ -168,10 +168,10 @@ def unpack(parsed: dict, schema: schema_pb2.Schema, feature_names, shuffle: bool
             out[name] = tf.reshape(values, [-1, *shape]) if len(shape) > 1 else values
             continue
         lengths = tf.reshape(parsed[name + LENGTHS_SUFFIX], [-1])
-        feature = codec.find_feature(schema, name)
-        if codec.is_scalar(feature):
+        feature = parser.find_feature(schema, name)
+        if parser.is_scalar(feature):
             out[name] = _scalar_rows(parsed[name].values, lengths, index,
-                                     codec.default_value(feature))
+                                     parser.default_value(feature))
             continue
         out[name] = tf.gather(tf.RaggedTensor.from_row_lengths(parsed[name].values, lengths),
                               index)

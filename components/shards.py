@@ -6,22 +6,28 @@ equal parts for a shard count, or consecutive parts of the target size (the last
 remainder) for a shard size. Shard writers copy byte ranges of chunks, compressing as they go.
 Memory holds chunk metadata, never the data, so it stays flat as the input grows.
 
-Everything is written under a staging folder and moved into place by `commit`, manifest last:
-a run that fails leaves no manifest, and so nothing that looks complete.
+Everything is written under a staging folder (`staged_output`) and moved into place at the
+end, manifest last: a run that fails leaves no manifest, and so nothing that looks complete.
+
+This module is engine-neutral: Beam's transform over it is `components/beam_shards.py`, and
+any other engine calls the same plan, write and manifest functions.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
-import json
 import os
 import urllib.parse
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import tensorflow as tf
+
+from components import fileio
+from components.options import JsonOptions
 
 MANIFEST_FILE = "manifest.json"
 DEFAULT_SHARD_SIZE_MB = 128.0
@@ -35,7 +41,7 @@ _FRAME_OVERHEAD = 16  # uint64 length + two uint32 CRCs per record
 
 
 @dataclasses.dataclass(frozen=True)
-class ShardingOptions:
+class ShardingOptions(JsonOptions):
     num_shards: Optional[int] = None
     shard_size_mb: Optional[float] = None
     compression: str = "gzip"  # "gzip" | "none"
@@ -101,7 +107,6 @@ class Shard:
     path: str  # relative to the output folder
     rows: int
     nbytes: int  # on disk
-    record_bytes: int  # framed, uncompressed
 
 
 def partition_dir(column: str, value) -> str:
@@ -128,8 +133,11 @@ def partition_dir(column: str, value) -> str:
 class ChunkWriter:
     """Appends framed records per (partition, split) and rolls chunk files at a size."""
 
-    def __init__(self, folder: str, unit: int, chunk_bytes: int):
-        self._folder, self._unit, self._limit = folder, unit, chunk_bytes
+    def __init__(self, folder: str, writer_id: int, chunk_bytes: int):
+        """`writer_id` names this writer's chunk files and orders its chunks among all
+        writers' (ExampleGen uses the source file's index, so the output order is the input
+        order)."""
+        self._folder, self._writer_id, self._limit = folder, writer_id, chunk_bytes
         self._buffers: dict[tuple, list] = {}
         self._sizes: dict[tuple, int] = {}
         self._sequence = 0
@@ -152,7 +160,7 @@ class ChunkWriter:
         if not buffer:
             return
         self._sequence += 1
-        path = os.path.join(self._folder, f"{self._unit:06d}-{self._sequence:06d}.rec")
+        path = os.path.join(self._folder, f"{self._writer_id:06d}-{self._sequence:06d}.rec")
         lengths = np.fromiter(map(len, buffer), dtype=np.int64, count=len(buffer))
         ends = np.cumsum(lengths + _FRAME_OVERHEAD)
         # TF's writer frames and checksums in C++, about twice as fast as doing it here.
@@ -161,7 +169,7 @@ class ChunkWriter:
                 writer.write(record)
         with tf.io.gfile.GFile(path + ".idx", "wb") as f:
             f.write(ends.tobytes())
-        self.chunks.append(Chunk(key[0], key[1], (self._unit, self._sequence), path,
+        self.chunks.append(Chunk(key[0], key[1], (self._writer_id, self._sequence), path,
                                  len(buffer), int(ends[-1])))
         self._buffers[key] = []
         self._sizes[key] = 0
@@ -269,17 +277,15 @@ def write_shard(spec: ShardSpec, staging: str, compression: str) -> Shard:
     relative = spec.relative_path(compression)
     path = os.path.join(staging, relative)
     tf.io.gfile.makedirs(os.path.dirname(path))
-    raw = 0
 
     def read_piece(piece: Piece) -> bytes:
         with tf.io.gfile.GFile(piece.path, "rb") as f:
             f.seek(piece.start)
             return f.read(piece.end - piece.start)
 
-    def compress_piece(piece: Piece) -> tuple[int, bytes]:
-        data = read_piece(piece)
+    def compress_piece(piece: Piece) -> bytes:
         # Level 1: gzip's higher levels cost 3-4x the CPU for a few percent of size.
-        return len(data), gzip.compress(data, compresslevel=1, mtime=0)
+        return gzip.compress(read_piece(piece), compresslevel=1, mtime=0)
 
     with tf.io.gfile.GFile(path, "wb") as out:
         if compression == "gzip":
@@ -290,20 +296,14 @@ def write_shard(spec: ShardSpec, staging: str, compression: str) -> Shard:
                 for piece in spec.pieces:
                     pending.append(pool.submit(compress_piece, piece))
                     if len(pending) >= 2 * workers:
-                        size, data = pending.pop(0).result()
-                        out.write(data)
-                        raw += size
+                        out.write(pending.pop(0).result())
                 for future in pending:
-                    size, data = future.result()
-                    out.write(data)
-                    raw += size
+                    out.write(future.result())
         else:
             for piece in spec.pieces:
-                data = read_piece(piece)
-                out.write(data)
-                raw += len(data)
+                out.write(read_piece(piece))
     return Shard(spec.partition, spec.split, relative, sum(p.rows for p in spec.pieces),
-                 tf.io.gfile.stat(path).length, raw)
+                 tf.io.gfile.stat(path).length)
 
 
 def new_staging_dir(output_dir: str) -> str:
@@ -313,8 +313,7 @@ def new_staging_dir(output_dir: str) -> str:
 
 
 def write_manifest(staging: str, manifest: dict) -> None:
-    with tf.io.gfile.GFile(os.path.join(staging, MANIFEST_FILE), "w") as f:
-        json.dump(manifest, f, indent=2, sort_keys=True)
+    fileio.write_json(os.path.join(staging, MANIFEST_FILE), manifest)
 
 
 def build_manifest(shards: list[Shard], sources: list[dict], compression: str,
@@ -360,12 +359,31 @@ def discard(staging: str) -> None:
         tf.io.gfile.rmtree(staging)
 
 
+@contextlib.contextmanager
+def staged_output(output_dir: str) -> Iterator[str]:
+    """A fresh staging folder inside `output_dir`, committed into it when the block succeeds
+    and removed when it fails, so a failed run leaves nothing that looks complete."""
+    tf.io.gfile.makedirs(output_dir)
+    staging = new_staging_dir(output_dir)
+    try:
+        yield staging
+        commit(staging, output_dir)
+    except BaseException:
+        discard(staging)
+        raise
+
+
+def check_row_accounting(manifest: dict) -> None:
+    """Every row read is written or quarantined; anything else is a lost row, and fatal."""
+    rows_in, written = manifest["rows_in"], manifest["rows_written"]
+    quarantined = manifest["rows_quarantined"]
+    if rows_in != written + quarantined:
+        raise RuntimeError(f"Row accounting failed: {rows_in} rows in, {written} written, "
+                           f"{quarantined} quarantined")
+
+
 def read_manifest(folder: str) -> Optional[dict]:
-    path = os.path.join(folder, MANIFEST_FILE)
-    if not tf.io.gfile.exists(path):
-        return None
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f)
+    return fileio.read_json(os.path.join(folder, MANIFEST_FILE))
 
 
 def split_names(manifest: dict) -> list[str]:

@@ -40,12 +40,6 @@ def masked_crc(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
-def frame(data: bytes) -> bytes:
-    length = struct.pack("<Q", len(data))
-    return length + struct.pack("<I", masked_crc(length)) + data + \
-        struct.pack("<I", masked_crc(data))
-
-
 def is_gzip(path: str) -> bool:
     with tf.io.gfile.GFile(path, "rb") as f:
         return f.read(2) == GZIP_MAGIC

@@ -121,41 +121,47 @@ def submit(template, project, region, pipeline_root, service_account, dry_run) -
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("source")
 @click.argument("output_dir")
-@click.option("--format", "fmt", default="auto", show_default=True,
-              type=click.Choice(["auto", "csv", "parquet", "jsonl", "tfrecord", "images"]))
+@click.option("--format", "fmt", default=None,
+              type=click.Choice(["auto", "csv", "parquet", "jsonl", "tfrecord", "images"]),
+              help="Default: auto, from the file extensions.")
 @click.option("--num-shards", type=int, default=None, help="Shards per split.")
 @click.option("--shard-size-mb", type=float, default=None,
               help="Target shard size on disk (default 128; small data gets one shard).")
-@click.option("--splits", default="train:2,eval:1", show_default=True,
-              help="Deterministic hash split, name:weight pairs.")
+@click.option("--splits", default=None,
+              help="Deterministic hash split, name:weight pairs (default train:2,eval:1).")
 @click.option("--split-key", default=None, help="Hash this column instead of the whole row.")
 @click.option("--partition-by", default=None, help="Write COL=<value>/Split-... folders.")
-@click.option("--compression", default="gzip", show_default=True,
-              type=click.Choice(["gzip", "none"]))
-@click.option("--on-bad-record", default="fail", show_default=True,
-              type=click.Choice(["fail", "quarantine"]))
+@click.option("--compression", default=None, type=click.Choice(["gzip", "none"]),
+              help="Default: gzip.")
+@click.option("--on-bad-record", default=None, type=click.Choice(["fail", "quarantine"]),
+              help="Default: fail, naming the file and row.")
 @click.pass_context
 def examplegen(ctx, source, output_dir, fmt, num_shards, shard_size_mb, splits, split_key,
                partition_by, compression, on_bad_record) -> None:
     """Convert SOURCE into sharded TFRecords in OUTPUT_DIR (no TFX orchestration).
 
     Extra arguments go to Beam, e.g. --runner=DataflowRunner --direct_num_workers=2.
+    Options left out take ExampleGenOptions' defaults.
     """
-    from components.example_gen import executor, sources
+    from components.example_gen import beam_job
     from components.example_gen.options import ExampleGenOptions
+    from components.example_gen.sources.base import SourceError
     from components.shards import ShardingOptions
+
+    def given(**values):
+        return {k: v for k, v in values.items() if v is not None}
 
     try:
         options = ExampleGenOptions(
-            source=source, format=fmt, splits=splits, split_key=split_key,
-            partition_by=partition_by, on_bad_record=on_bad_record,
-            sharding=ShardingOptions(num_shards=num_shards, shard_size_mb=shard_size_mb,
-                                     compression=compression))
-        manifest = executor.run(options, output_dir, beam_pipeline_args=ctx.args)
+            source=source, sharding=ShardingOptions(**given(
+                num_shards=num_shards, shard_size_mb=shard_size_mb, compression=compression)),
+            **given(format=fmt, splits=splits, split_key=split_key, partition_by=partition_by,
+                    on_bad_record=on_bad_record))
+        manifest = beam_job.run(options, output_dir, beam_pipeline_args=ctx.args)
     except (ValueError, FileExistsError, FileNotFoundError) as e:
         raise click.ClickException(_one_line(e))
     except Exception as e:  # Beam wraps DoFn errors; surface the bad-input line only
-        if isinstance(e.__cause__ or e.__context__, sources.SourceError) or \
+        if isinstance(e.__cause__ or e.__context__, SourceError) or \
                 "SourceError" in type(e).__name__ or "BadRecordError" in str(e):
             raise click.ClickException(_one_line(e))
         raise
@@ -184,14 +190,14 @@ def _one_line(error: Exception) -> str:
               type=click.Choice(["table", "json"]))
 def inspect(path, limit, fmt) -> None:
     """Print records of a TFRecord file or folder, typed by its schema.pbtxt if there is one."""
-    from components import inspect as inspect_lib
+    from components import example_rows
     from components.tfrecord_io import CorruptRecordError
 
     try:
-        rows = list(inspect_lib.iter_rows(path, limit=limit))
+        rows = list(example_rows.iter_rows(path, limit=limit))
     except CorruptRecordError as e:
         raise click.ClickException(str(e))
-    click.echo(inspect_lib.format_rows(rows, fmt))
+    click.echo(example_rows.format_rows(rows, fmt))
 
 
 @main.group()
@@ -209,6 +215,29 @@ def _bench_options(command):
     return command
 
 
+# A bench table: (heading, key in each row's result, format of the value).
+Column = tuple[str, str, str]
+RATE, MEDIAN = ("rows/s", "rows_per_second", "{:,.0f}"), ("median s", "median_seconds", "{:.2f}")
+
+
+def _report(result: dict, as_json: bool, rows: dict[str, dict], columns: list[Column],
+            summary: str = "") -> None:
+    """The result as JSON, or as a table of one line per measured path plus a summary."""
+    if as_json:
+        import json
+
+        click.echo(json.dumps(result, indent=2))
+        return
+    cells = [[name] + [fmt.format(row[key]) for _, key, fmt in columns]
+             for name, row in rows.items()]
+    headings = [""] + [heading for heading, _, _ in columns]
+    widths = [max(len(line[i]) for line in [headings] + cells) for i in range(len(headings))]
+    for line in [headings] + cells:
+        click.echo("  ".join(cell.rjust(width) for cell, width in zip(line, widths)))
+    if summary:
+        click.echo(summary)
+
+
 @bench.command("examplegen")
 @click.option("--rows", default=300_000, show_default=True, type=int)
 @_bench_options
@@ -216,24 +245,14 @@ def _bench_options(command):
               help="Measure one implementation only (e.g. for memory at large N).")
 def bench_examplegen(rows, repeats, work_dir, as_json, only) -> None:
     """Ours vs stock CsvExampleGen on the same taxi-like CSV, both on LocalDagRunner."""
-    import json
-
     from bench import examplegen as bench_lib
 
     result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats,
                                      impls=(only,) if only else bench_lib.IMPLEMENTATIONS)
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-        return
-    for impl in bench_lib.IMPLEMENTATIONS:
-        if impl in result:
-            r = result[impl]
-            click.echo(f"{impl:>5}: {r['rows_per_second']:>10,.0f} rows/s  "
-                       f"median {r['median_seconds']:.2f}s  peak RSS "
-                       f"{r['median_peak_rss_mb']:,.0f} MiB")
-    if "speedup" in result:
-        click.echo(f"ratio ours/stock: {result['speedup']:.1f}x")
-
+    _report(result, as_json, {impl: result[impl] for impl in bench_lib.IMPLEMENTATIONS
+                              if impl in result},
+            [RATE, MEDIAN, ("peak RSS MiB", "median_peak_rss_mb", "{:,.0f}")],
+            f"ratio ours/stock: {result['speedup']:.1f}x" if "speedup" in result else "")
 
 
 @bench.command("input")
@@ -242,19 +261,13 @@ def bench_examplegen(rows, repeats, work_dir, as_json, only) -> None:
 def bench_input(rows, repeats, work_dir, as_json) -> None:
     """Training input paths on the same rows: ours (first and cached epoch), the TFX stock
     tfx_bsl path, make_csv_dataset and naive parse_single_example."""
-    import json
-
     from bench import input as bench_lib
 
     result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats,
                                      log=lambda line: click.echo(line, err=True))
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-        return
-    for name, r in result["paths"].items():
-        click.echo(f"{name:>12}: {r['rows_per_second']:>12,.0f} rows/s  "
-                   f"median {r['median_seconds']:.2f}s  {r['vs_stock']:.2f}x stock")
-    click.echo(f"ours (first epoch) vs csv: {result['ours_vs_csv']:.2f}x")
+    _report(result, as_json, result["paths"],
+            [RATE, MEDIAN, ("vs stock", "vs_stock", "{:.2f}x")],
+            f"ours (first epoch) vs csv: {result['ours_vs_csv']:.2f}x")
 
 
 @bench.command("images")
@@ -262,19 +275,13 @@ def bench_input(rows, repeats, work_dir, as_json) -> None:
 @_bench_options
 def bench_images(count, repeats, work_dir, as_json) -> None:
     """One JPEG file per image vs our TFRecord image path, on the same images."""
-    import json
-
     from bench import images as bench_lib
 
     result = bench_lib.run_benchmark(count, os.path.abspath(work_dir), repeats,
                                      log=lambda line: click.echo(line, err=True))
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-        return
-    for name, r in result["paths"].items():
-        click.echo(f"{name:>6}: {r['images_per_second']:>10,.0f} img/s  "
-                   f"median {r['median_seconds']:.2f}s")
-    click.echo(f"ratio ours/files: {result['ratio']:.2f}x")
+    _report(result, as_json, result["paths"],
+            [("img/s", "images_per_second", "{:,.0f}"), MEDIAN],
+            f"ratio ours/files: {result['ratio']:.2f}x")
 
 
 @bench.command("accuracy")
@@ -285,19 +292,14 @@ def bench_images(count, repeats, work_dir, as_json) -> None:
 def bench_accuracy(seeds, train_steps, work_dir, as_json) -> None:
     """The same model trained on packed and on per-row records of the taxi sample, with the
     same steps and seed, scored on the same raw eval Examples."""
-    import json
-
     from bench import accuracy as bench_lib
 
     result = bench_lib.run_benchmark(os.path.abspath(work_dir), seeds, train_steps,
                                      log=lambda line: click.echo(line, err=True))
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-        return
-    for name, median in result["median"].items():
-        click.echo(f"{name:>8}: accuracy {median['accuracy']:.4f}  AUC {median['auc']:.4f}")
-    click.echo(f"packed - per-row accuracy: {result['accuracy_gap_points']['median']:+.2f} "
-               f"points (median over {seeds} seeds)")
+    _report(result, as_json, result["median"],
+            [("accuracy", "accuracy", "{:.4f}"), ("AUC", "auc", "{:.4f}")],
+            f"packed - per-row accuracy: {result['accuracy_gap_points']['median']:+.2f} "
+            f"points (median over {seeds} seeds)")
 
 
 if __name__ == "__main__":

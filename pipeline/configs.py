@@ -2,6 +2,11 @@
 
 Precedence: the dataclass defaults, then a YAML file, then `--set key=value` and the named
 CLI options. Settings left at None take the dataset's own default (label, image shape, schema).
+
+A component setting's default lives in its component's options class; the field here names
+it (`batch_size: int = TrainerOptions.batch_size`), and `example_gen_options()`,
+`transform_options()` and `trainer_options()` hand every setting to the options field of the
+same name. docs/ARCHITECTURE.md walks through adding one.
 """
 from __future__ import annotations
 
@@ -11,6 +16,13 @@ import os
 import typing
 from typing import Any, Mapping, Optional
 
+from components import taxi
+from components.example_gen.options import ExampleGenOptions
+from components.options import settings_for
+from components.shards import ShardingOptions
+from components.trainer.options import TrainerOptions
+from components.transform.options import TransformOptions
+
 DEFAULT_ROOT = "tfrp_runs"
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMAS_DIR = os.path.join(REPO_ROOT, "schemas")
@@ -19,17 +31,20 @@ DEFAULT_IMAGE = "tfrecord-pipeline"
 DEFAULT_IMAGE_TAG = "0.1.0"
 # Where the Dockerfile puts the project inside the image.
 CONTAINER_WORKDIR = "/pipeline"
+# The preprocessing_fn setting that derives the Transform from the schema.
+SCHEMA_PREPROCESSING = "schema"
 
 # What each bundled dataset needs beyond the defaults. Your own data_root is read with the
 # settings of `dataset` (taxi unless set), so set label_key and preprocessing_fn for it.
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
-    "taxi": {"label_key": "big_tipper", "schema": "infer",
-             "preprocessing_fn": "components.trainer.module.preprocessing_fn"},
+    "taxi": {"schema": "infer", "preprocessing_fn": taxi.PREPROCESSING_FN,
+             **taxi.TRAINER_SETTINGS},
     "digits": {"label_key": "label", "image_shape": [8, 8, 1], "num_classes": 10,
-               "schema": "import", "preprocessing_fn": "schema"},
+               "schema": "import", "preprocessing_fn": SCHEMA_PREPROCESSING},
     # Your own folder of images with a labels.csv (filename,label): set data_root,
     # image_shape (images are resized to it) and num_classes.
-    "images": {"label_key": "label", "schema": "infer", "preprocessing_fn": "schema"},
+    "images": {"label_key": "label", "schema": "infer",
+               "preprocessing_fn": SCHEMA_PREPROCESSING},
 }
 
 
@@ -40,28 +55,41 @@ class PipelineConfig:
     dataset: str = "taxi"
     # A source file or folder (local, gs://, ...) instead of the bundled dataset's data.
     data_root: Optional[str] = None
-    data_format: str = "auto"
-    splits: str = "train:2,eval:1"
+    data_format: str = ExampleGenOptions.format
+    splits: str = ExampleGenOptions.splits
     split_key: Optional[str] = None
     num_shards: Optional[int] = None
     shard_size_mb: Optional[float] = None
-    compression: str = "gzip"
-    on_bad_record: str = "fail"
+    compression: str = ShardingOptions.compression
+    on_bad_record: str = ExampleGenOptions.on_bad_record
     # "infer" (SchemaGen), "import" (ImportSchemaGen from schemas/<dataset>/schema.pbtxt),
     # or the path of a schema.pbtxt to import.
     schema: Optional[str] = None
     # A `module.function` preprocessing_fn, or "schema" to derive one from the schema.
     preprocessing_fn: Optional[str] = None
     # Transform writes this many rows per tf.Example (0: one row per Example).
-    packed_rows: int = 1024
+    packed_rows: int = TransformOptions.packed_rows
     label_key: Optional[str] = None
+    # A `module.function` computing the label from raw features, and the features it reads.
+    label_fn: Optional[str] = None
+    label_inputs: Optional[list[str]] = None
+    # Features the model must not see (default: an image dataset's size and format columns).
+    exclude: Optional[list[str]] = None
     # [height, width, channels] of the "image" feature; set for image datasets.
     image_shape: Optional[list[int]] = None
+    image_dtype: str = TrainerOptions.image_dtype
     num_classes: Optional[int] = None
     train_steps: int = 1000
     eval_steps: int = 100
-    batch_size: int = 256
-    seed: int = 42  # weight initialisation and input shuffling
+    # Reporting windows: train_steps is cut into this many epochs of input-wait figures.
+    epochs: int = TrainerOptions.epochs
+    batch_size: int = TrainerOptions.batch_size
+    seed: int = TrainerOptions.seed  # weight initialisation and input shuffling
+    # "none", "memory" or a file prefix: where parsed batches are cached after one epoch.
+    cache: str = TrainerOptions.cache
+    # Read damaged training shards past their bad records (logged and counted).
+    skip_corrupt: bool = TrainerOptions.skip_corrupt
+    shuffle_buffer: int = TrainerOptions.shuffle_buffer
     # Evaluator blesses the model only when every metric reaches its bound (AUC: binary only).
     min_accuracy: float = 0.8
     min_auc: Optional[float] = 0.85
@@ -153,6 +181,27 @@ class PipelineConfig:
             # Dataflow workers run the same image as the components, so they import our code.
             args.append(f"--sdk_container_image={self.image_uri}")
         return args + list(self.beam_args)
+
+    # -- the components' options --------------------------------------------------------------
+    def sharding_options(self) -> ShardingOptions:
+        return ShardingOptions(**settings_for(ShardingOptions, self))
+
+    def example_gen_options(self, source: str) -> ExampleGenOptions:
+        return ExampleGenOptions(**settings_for(ExampleGenOptions, self), source=source,
+                                 format=self.data_format, sharding=self.sharding_options())
+
+    def transform_options(self) -> TransformOptions:
+        settings = settings_for(TransformOptions, self)
+        if self.preprocessing_fn == SCHEMA_PREPROCESSING:
+            settings["preprocessing_fn"] = None  # derived from the schema
+        return TransformOptions(**settings, sharding=self.sharding_options())
+
+    def trainer_options(self) -> TrainerOptions:
+        settings = {k: v for k, v in settings_for(TrainerOptions, self).items()
+                    if v is not None}  # None: the options' own default
+        if self.image_shape:
+            settings["images"] = {"image": list(self.image_shape)}
+        return TrainerOptions.from_custom_config(settings)
 
     # -- building one -------------------------------------------------------------------------
     @classmethod

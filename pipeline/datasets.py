@@ -3,19 +3,11 @@ from __future__ import annotations
 
 import os
 
-from components.example_gen.sources import BUNDLED_PREFIX, resolve_source
+from components.example_gen.sources.locate import TAXI_SOURCE
 from pipeline.configs import PipelineConfig
 
 TAXI = "taxi"
-
-
-TAXI_SOURCE = BUNDLED_PREFIX + TAXI
 DIGITS = "digits"
-
-
-def taxi_csv_path() -> str:
-    """The Chicago taxi sample (15,002 trips) bundled in the tfx wheel."""
-    return resolve_source(TAXI_SOURCE)
 
 
 def source_for(config: PipelineConfig, local: bool = True) -> str:

@@ -5,30 +5,19 @@ ShardedExampleGen -> StatisticsGen -> SchemaGen | ImportSchemaGen -> ExampleVali
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 import tensorflow_model_analysis as tfma
 from ml_metadata.proto import metadata_store_pb2
 from tfx import v1 as tfx
 
 from components.example_gen.component import ShardedExampleGen
-from components.trainer.module import TRANSFORM_SIGNATURE
+from components.trainer.options import TRANSFORM_SIGNATURE
 from components.transform.component import ShardedTransform
 from pipeline import datasets
 from pipeline.configs import PipelineConfig
 
 TRAINER_RUN_FN = "components.trainer.module.run_fn"
-SCHEMA_PREPROCESSING = "schema"
-
-
-def trainer_custom_config(config: PipelineConfig) -> dict[str, Any]:
-    custom: dict[str, Any] = {"batch_size": config.batch_size, "label_key": config.label_key,
-                              "seed": config.seed}
-    if config.image_shape:
-        custom["images"] = {"image": list(config.image_shape)}
-    if config.num_classes:
-        custom["num_classes"] = config.num_classes
-    return custom
 
 
 def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
@@ -63,11 +52,7 @@ def create_pipeline(
     """The pipeline for `config`. It reads `source` (a path or a bundled source name), by
     default the configured data_root or the dataset's bundled data."""
     source = source or datasets.source_for(config)
-    example_gen = ShardedExampleGen(
-        source=source, format=config.data_format, splits=config.splits,
-        split_key=config.split_key, num_shards=config.num_shards,
-        shard_size_mb=config.shard_size_mb, compression=config.compression,
-        on_bad_record=config.on_bad_record)
+    example_gen = ShardedExampleGen(config.example_gen_options(source))
     statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
     if config.schema_file:
         schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_file)
@@ -78,10 +63,7 @@ def create_pipeline(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
     transform = ShardedTransform(
         examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
-        preprocessing_fn=(None if config.preprocessing_fn == SCHEMA_PREPROCESSING
-                          else config.preprocessing_fn),
-        packed_rows=config.packed_rows, num_shards=config.num_shards,
-        shard_size_mb=config.shard_size_mb, compression=config.compression)
+        options=config.transform_options())
     # Only data that passed validation is transformed; nothing flows between the two, so the
     # order is stated.
     transform.add_upstream_node(example_validator)
@@ -89,10 +71,11 @@ def create_pipeline(
         run_fn=TRAINER_RUN_FN,
         examples=transform.outputs["transformed_examples"],
         transform_graph=transform.outputs["transform_graph"],
-        schema=schema_gen.outputs["schema"],
+        # The post-transform schema says what the examples hold and whether they are packed.
+        schema=transform.outputs["post_transform_schema"],
         train_args=tfx.proto.TrainArgs(num_steps=config.train_steps),
         eval_args=tfx.proto.EvalArgs(num_steps=config.eval_steps),
-        custom_config=trainer_custom_config(config),
+        custom_config=config.trainer_options().as_custom_config(),
     )
     evaluator = tfx.components.Evaluator(
         examples=example_gen.outputs["examples"], model=trainer.outputs["model"],

@@ -8,12 +8,26 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest  # noqa: E402
 
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from components.example_gen.sources.locate import taxi_csv_path  # noqa: E402
 from pipeline import datasets  # noqa: E402
+
+
+def tfrp(*args, check: bool = True, cwd=None) -> subprocess.CompletedProcess:
+    """Runs the `tfrp` command line in a child process, as a user would."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-W", "ignore", "-m", "pipeline.cli", *args],
+                            capture_output=True, text=True, env=env, cwd=cwd)
+    if check and result.returncode != 0:
+        raise AssertionError(result.stderr[-3000:])
+    return result
 
 
 @pytest.fixture(scope="session")
 def taxi_csv() -> str:
-    return datasets.taxi_csv_path()
+    return taxi_csv_path()
 
 
 @pytest.fixture(scope="session")
@@ -31,11 +45,11 @@ def taxi_slice_dir(tmp_path_factory, taxi_csv) -> str:
 @pytest.fixture(scope="session")
 def taxi_examples(taxi_slice_dir, tmp_path_factory) -> str:
     """Our ExampleGen's output for the 2,000-trip slice: Split-*/ shards and schema.pbtxt."""
-    from components.example_gen import executor
+    from components.example_gen import beam_job
     from components.example_gen.options import ExampleGenOptions
 
     out = tmp_path_factory.mktemp("taxi_examples") / "examples"
-    executor.run(ExampleGenOptions(source=os.path.join(taxi_slice_dir, "data.csv")), str(out))
+    beam_job.run(ExampleGenOptions(source=os.path.join(taxi_slice_dir, "data.csv")), str(out))
     return str(out)
 
 
@@ -66,13 +80,13 @@ def stock_taxi_examples(taxi_slice_dir, tmp_path_factory) -> tuple[str, str]:
 @pytest.fixture(scope="session")
 def digits_examples(tmp_path_factory) -> str:
     """scikit-learn's digits as PNGs + labels.csv, through our ExampleGen."""
-    from components.example_gen import executor
+    from components.example_gen import beam_job
     from components.example_gen.options import ExampleGenOptions
 
     root = tmp_path_factory.mktemp("digits")
     images = datasets.write_digits_images(str(root / "images"))
     out = root / "examples"
-    executor.run(ExampleGenOptions(source=images, format="images"), str(out))
+    beam_job.run(ExampleGenOptions(source=images, format="images"), str(out))
     return str(out)
 
 

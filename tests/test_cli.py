@@ -9,15 +9,7 @@ import sys
 import pytest
 
 from components import tfrecord_io
-
-
-def tfrp(*args, check=True):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run([sys.executable, "-W", "ignore", "-m", "pipeline.cli", *args],
-                            capture_output=True, text=True, env=env)
-    if check and result.returncode != 0:
-        raise AssertionError(result.stderr[-3000:])
-    return result
+from conftest import tfrp
 
 
 @pytest.fixture(scope="module")

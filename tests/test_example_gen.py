@@ -14,8 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 
-from components import codec, inspect as inspect_lib, shards, tfrecord_io
-from components.example_gen import executor, sources
+from tensorflow_metadata.proto.v0 import schema_pb2
+
+from components import example_rows, shards, tfrecord_io
+from components.codec import parser, schema_file
+from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
 from components.shards import ShardingOptions
 
@@ -23,12 +26,12 @@ from components.shards import ShardingOptions
 def run_gen(source, out, **kwargs):
     sharding = ShardingOptions(**{k: kwargs.pop(k) for k in
                                   ("num_shards", "shard_size_mb", "compression") if k in kwargs})
-    return executor.run(ExampleGenOptions(source=str(source), sharding=sharding, **kwargs),
+    return beam_job.run(ExampleGenOptions(source=str(source), sharding=sharding, **kwargs),
                         str(out))
 
 
 def read_all(folder) -> list[dict]:
-    return list(inspect_lib.iter_rows(str(folder)))
+    return list(example_rows.iter_rows(str(folder)))
 
 
 def assert_balanced(manifest):
@@ -54,7 +57,7 @@ def test_csv_round_trip_every_value(taxi_out, taxi_slice_csv):
     assert manifest["rows_written"] == 2000
     source = pacsv.read_csv(taxi_slice_csv, convert_options=pacsv.ConvertOptions(
         strings_can_be_null=True)).to_pylist()
-    schema = codec.load_schema(str(out))
+    schema = schema_file.load_schema(str(out))
     types = {f.name: f.type for f in schema.feature}
     rows = read_all(out)
     assert len(rows) == len(source)
@@ -65,16 +68,16 @@ def test_csv_round_trip_every_value(taxi_out, taxi_slice_csv):
             v = row[name]
             if isinstance(v, bytes):
                 v = v.decode()
-            if types[name] == codec.schema_pb2.FLOAT and v is not None:
+            if types[name] == schema_pb2.FLOAT and v is not None:
                 v = float(np.float32(v))  # the documented float32 narrowing
             out_row.append(v)
         return tuple(out_row)
     assert sorted(map(key, rows), key=repr) == sorted(map(key, source), key=repr)
-    assert types["fare"] == codec.schema_pb2.FLOAT
-    assert types["trip_start_hour"] == codec.schema_pb2.INT
-    assert types["company"] == codec.schema_pb2.BYTES
+    assert types["fare"] == schema_pb2.FLOAT
+    assert types["trip_start_hour"] == schema_pb2.INT
+    assert types["company"] == schema_pb2.BYTES
     # A column with gaps records its presence; payment_type's few values become a domain.
-    company = codec.find_feature(schema, "company")
+    company = parser.find_feature(schema, "company")
     assert 0 < company.presence.min_fraction < 1
     domains = {d.name: list(d.value) for d in schema.string_domain}
     assert "Cash" in domains["payment_type"]
@@ -90,10 +93,10 @@ def test_parquet_lists_nulls_and_bools(tmp_path):
     pq.write_table(table, tmp_path / "data.parquet")
     manifest = run_gen(tmp_path / "data.parquet", tmp_path / "out")
     assert_balanced(manifest)
-    schema = codec.load_schema(str(tmp_path / "out"))
-    tags = codec.find_feature(schema, "tags")
-    assert not codec.is_scalar(tags) and tags.type == codec.schema_pb2.BYTES
-    assert codec.find_feature(schema, "ok").type == codec.schema_pb2.INT
+    schema = schema_file.load_schema(str(tmp_path / "out"))
+    tags = parser.find_feature(schema, "tags")
+    assert not parser.is_scalar(tags) and tags.type == schema_pb2.BYTES
+    assert parser.find_feature(schema, "ok").type == schema_pb2.INT
     rows = {r["id"]: r for r in read_all(tmp_path / "out")}
     assert rows[1]["tags"] == [b"a", b"b"] and rows[4]["tags"] == [b"c"]
     assert rows[3]["tags"] is None and rows[2]["score"] is None
@@ -114,8 +117,8 @@ def test_jsonl_with_bad_lines_quarantined(tmp_path):
     bad = [json.loads(l) for f in glob.glob(str(tmp_path / "out" / "quarantine" / "*.jsonl"))
            for l in open(f)]
     assert sorted(b["location"] for b in bad) == ["line 3", "line 5"]
-    schema = codec.load_schema(str(tmp_path / "out"))
-    assert codec.find_feature(schema, "a").type == codec.schema_pb2.FLOAT  # int widened
+    schema = schema_file.load_schema(str(tmp_path / "out"))
+    assert parser.find_feature(schema, "a").type == schema_pb2.FLOAT  # int widened
     values = sorted(r["a"] for r in read_all(tmp_path / "out"))
     assert values == [1.0, 2.0, 3.5]
 
@@ -269,9 +272,9 @@ def test_messy_csv_counts_balance(messy_dir, tmp_path):
     per_file = {os.path.basename(s["path"]): s for s in manifest["sources"]}
     assert per_file["empty.csv"]["rows_in"] == 0 and per_file["header_only.csv"]["rows_in"] == 0
     assert per_file["bom.csv"]["rows_in"] == 1
-    schema = codec.load_schema(str(tmp_path / "out"))
+    schema = schema_file.load_schema(str(tmp_path / "out"))
     assert [f.name for f in schema.feature] == ["a", "b", "c"]  # BOM stripped from "a"
-    assert codec.find_feature(schema, "c").type == codec.schema_pb2.BYTES  # 1 then text
+    assert parser.find_feature(schema, "c").type == schema_pb2.BYTES  # 1 then text
     rows = read_all(tmp_path / "out")
     assert sorted(r["a"] for r in rows) == [1, 4, 5, 6, 7, 8, 9]
     assert {r["b"] for r in rows} >= {b"\xff\xfe", b"multi\nline"}
@@ -299,7 +302,21 @@ def test_checked_in_taxi_schema_matches_inference(taxi_csv, tmp_path):
     from google.protobuf import text_format
 
     run_gen(taxi_csv, tmp_path / "out")
-    inferred = codec.load_schema(str(tmp_path / "out"))
+    inferred = schema_file.load_schema(str(tmp_path / "out"))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    checked_in = codec.load_schema(os.path.join(root, "schemas", "taxi", "schema.pbtxt"))
+    checked_in = schema_file.load_schema(os.path.join(root, "schemas", "taxi", "schema.pbtxt"))
     assert text_format.MessageToString(inferred) == text_format.MessageToString(checked_in)
+
+
+@pytest.mark.parametrize("module", ["components.example_gen.beam_job",
+                                    "components.transform.beam_job"])
+def test_beam_jobs_import_no_tfx(module):
+    """The CLI, the bench and other engines import the Beam jobs without TFX."""
+    import subprocess
+    import sys
+
+    code = (f"import sys, {module}; "
+            "loaded = sorted(m for m in sys.modules if m == 'tfx' or m.startswith('tfx.')); "
+            "print(loaded); sys.exit(1 if loaded else 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]

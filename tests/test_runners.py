@@ -13,6 +13,7 @@ import sys
 import pytest
 import tensorflow as tf
 
+from conftest import tfrp
 from pipeline import local_runner, vertex_runner
 from pipeline.configs import (CONTAINER_WORKDIR, DEFAULT_IMAGE, DEFAULT_IMAGE_TAG,
                               PipelineConfig)
@@ -23,15 +24,6 @@ COMPONENTS = {"ShardedExampleGen", "StatisticsGen", "SchemaGen", "ExampleValidat
 BEAM_ARGS = ["--runner=DataflowRunner", "--project=test-project", "--region=europe-west4",
              "--temp_location=gs://test-bucket/tmp", "--machine_type=n2-standard-4",
              "--max_num_workers=7"]
-
-
-def tfrp(*args, check=True, cwd=None):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run([sys.executable, "-W", "ignore", "-m", "pipeline.cli", *args],
-                            capture_output=True, text=True, env=env, cwd=cwd)
-    if check and result.returncode != 0:
-        raise AssertionError(result.stderr[-3000:])
-    return result
 
 
 # -- LocalDagRunner: Evaluator, Pusher, cache ----------------------------------------------------

@@ -12,10 +12,11 @@ from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from components import codec, tfrecord_io
+from components import taxi, tfrecord_io
+from components.codec import schema_file
 from components.trainer import distribute, fit, module
-from components.trainer.input import (
-    ImageSpec, InputConfig, build_dataset, corrupt_files_named, resolve_files)
+from components.trainer.input import build_dataset, corrupt_files_named, resolve_files
+from components.trainer.options import ImageSpec, InputConfig
 
 HAND_SCHEMA = """
 feature { name: "fare" type: FLOAT value_count { min: 1 max: 1 } presence { min_fraction: 0.5 } }
@@ -94,9 +95,9 @@ def test_unknown_feature_is_named(tmp_path):
 
 def test_reads_our_gzip_shards_and_stock_csv_example_gen_output(taxi_examples,
                                                                 stock_taxi_examples):
-    ours = codec.load_schema(taxi_examples)
+    ours = schema_file.load_schema(taxi_examples)
     stock_dir, stock_schema_path = stock_taxi_examples
-    stock = codec.load_schema(stock_schema_path)
+    stock = schema_file.load_schema(stock_schema_path)
     config = InputConfig(batch_size=500, training=False, num_epochs=1)
     for folder, schema in ((taxi_examples, ours), (stock_dir, stock)):
         files = resolve_files(os.path.join(folder, "Split-eval", "*"))
@@ -114,7 +115,7 @@ def test_reads_our_gzip_shards_and_stock_csv_example_gen_output(taxi_examples,
 
 @pytest.mark.parametrize("cache", ["none", "memory", "file"])
 def test_cache_modes_give_every_row_each_epoch(taxi_examples, tmp_path, cache):
-    schema = codec.load_schema(taxi_examples)
+    schema = schema_file.load_schema(taxi_examples)
     files = os.path.join(taxi_examples, "Split-train", "*")
     where = str(tmp_path / "cache" / "train") if cache == "file" else cache
     if cache == "file":
@@ -135,7 +136,7 @@ def test_cache_modes_give_every_row_each_epoch(taxi_examples, tmp_path, cache):
 @pytest.fixture
 def corrupt_shard(taxi_examples, tmp_path):
     """An uncompressed copy of the eval split with one flipped byte in the 10th record."""
-    schema = codec.load_schema(taxi_examples)
+    schema = schema_file.load_schema(taxi_examples)
     records = [r.numpy() for r in tf.data.TFRecordDataset(
         resolve_files(os.path.join(taxi_examples, "Split-eval", "*")), "GZIP")]
     path = write_records(tmp_path / "shard-00000", records)
@@ -171,7 +172,7 @@ def test_skip_corrupt_skips_only_the_bad_record_and_logs_it(corrupt_shard, caplo
 def test_image_examples_decode_in_the_input_chain(digits_examples):
     from sklearn.datasets import load_digits
 
-    schema = codec.load_schema(digits_examples)
+    schema = schema_file.load_schema(digits_examples)
     for dtype in ("uint8", "float32"):
         config = InputConfig(batch_size=32, training=False, num_epochs=1,
                              images={"image": ImageSpec(8, 8, 1, dtype)})
@@ -193,12 +194,12 @@ def test_image_examples_decode_in_the_input_chain(digits_examples):
 def test_distributed_input_and_training_on_cpu(taxi_examples, tmp_path, mirrored):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"]) if mirrored else \
         distribute.make_strategy()
-    schema = codec.load_schema(taxi_examples)
-    keys = module.model_feature_keys(schema, module.TAXI_LABEL, module.TAXI_EXCLUDED, {})
+    schema = schema_file.load_schema(taxi_examples)
+    keys = module.model_feature_keys(schema, taxi.TAXI_LABEL, taxi.TAXI_EXCLUDED, {})
 
     def dataset_fn(context):
         return build_dataset(os.path.join(taxi_examples, "Split-train", "*"), schema, None,
-                             feature_keys=keys, label_fn=module.taxi_label,
+                             feature_keys=keys, label_fn=taxi.taxi_label,
                              label_inputs=("tips", "fare"), input_context=context,
                              config=InputConfig(batch_size=context.get_per_replica_batch_size(64)))
     data = distribute.distribute(strategy, dataset_fn)
@@ -228,7 +229,8 @@ def check_report(model_run_dir: str, epochs: int) -> dict:
 def test_taxi_training_reduces_loss_reports_input_wait_and_serves(taxi_examples, taxi_csv,
                                                                   tmp_path):
     args = fn_args(taxi_examples, tmp_path, train_steps=240, eval_steps=5,
-                   custom_config={"batch_size": 64, "epochs": 4, "cache": "memory"})
+                   custom_config={**taxi.TRAINER_SETTINGS, "batch_size": 64, "epochs": 4,
+                                  "cache": "memory"})
     module.run_fn(args)
     report = check_report(args.model_run_dir, 4)
     losses = [e["metrics"]["loss"] for e in report["epochs"]]
@@ -245,14 +247,14 @@ def test_taxi_training_reduces_loss_reports_input_wait_and_serves(taxi_examples,
 def test_trains_on_stock_csv_example_gen_output(stock_taxi_examples, tmp_path):
     examples, schema_path = stock_taxi_examples
     args = fn_args(examples, tmp_path, schema_path=schema_path, train_steps=20, eval_steps=2,
-                   custom_config={"batch_size": 32, "epochs": 2})
+                   custom_config={**taxi.TRAINER_SETTINGS, "batch_size": 32, "epochs": 2})
     module.run_fn(args)
     check_report(args.model_run_dir, 2)
     assert os.path.exists(os.path.join(args.serving_model_dir, "saved_model.pb"))
 
 
 def test_digits_cnn_training_reduces_loss_and_serves_png_bytes(digits_examples, tmp_path):
-    from components import inspect as inspect_lib
+    from components import example_rows
 
     args = fn_args(digits_examples, tmp_path, train_steps=150, eval_steps=5,
                    custom_config={"images": {"image": [8, 8, 1]}, "batch_size": 32,
@@ -263,7 +265,7 @@ def test_digits_cnn_training_reduces_loss_and_serves_png_bytes(digits_examples, 
     assert losses[-1] < losses[0], losses
     assert report["evaluation"]["accuracy"] > 0.5  # ten classes: chance is 0.1
 
-    row = next(inspect_lib.iter_rows(os.path.join(digits_examples, "Split-eval"), limit=1))
+    row = next(example_rows.iter_rows(os.path.join(digits_examples, "Split-eval"), limit=1))
     served = tf.saved_model.load(args.serving_model_dir).signatures["serving_default"]
     raw = next(iter(tf.data.TFRecordDataset(resolve_files(
         os.path.join(digits_examples, "Split-eval", "*")), "GZIP")))
@@ -283,7 +285,8 @@ def test_corrupt_training_shard_fails_run_fn_with_the_file_named(corrupt_shard, 
     for shard in glob.glob(os.path.join(taxi_examples, "Split-eval", "*")):
         (folder / "Split-eval" / os.path.basename(shard)).write_bytes(open(shard, "rb").read())
     args = fn_args(str(folder), tmp_path, schema_path=os.path.join(taxi_examples, "schema.pbtxt"),
-                   train_steps=100, eval_steps=1, custom_config={"batch_size": 32})
+                   train_steps=100, eval_steps=1,
+                   custom_config={**taxi.TRAINER_SETTINGS, "batch_size": 32})
     with pytest.raises(tfrecord_io.CorruptRecordError,
                        match=f"shard-00000: corrupt TFRecord at byte offset {offset}"):
         module.run_fn(args)

@@ -12,12 +12,14 @@ from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from components import codec, packing, shards
+from components import packing, shards, taxi
+from components.codec import parser, schema_file
 from components.shards import ShardingOptions
 from components.trainer import module
-from components.trainer.input import InputConfig, build_dataset
-from components.transform import executor
-from components.transform.executor import TransformOptions
+from components.trainer.input import build_dataset
+from components.trainer.options import InputConfig
+from components.transform import beam_job
+from components.transform.options import TransformOptions
 
 ROW_SCHEMA = """
 feature { name: "fare" type: FLOAT value_count { min: 1 max: 1 } presence { min_fraction: 0.5 } }
@@ -82,9 +84,9 @@ def test_packing_refuses_a_fixed_feature_of_the_wrong_length():
 @pytest.fixture(scope="module")
 def transformed(taxi_examples, tmp_path_factory):
     out = tmp_path_factory.mktemp("transformed")
-    options = TransformOptions(preprocessing_fn="components.trainer.module.preprocessing_fn",
+    options = TransformOptions(preprocessing_fn=taxi.PREPROCESSING_FN,
                                packed_rows=256, sharding=ShardingOptions(num_shards=2))
-    manifest = executor.run(options, taxi_examples, codec.load_schema(taxi_examples),
+    manifest = beam_job.run(options, taxi_examples, schema_file.load_schema(taxi_examples),
                             str(out / "graph"), str(out / "examples"))
     return out, manifest
 
@@ -106,9 +108,9 @@ def test_transform_writes_packed_shards_with_every_row(transformed, taxi_example
                           for b in blocks]
         assert len(blocks) == entry["records"] >= -(-entry["rows"] // 256)
         assert sum(rows_per_block) == entry["rows"] and max(rows_per_block) == 256
-    stored = codec.load_schema(str(out / "examples"))
+    stored = schema_file.load_schema(str(out / "examples"))
     assert packing.packed_rows(stored) == 256
-    dataset = build_dataset(str(out / "examples" / "Split-*" / "*"), stored, module.TAXI_LABEL,
+    dataset = build_dataset(str(out / "examples" / "Split-*" / "*"), stored, taxi.TAXI_LABEL,
                             config=InputConfig(batch_size=100, training=False, num_epochs=1))
     labels = np.concatenate([label.numpy().ravel() for _, label in dataset])
     assert len(labels) == 2000 and set(labels.tolist()) == {0, 1}
@@ -121,16 +123,16 @@ def test_transform_graph_loads_in_stock_tft(transformed):
     output = tft.TFTransformOutput(str(out / "graph"))
     schema = output.transformed_metadata.schema
     names = {f.name for f in schema.feature}
-    assert module.TAXI_LABEL in names and "tips" not in names and "fare" in names
+    assert taxi.TAXI_LABEL in names and "tips" not in names and "fare" in names
     assert output.vocabulary_size_by_name("company") > 10
     raw = output.raw_feature_spec()
     assert "tips" in raw and "company" in raw
 
 
 def test_transform_unpacked_shard_size_is_honoured(taxi_examples, tmp_path):
-    options = TransformOptions(sharding=ShardingOptions(shard_size_mb=0.05,
-                                                        compression="none"))
-    manifest = executor.run(options, taxi_examples, codec.load_schema(taxi_examples),
+    options = TransformOptions(packed_rows=0, sharding=ShardingOptions(shard_size_mb=0.05,
+                                                                       compression="none"))
+    manifest = beam_job.run(options, taxi_examples, schema_file.load_schema(taxi_examples),
                             str(tmp_path / "graph"), str(tmp_path / "examples"))
     sizes = [s["bytes"] for s in manifest["splits"]["train"]["shards"]]
     assert len(sizes) >= 3
@@ -145,10 +147,13 @@ def test_model_trained_on_packed_records_serves_raw_examples(transformed, taxi_e
     args = FnArgs(
         train_files=[str(out / "examples" / "Split-train" / "*")],
         eval_files=[str(out / "examples" / "Split-eval" / "*")],
-        schema_path=os.path.join(taxi_examples, "schema.pbtxt"),
+        # The transformed examples' schema: it carries the packing, as the post-transform
+        # Schema artifact does in the pipeline.
+        schema_path=str(out / "examples" / "schema.pbtxt"),
         transform_graph_path=str(out / "graph"),
         model_run_dir=str(tmp_path / "run"), serving_model_dir=str(tmp_path / "serving"),
-        train_steps=60, eval_steps=3, custom_config={"batch_size": 64, "epochs": 2})
+        train_steps=60, eval_steps=3,
+        custom_config={**taxi.TRAINER_SETTINGS, "batch_size": 64, "epochs": 2})
     module.run_fn(args)
     served = tf.saved_model.load(args.serving_model_dir).signatures["serving_default"]
     raw = [r.numpy() for r in tf.data.TFRecordDataset(
@@ -162,15 +167,15 @@ def test_feature_schema_gen_deprecated_with_a_guessed_type_is_left_out(taxi_exam
     """SchemaGen marks a feature it never saw in train DEPRECATED and types it BYTES; eval rows
     may still hold ints. Decoding with the guess failed on the full taxi data; the feature
     must be left out instead."""
-    schema = codec.load_schema(taxi_examples)
-    hour = codec.find_feature(schema, "trip_start_hour")
+    schema = schema_file.load_schema(taxi_examples)
+    hour = parser.find_feature(schema, "trip_start_hour")
     assert hour.type == schema_pb2.INT
     hour.type = schema_pb2.BYTES
     hour.lifecycle_stage = schema_pb2.DEPRECATED
-    manifest = executor.run(TransformOptions(), taxi_examples, schema, str(tmp_path / "graph"),
+    manifest = beam_job.run(TransformOptions(), taxi_examples, schema, str(tmp_path / "graph"),
                             str(tmp_path / "examples"))
     source = shards.read_manifest(taxi_examples)
     assert manifest["rows_written"] == source["rows_written"]
-    transformed = codec.load_schema(str(tmp_path / "examples"))
+    transformed = schema_file.load_schema(str(tmp_path / "examples"))
     names = {f.name for f in transformed.feature}
     assert "trip_start_hour" not in names and "fare" in names

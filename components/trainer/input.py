@@ -8,7 +8,6 @@ so no one hand-writes it.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import re
 from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
@@ -16,56 +15,13 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import codec, packing, tfrecord_io
+from components import packing, tfrecord_io
+from components.codec import parser
+from components.trainer.options import ImageSpec, InputConfig
 
 AUTOTUNE = tf.data.AUTOTUNE
 LabelFn = Callable[[Mapping[str, tf.Tensor]], tf.Tensor]
 Transform = Callable[[dict], dict]
-
-
-@dataclasses.dataclass(frozen=True)
-class ImageSpec:
-    """How an encoded image feature becomes a [batch, height, width, channels] tensor.
-
-    `dtype="uint8"` ships the pixels to the accelerator as bytes (4x less host->device traffic)
-    and leaves normalisation to the model's first layer, which runs on the device.
-    """
-
-    height: int
-    width: int
-    channels: int = 3
-    dtype: str = "uint8"  # or "float32": scaled to [0, 1] on the host
-
-
-@dataclasses.dataclass
-class InputConfig:
-    """Every knob of the input chain. The defaults are the fast path."""
-
-    batch_size: int = 256
-    training: bool = True
-    shuffle_buffer: int = 10_000
-    seed: Optional[int] = 42
-    # "none", "memory" or a file path prefix; placed after parsing so later epochs skip it.
-    cache: str = "none"
-    # None repeats forever (Keras counts steps); an int gives that many epochs.
-    num_epochs: Optional[int] = None
-    # "auto" sniffs the gzip magic of the first file; else "gzip" or "none".
-    compression: str = "auto"
-    cycle_length: Optional[int] = None  # None lets AUTOTUNE choose the reader parallelism.
-    # Records taken from one file before the interleave moves on. With 1, a parallel
-    # interleave hands every record across threads and reads ~10x slower (measured).
-    block_length: int = 64
-    reader_buffer_bytes: int = 8 << 20
-    # Opt-in: scan the files first and read damaged ones past their bad records.
-    skip_corrupt: bool = False
-    drop_remainder: bool = False
-    # Packed data (see components/packing.py) is shuffled as whole blocks in a buffer of this
-    # many blocks, then row by row within each group of `shuffle_buffer` rows parsed together.
-    block_shuffle_buffer: int = 16
-    # 0 keeps TF's global pool; a private pool isolates input work from the model's ops.
-    private_threadpool_size: int = 0
-    ram_budget_bytes: Optional[int] = None
-    images: Mapping[str, ImageSpec] = dataclasses.field(default_factory=dict)
 
 
 def resolve_files(file_patterns: Union[str, Sequence[str]]) -> list[str]:
@@ -191,7 +147,7 @@ def example_parser(schema: schema_pb2.Schema, feature_names: Sequence[str],
 
     When the schema says the data is packed, each Example is a block of rows: the function
     unpacks them (in random order with `shuffle_rows`), so callers see rows either way."""
-    features_by_name = codec.feature_by_name(schema)
+    features_by_name = parser.feature_by_name(schema)
     missing = sorted(set(feature_names) - set(features_by_name))
     if missing:
         raise KeyError(f"features {missing} are not in the schema "
@@ -204,10 +160,10 @@ def example_parser(schema: schema_pb2.Schema, feature_names: Sequence[str],
             return packing.unpack(tf.io.parse_example(serialized, spec), schema, names,
                                   shuffle=shuffle_rows)
     else:
-        spec = {k: v for k, v in codec.feature_spec_from_schema(schema).items() if k in names}
+        spec = {k: v for k, v in parser.feature_spec_from_schema(schema).items() if k in names}
 
         def to_rows(serialized: tf.Tensor) -> dict:
-            return {name: codec.densify(value, features_by_name[name])
+            return {name: parser.densify(value, features_by_name[name])
                     for name, value in tf.io.parse_example(serialized, spec).items()}
 
     def parse(serialized: tf.Tensor) -> dict:
@@ -298,7 +254,7 @@ def build_dataset(
     damaged = scan_for_corruption(files) if config.skip_corrupt else {}
     deterministic = not config.training
 
-    features_by_name = codec.feature_by_name(schema)
+    features_by_name = parser.feature_by_name(schema)
     keep = list(feature_keys) if feature_keys is not None else [
         k for k in features_by_name if k != label_key]
     parse = example_parser(schema, list(keep) + list(label_inputs) + (

@@ -3,16 +3,11 @@
 Passed to the stock Trainer as `run_fn="components.trainer.module.run_fn"`, so the installed
 package is the module and nothing is rebuilt into a wheel per run.
 
-What to train is read from `custom_config`, all keys optional:
-  label_key       the label feature, or a derived label ("big_tipper": tips > 20 % of fare)
-  exclude         features the model must not see
-  images          {"image": [height, width, channels]}: decode these and train a small CNN
-  num_classes     classes of an image label (default: the label's int_domain, else 10)
-  image_dtype     "uint8" (normalised on the device, default) or "float32"
-  batch_size, epochs (reporting windows of train_steps), cache, skip_corrupt
-  seed            seeds weight initialisation and input shuffling (default 42)
-With a Transform graph the model trains on transformed examples and the serving signature
-applies the graph to raw examples.
+What to train is the `custom_config`: the fields of `TrainerOptions`
+(components/trainer/options.py), all optional. The schema input says what the examples hold;
+ShardedTransform's post-transform schema also says whether they are packed. With a Transform
+graph the model trains on transformed examples and the serving signature applies the graph to
+raw examples.
 """
 from __future__ import annotations
 
@@ -26,60 +21,36 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow_metadata.proto.v0 import schema_pb2  # noqa: E402
 
-from components import codec, packing  # noqa: E402
-from components.inspect import find_schema  # noqa: E402
+from components import packing  # noqa: E402
+from components.codec import parser, schema_file  # noqa: E402
 from components.trainer import distribute, fit  # noqa: E402
 from components.trainer.input import (  # noqa: E402
-    ImageSpec, InputConfig, build_dataset, corrupt_files_named, decode_images, example_parser,
-    resolve_files)
+    build_dataset, corrupt_files_named, decode_images, example_parser, resolve_files)
+from components.trainer.options import (  # noqa: E402
+    TRANSFORM_SIGNATURE, ImageSpec, TrainerOptions)
 
 keras = tf.keras
 
-TAXI_LABEL = "big_tipper"
-TAXI_EXCLUDED = ("tips", "trip_start_timestamp", "pickup_census_tract", "dropoff_census_tract")
-IMAGE_METADATA = ("height", "width", "channels", "format")
 HASH_BINS = 64
 EMBEDDING_DIM = 4
 NORMALIZATION_BATCHES = 20
-DEFAULT_SEED = 42
-# Raw Examples -> transformed features incl. the label; the Evaluator's preprocessing function.
-TRANSFORM_SIGNATURE = "transform_features"
-
-
-def taxi_label(features: Mapping[str, tf.Tensor]) -> tf.Tensor:
-    tips = tf.cast(features["tips"], tf.float32)
-    fare = tf.cast(features["fare"], tf.float32)
-    return tf.cast(tips > 0.2 * fare, tf.float32)
-
-
-# Labels computed from other features when the data does not carry them (raw taxi rows).
-DERIVED_LABELS: dict[str, tuple[Callable, tuple[str, ...]]] = {
-    TAXI_LABEL: (taxi_label, ("tips", "fare")),
-}
-
-
-def preprocessing_fn(inputs: dict, custom_config: dict) -> dict:
-    """The taxi Transform: the default transforms for every model feature, plus the label
-    computed from the raw tip and fare before they are scaled."""
-    from components.transform.defaults import dense_scalar, transform_features
-
-    schema = custom_config["raw_schema"]
-    features = codec.feature_by_name(schema)
-    outputs = transform_features(inputs, schema, exclude=TAXI_EXCLUDED)
-    tips = dense_scalar(inputs["tips"], features["tips"])
-    fare = dense_scalar(inputs["fare"], features["fare"])
-    outputs[TAXI_LABEL] = tf.cast(tips > 0.2 * fare, tf.int64)
-    return outputs
 
 
 def model_feature_keys(schema: schema_pb2.Schema, label_key: str, excluded,
-                       images: Mapping[str, ImageSpec]) -> list[str]:
-    """Images plus every scalar feature that is neither the label nor excluded."""
+                       images: Mapping[str, ImageSpec], label_inputs=()) -> list[str]:
+    """Images, or every scalar feature that is not the label, what it is computed from, or
+    excluded."""
     if images:
         return sorted(images)
-    label_sources = DERIVED_LABELS.get(label_key, (None, ()))[1]
-    return [f.name for f in schema.feature if codec.is_scalar(f)
-            and f.name not in set(excluded) | {label_key} | set(label_sources)]
+    return [f.name for f in schema.feature if parser.is_scalar(f)
+            and f.name not in set(excluded) | {label_key} | set(label_inputs)]
+
+
+def _import_function(dotted: str) -> Callable:
+    import importlib
+
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
 
 
 def _categorical_size(feature: schema_pb2.Feature) -> Optional[int]:
@@ -94,7 +65,7 @@ def build_tabular_model(schema: schema_pb2.Schema, feature_keys: list[str],
                         sample: tf.data.Dataset) -> keras.Model:
     """Numbers are standardised with statistics from `sample`; strings are hashed and embedded,
     vocabulary ids embedded directly."""
-    features = codec.feature_by_name(schema)
+    features = parser.feature_by_name(schema)
     sample_batches = [({k: v.numpy() for k, v in f.items() if not isinstance(v, tf.RaggedTensor)},
                        label) for f, label in sample]
     inputs, encoded = {}, []
@@ -173,11 +144,11 @@ def _serving_signature(model: keras.Model, schema: schema_pb2.Schema, feature_ke
         return serve_tf_examples
 
     transform = _raw_to_transformed(model, transform_output)
-    transformed = codec.feature_by_name(transform_output.transformed_metadata.schema)
+    transformed = parser.feature_by_name(transform_output.transformed_metadata.schema)
 
     @tf.autograph.experimental.do_not_convert  # plain Python branching on names only
     def model_input(name: str, features: dict) -> tf.Tensor:
-        value = codec.densify(features[name], transformed[name])
+        value = parser.densify(features[name], transformed[name])
         return decode_images(value, images[name]) if name in images else value
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
@@ -204,11 +175,11 @@ def _transform_features_signature(model: keras.Model, transform_output, label_ke
     """Raw Examples -> the transformed label: TFMA's preprocessing function, so the Evaluator
     scores raw eval examples even when the label only exists after Transform."""
     transform = _raw_to_transformed(model, transform_output)
-    label = codec.feature_by_name(transform_output.transformed_metadata.schema)[label_key]
+    label = parser.feature_by_name(transform_output.transformed_metadata.schema)[label_key]
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
     def transform_features(serialized):
-        return {label_key: codec.densify(transform(serialized)[label_key], label)}
+        return {label_key: parser.densify(transform(serialized)[label_key], label)}
 
     return transform_features
 
@@ -216,59 +187,55 @@ def _transform_features_signature(model: keras.Model, transform_output, label_ke
 def run_fn(fn_args: Any) -> None:
     """Trains on `fn_args.train_files`, evaluates, writes input_report.json and TensorBoard
     logs into `model_run_dir`, and exports a tf.Example serving model."""
-    custom = dict(fn_args.custom_config or {})
+    options = TrainerOptions.from_custom_config(fn_args.custom_config)
+    # The schema of the examples trained on. With a Transform graph, the examples are its
+    # output: ShardedTransform's post-transform schema says whether they are packed, and any
+    # other schema input (stock wiring passes the raw one) means one transformed row each.
+    data_schema = schema_file.load_schema(fn_args.schema_path)
     transform_output = None
     if getattr(fn_args, "transform_graph_path", None):
         import tensorflow_transform as tft
 
         transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
-        schema = transform_output.transformed_metadata.schema
-    else:
-        schema = codec.load_schema(fn_args.schema_path)
-    raw_schema = codec.load_schema(fn_args.schema_path) if fn_args.schema_path else schema
-    # Packed examples carry their packing in the schema stored beside them.
+        if not packing.packed_rows(data_schema):
+            data_schema = transform_output.transformed_metadata.schema
+    schema = transform_output.transformed_metadata.schema if transform_output else data_schema
     train_files = resolve_files(fn_args.train_files)
-    stored = find_schema(train_files[0])
-    data_schema = stored if stored is not None and packing.packed_rows(stored) else schema
 
-    images = {name: ImageSpec(*shape, dtype=custom.get("image_dtype", "uint8"))
-              for name, shape in (custom.get("images") or {}).items()}
-    label_key = custom.get("label_key", "label" if images else TAXI_LABEL)
-    excluded = custom.get("exclude", IMAGE_METADATA if images else TAXI_EXCLUDED)
-    feature_keys = model_feature_keys(schema, label_key, excluded, images)
-    label_fn, label_inputs = (None, ())
-    if label_key not in codec.feature_by_name(schema) and label_key in DERIVED_LABELS:
-        label_fn, label_inputs = DERIVED_LABELS[label_key]
-    batch_size = int(custom.get("batch_size", 64 if images else 256))
-    seed = int(custom.get("seed", DEFAULT_SEED))
-    keras.utils.set_random_seed(seed)
+    images = options.image_specs()
+    label_key = options.label_key
+    label_inputs = tuple(options.label_inputs)
+    feature_keys = model_feature_keys(schema, label_key, options.excluded(), images,
+                                      label_inputs)
+    label_fn = None
+    if label_key not in parser.feature_by_name(schema) and options.label_fn:
+        label_fn = _import_function(options.label_fn)
+    keras.utils.set_random_seed(options.seed)
     strategy = distribute.make_strategy()
-    global_batch = batch_size * strategy.num_replicas_in_sync
+    global_batch = options.batch_size * strategy.num_replicas_in_sync
 
     def dataset_fn(files, training: bool):
         def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
-            config = InputConfig(
-                batch_size=context.get_per_replica_batch_size(global_batch),
-                training=training, cache=custom.get("cache", "none"), seed=seed,
-                skip_corrupt=bool(custom.get("skip_corrupt", False)), images=images)
+            config = options.input_config(context.get_per_replica_batch_size(global_batch),
+                                          training)
             return build_dataset(files, data_schema, None if label_fn else label_key,
                                  feature_keys=feature_keys, label_fn=label_fn,
-                                 label_inputs=label_inputs, config=config,
-                                 input_context=context)
+                                 label_inputs=label_inputs if label_fn else (),
+                                 config=config, input_context=context)
         return make
 
     with corrupt_files_named(train_files + resolve_files(fn_args.eval_files)):
         with strategy.scope():
             if images:
                 name, image = next(iter(images.items()))
-                model = build_image_model(name, image, _num_classes(schema, label_key, custom))
+                model = build_image_model(name, image, _num_classes(schema, label_key, options))
             else:
                 sample = dataset_fn(fn_args.train_files, False)(tf.distribute.InputContext())
                 model = build_tabular_model(schema, feature_keys,
                                             sample.take(NORMALIZATION_BATCHES))
         train = distribute.distribute(strategy, dataset_fn(fn_args.train_files, True))
         evaluation = distribute.distribute(strategy, dataset_fn(fn_args.eval_files, False))
-        epochs = max(1, int(custom.get("epochs", 10)))
+        epochs = max(1, options.epochs)
         result = fit.train(model, strategy, train, steps=fn_args.train_steps,
                            steps_per_epoch=max(1, -(-fn_args.train_steps // epochs)),
                            log_dir=fn_args.model_run_dir, global_batch_size=global_batch,
@@ -279,19 +246,18 @@ def run_fn(fn_args: Any) -> None:
                  100 * report["overall"]["input_wait_share"], report["overall"]["label"])
 
     signatures = {"serving_default": _serving_signature(
-        model, raw_schema if transform_output is None else schema, feature_keys, images,
-        transform_output)}
-    if transform_output is not None and label_key in codec.feature_by_name(schema):
+        model, schema, feature_keys, images, transform_output)}
+    if transform_output is not None and label_key in parser.feature_by_name(schema):
         signatures[TRANSFORM_SIGNATURE] = _transform_features_signature(
             model, transform_output, label_key)
     model.save(fn_args.serving_model_dir, save_format="tf", signatures=signatures)
     logging.info("Exported serving model to %s", fn_args.serving_model_dir)
 
 
-def _num_classes(schema: schema_pb2.Schema, label_key: str, custom: Mapping) -> int:
-    if "num_classes" in custom:
-        return int(custom["num_classes"])
-    label = codec.find_feature(schema, label_key)
+def _num_classes(schema: schema_pb2.Schema, label_key: str, options: TrainerOptions) -> int:
+    if options.num_classes:
+        return int(options.num_classes)
+    label = parser.find_feature(schema, label_key)
     if label is not None and label.HasField("int_domain") and label.int_domain.max > 0:
         return int(label.int_domain.max) + 1
     return 10

@@ -14,26 +14,26 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import codec
+from components.codec import parser
 
 OOV_BUCKETS = 1
 
 
 def dense_scalar(value, feature: schema_pb2.Feature) -> tf.Tensor:
     """A parsed scalar feature (sparse when it can be missing) as a dense [batch] tensor."""
-    return tf.reshape(codec.densify(value, feature), [-1])
+    return tf.reshape(parser.densify(value, feature), [-1])
 
 
 def transform_features(inputs: dict, schema: schema_pb2.Schema,
                        exclude: Iterable[str] = ()) -> dict:
     """The default transforms for every input feature not in `exclude`."""
-    features = codec.feature_by_name(schema)
+    features = parser.feature_by_name(schema)
     outputs = {}
     for name, value in inputs.items():
         if name in set(exclude) or name not in features:
             continue
         feature = features[name]
-        if not codec.is_scalar(feature):
+        if not parser.is_scalar(feature):
             outputs[name] = value
             continue
         dense = dense_scalar(value, feature)

@@ -1,125 +1,12 @@
-"""The one place that converts between tensorflow_metadata Schema, Arrow and tf.Example.
-
-Every component imports these helpers instead of re-deriving feature specs, defaults or
-encodings, so a schema written by ExampleGen means the same thing to Transform, Trainer
-and `tfrp inspect`.
+"""The codec's writing half: Arrow record batches -> serialized tf.Examples, and the Schema a
+profile of the data implies. It imports no TensorFlow, so encoding workers stay light.
 """
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional
 
-import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-SCHEMA_FILE = "schema.pbtxt"
-
-_DTYPES = {
-    schema_pb2.INT: tf.int64,
-    schema_pb2.FLOAT: tf.float32,
-    schema_pb2.BYTES: tf.string,
-}
-
-
-def load_schema(path: str) -> schema_pb2.Schema:
-    """Reads a text-format Schema; `path` may be the file or the folder holding schema.pbtxt."""
-    from google.protobuf import text_format
-
-    if tf.io.gfile.isdir(path):
-        path = path.rstrip("/") + "/" + SCHEMA_FILE
-    with tf.io.gfile.GFile(path, "r") as f:
-        return text_format.Parse(f.read(), schema_pb2.Schema())
-
-
-def write_schema(schema: schema_pb2.Schema, path: str) -> None:
-    from google.protobuf import text_format
-
-    with tf.io.gfile.GFile(path, "w") as f:
-        f.write(text_format.MessageToString(schema))
-
-
-def is_scalar(feature: schema_pb2.Feature) -> bool:
-    """One value per example when present: the schema says so by shape or value_count."""
-    if feature.HasField("shape"):
-        return [d.size for d in feature.shape.dim] in ([], [1])
-    return feature.HasField("value_count") and feature.value_count.max == 1
-
-
-def feature_spec_from_schema(
-    schema: schema_pb2.Schema,
-) -> dict[str, Union[tf.io.FixedLenFeature, tf.io.VarLenFeature]]:
-    """The parse spec for `tf.io.parse_example`.
-
-    A feature with a fixed shape that is always present parses dense; everything else parses
-    as VarLen and is densified afterwards with `densify`, because stock SchemaGen never sets
-    shapes and a dense spec would fail on the first missing value.
-    """
-    spec = {}
-    for feature in schema.feature:
-        dtype = _DTYPES[feature.type]
-        always_present = (
-            feature.HasField("presence") and feature.presence.min_fraction >= 1.0)
-        if feature.HasField("shape") and always_present:
-            spec[feature.name] = tf.io.FixedLenFeature(
-                [d.size for d in feature.shape.dim], dtype)
-        else:
-            spec[feature.name] = tf.io.VarLenFeature(dtype)
-    return spec
-
-
-def default_value(feature: schema_pb2.Feature) -> Union[int, float, bytes]:
-    """What an absent value becomes: 0 for numbers, b'' for bytes.
-
-    The Schema proto has no default field, so the default follows from the type; a model that
-    needs a different fill (a median, a sentinel) belongs in `preprocessing_fn`.
-    """
-    return {schema_pb2.INT: 0, schema_pb2.FLOAT: 0.0, schema_pb2.BYTES: b""}[feature.type]
-
-
-def densify(value: Union[tf.Tensor, tf.SparseTensor], feature: schema_pb2.Feature
-            ) -> Union[tf.Tensor, tf.RaggedTensor]:
-    """Turns a parsed batch of one feature into a dense [batch, 1] or a ragged [batch, None].
-
-    Scalar features (by schema) fill gaps with `default_value`; true lists stay ragged so no
-    value is padded into existence.
-    """
-    if not isinstance(value, tf.SparseTensor):
-        return value if value.shape.rank and value.shape.rank > 1 else tf.reshape(value, [-1, 1])
-    if is_scalar(feature):
-        batch = value.dense_shape[0]
-        value = tf.SparseTensor(value.indices, value.values, tf.stack([batch, 1]))
-        return tf.sparse.to_dense(value, default_value=default_value(feature))
-    return tf.RaggedTensor.from_sparse(value)
-
-
-def feature_by_name(schema: schema_pb2.Schema) -> dict[str, schema_pb2.Feature]:
-    return {f.name: f for f in schema.feature}
-
-
-def find_feature(schema: schema_pb2.Schema, name: str) -> Optional[schema_pb2.Feature]:
-    return feature_by_name(schema).get(name)
-
-
-# Lifecycle stages whose features tfx_bsl leaves out of tensor representations.
-INACTIVE_STAGES = (schema_pb2.DEPRECATED, schema_pb2.DISABLED, schema_pb2.PLANNED,
-                   schema_pb2.ALPHA, schema_pb2.DEBUG_ONLY, schema_pb2.VALIDATION_DERIVED)
-
-
-def active_schema(schema: schema_pb2.Schema) -> schema_pb2.Schema:
-    """`schema` without the features marked deprecated (or otherwise inactive).
-
-    SchemaGen marks a feature DEPRECATED and types it BYTES when the train split never holds
-    a value for it; the decoder would still decode that feature with the guessed type and
-    fail on the one row of another split that has an int. Nothing downstream reads it."""
-    active = schema_pb2.Schema()
-    active.CopyFrom(schema)
-    del active.feature[:]
-    active.feature.extend(f for f in schema.feature if f.lifecycle_stage not in INACTIVE_STAGES)
-    return active
-
-
-# ---------------------------------------------------------------------------------------------
-# Arrow <-> tf.Example
-# ---------------------------------------------------------------------------------------------
 # Column kinds, ordered so that merging two kinds takes the wider one (CSV cells and JSON values
 # widen the same way TFX's CSV decoder does: bool < int < float < bytes).
 NULL, BOOL, INT, FLOAT, BYTES = "null", "bool", "int", "float", "bytes"
@@ -241,15 +128,6 @@ def encode_examples(example_batch) -> list[bytes]:
     from tfx_bsl.coders import example_coder
 
     return example_coder.RecordBatchToExamplesEncoder().encode(example_batch)
-
-
-def decode_examples(serialized: list[bytes], schema: Optional[schema_pb2.Schema] = None):
-    """The inverse: a RecordBatch of list columns; with a schema the types come from it."""
-    from tfx_bsl.coders import example_coder
-
-    decoder = example_coder.ExamplesToRecordBatchDecoder(
-        schema.SerializeToString() if schema is not None else None)
-    return decoder.DecodeBatch(serialized)
 
 
 def schema_from_profile(columns: dict[str, tuple[str, bool]], rows: int,

@@ -12,7 +12,8 @@ from typing import Iterator, Optional
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import codec, tfrecord_io
+from components import tfrecord_io
+from components.codec import parser, schema_file
 
 _SCHEMA_SEARCH_DEPTH = 3
 
@@ -35,9 +36,9 @@ def find_schema(path: str) -> Optional[schema_pb2.Schema]:
     """schema.pbtxt in `path` or up to three folders above it (shard -> Split-x -> artifact)."""
     folder = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
     for _ in range(_SCHEMA_SEARCH_DEPTH + 1):
-        candidate = os.path.join(folder, codec.SCHEMA_FILE)
+        candidate = os.path.join(folder, schema_file.SCHEMA_FILE)
         if tf.io.gfile.exists(candidate):
-            return codec.load_schema(candidate)
+            return schema_file.load_schema(candidate)
         folder = os.path.dirname(folder.rstrip("/"))
     return None
 
@@ -46,7 +47,7 @@ def iter_rows(path: str, limit: Optional[int] = None,
               schema: Optional[schema_pb2.Schema] = None) -> Iterator[dict]:
     """Rows as {feature: python value(s)}; a scalar feature gives a value or None."""
     schema = schema if schema is not None else find_schema(path)
-    scalars = {f.name for f in schema.feature if codec.is_scalar(f)} if schema else None
+    scalars = {f.name for f in schema.feature if parser.is_scalar(f)} if schema else None
     count = 0
     for file in record_files(path):
         batch: list[bytes] = []
@@ -55,7 +56,7 @@ def iter_rows(path: str, limit: Optional[int] = None,
             if limit is not None and count + len(batch) >= limit:
                 break
         if batch:
-            decoded = codec.decode_examples(batch, schema).to_pydict()
+            decoded = parser.decode_examples(batch, schema).to_pydict()
             names = list(decoded)
             for i in range(len(batch)):
                 row = {}

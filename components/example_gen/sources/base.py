@@ -1,0 +1,135 @@
+"""What every source reader shares: its errors, bad records, the profile and file access.
+
+Each reader is used twice. The profiling pass sees every batch to settle column kinds (a CSV
+column that holds ints and then "n/a" is bytes), presence and small string domains; the
+encoding pass reads again with those kinds fixed. Both passes stream in record batches, so
+memory does not grow with the file.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable, Iterator, Optional, Union
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from components.codec import serializer
+
+BATCH_ROWS = 65_536
+
+Item = Union[pa.RecordBatch, "BadRecord"]
+Reader = Callable[[str, Optional[dict]], Iterator[Item]]
+
+
+def open_input(path: str, seekable: bool = False):
+    """A pyarrow stream for a local path or any URI pyarrow.fs knows (gs://, s3://, hdfs://)."""
+    import pyarrow.fs as pafs
+
+    if "://" in path:
+        filesystem, inner = pafs.FileSystem.from_uri(path)
+    else:
+        filesystem, inner = pafs.LocalFileSystem(), os.path.abspath(path)
+    return filesystem.open_input_file(inner) if seekable else \
+        filesystem.open_input_stream(inner)
+
+
+class SourceError(ValueError):
+    """Bad input that stops the run: the message names the file and the row or offset."""
+
+
+@dataclasses.dataclass
+class BadRecord:
+    file: str
+    location: str  # "row 12" (CSV record, header is row 1), "line 7", "offset 4096", ...
+    reason: str
+    raw: str = ""
+
+    def describe(self) -> str:
+        return f"{self.file}: {self.location}: {self.reason}"
+
+
+@dataclasses.dataclass
+class FileProfile:
+    """What the profiling pass learned about one file (or several, once merged)."""
+
+    rows: int = 0
+    columns: dict = dataclasses.field(default_factory=dict)  # name -> (kind, is_list)
+    non_null: dict = dataclasses.field(default_factory=dict)  # name -> count
+    string_values: dict = dataclasses.field(default_factory=dict)  # name -> set | None
+
+    def add_batch(self, batch: pa.RecordBatch, kinds: dict) -> None:
+        self.rows += batch.num_rows
+        for name, (kind, is_list) in kinds.items():
+            array = batch.column(batch.schema.get_field_index(name))
+            old_kind, old_list = self.columns.get(name, (serializer.NULL, False))
+            self.columns[name] = (serializer.widen(old_kind, kind), old_list or is_list)
+            self.non_null[name] = self.non_null.get(name, 0) + len(array) - array.null_count
+            self._add_values(name, array, kind)
+
+    def _add_values(self, name: str, array: pa.Array, kind: str) -> None:
+        seen = self.string_values.get(name, set())
+        if seen is None or kind not in (serializer.BYTES, serializer.NULL):
+            return
+        if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+            array = array.flatten()
+        if pa.types.is_dictionary(array.type):
+            array = array.dictionary_decode()
+        unique = pc.unique(array.drop_null()).to_pylist() if len(array) else []
+        seen.update(unique)
+        self.string_values[name] = seen if len(seen) <= serializer.MAX_DOMAIN_VALUES else None
+
+    def merge(self, other: "FileProfile") -> "FileProfile":
+        merged = FileProfile(rows=self.rows + other.rows)
+        for name in list(self.columns) + [n for n in other.columns if n not in self.columns]:
+            a = self.columns.get(name, (serializer.NULL, False))
+            b = other.columns.get(name, (serializer.NULL, False))
+            merged.columns[name] = (serializer.widen(a[0], b[0]), a[1] or b[1])
+            merged.non_null[name] = self.non_null.get(name, 0) + other.non_null.get(name, 0)
+            sa, sb = self.string_values.get(name, set()), other.string_values.get(name, set())
+            union = None if sa is None or sb is None else sa | sb
+            merged.string_values[name] = (
+                union if union is not None and len(union) <= serializer.MAX_DOMAIN_VALUES else None)
+        return merged
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceFormat:
+    """One source format: how to recognise its files, read them and profile them.
+
+    `read(path, kinds)` streams typed batches (kinds None while profiling) and bad records;
+    `profile(path)` returns (FileProfile, bad record count). A format read from one marker
+    file in a folder (an image folder's labels.csv) names it in `folder_marker`."""
+
+    name: str
+    extensions: tuple[str, ...]
+    read: Reader
+    profile: Callable[[str], tuple["FileProfile", int]]
+    folder_marker: Optional[str] = None
+
+
+def profile_batches(path: str, read: Reader,
+                    kinds_of: Callable[[pa.RecordBatch], dict]) -> tuple["FileProfile", int]:
+    """(profile, bad record count) of one file, reading every batch with `read`."""
+    profile, bad = FileProfile(), 0
+    for item in read(path, None):
+        if isinstance(item, BadRecord):
+            bad += 1
+        elif item.num_rows:
+            profile.add_batch(item, kinds_of(item))
+    return profile, bad
+
+
+def arrow_kinds(batch: pa.RecordBatch) -> dict:
+    """Column kinds straight from the Arrow types (Parquet, JSON Lines)."""
+    return {n: serializer.arrow_kind(t) for n, t in zip(batch.schema.names, batch.schema.types)}
+
+
+def flatten_nested(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Struct columns become `parent.child` columns, as tf.Example has no nesting."""
+    if not any(pa.types.is_struct(t) for t in batch.schema.types):
+        return batch
+    table = pa.Table.from_batches([batch])
+    while any(pa.types.is_struct(t) for t in table.schema.types):
+        table = table.flatten()
+    return table.combine_chunks().to_batches()[0]

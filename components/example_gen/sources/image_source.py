@@ -1,0 +1,92 @@
+"""An image folder: labels.csv (filename,label[,extra...]) and the image files it names."""
+from __future__ import annotations
+
+import io
+import os
+from typing import Iterator, Optional
+
+import pyarrow as pa
+import tensorflow as tf
+
+from components.codec import serializer
+from components.example_gen.sources.base import (
+    BadRecord, FileProfile, Item, SourceError, SourceFormat)
+from components.example_gen.sources.csv_source import profile_csv, read_csv
+
+LABELS_FILE = "labels.csv"
+IMAGE_FEATURE = "image"
+IMAGE_COLUMNS = {IMAGE_FEATURE: (serializer.BYTES, False), "height": (serializer.INT, False),
+                 "width": (serializer.INT, False), "channels": (serializer.INT, False),
+                 "format": (serializer.BYTES, False)}
+_CHANNELS = {"1": 1, "L": 1, "P": 1, "LA": 2, "RGB": 3, "YCbCr": 3, "RGBA": 4, "CMYK": 4,
+             "I": 1, "F": 1, "I;16": 1}
+
+
+def read_images(labels_path: str, kinds: Optional[dict] = None
+                ) -> Iterator[Item]:
+    """labels.csv (filename,label[,extra...]) joined with the image files it names.
+
+    The image keeps its original encoded bytes; size, channels and format come from the file
+    header, so nothing is decoded here.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    folder = os.path.dirname(labels_path)
+    label_kinds = None if kinds is None else {
+        k: v for k, v in kinds.items() if k not in IMAGE_COLUMNS}
+    for item in read_csv(labels_path, label_kinds):
+        if isinstance(item, BadRecord):
+            yield item
+            continue
+        if "filename" not in item.schema.names or "label" not in item.schema.names:
+            raise SourceError(f"{labels_path}: the header must start with filename,label")
+        names = item.column(item.schema.get_field_index("filename")).to_pylist()
+        keep, columns = [], {k: [] for k in IMAGE_COLUMNS}
+        for row, name in enumerate(names):
+            name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+            path = os.path.normpath(os.path.join(folder, name))
+            if not path.startswith(os.path.normpath(folder) + os.sep):
+                yield BadRecord(labels_path, f"filename {name!r}", "path leaves the folder")
+                continue
+            try:
+                with tf.io.gfile.GFile(path, "rb") as f:
+                    data = f.read()
+                with Image.open(io.BytesIO(data)) as image:
+                    width, height = image.size
+                    channels = _CHANNELS.get(image.mode, len(image.getbands()))
+                    fmt = (image.format or "").lower()
+            except (tf.errors.NotFoundError, FileNotFoundError):
+                yield BadRecord(labels_path, f"filename {name!r}", "image file missing")
+                continue
+            except (UnidentifiedImageError, OSError, SyntaxError) as e:
+                yield BadRecord(path, "offset 0", f"not a readable image: {e}")
+                continue
+            keep.append(row)
+            for key, value in (("image", data), ("height", height), ("width", width),
+                               ("channels", channels), ("format", fmt.encode())):
+                columns[key].append(value)
+        if not keep:
+            continue
+        labels = item.take(pa.array(keep, pa.int64()))
+        arrays = [pa.array(columns["image"], pa.binary()), pa.array(columns["height"]),
+                  pa.array(columns["width"]), pa.array(columns["channels"]),
+                  pa.array(columns["format"], pa.binary())]
+        extra = [n for n in labels.schema.names if n != "filename"]
+        arrays += [labels.column(labels.schema.get_field_index(n)) for n in extra]
+        yield pa.RecordBatch.from_arrays(arrays, list(IMAGE_COLUMNS) + extra)
+
+
+def profile_images(path: str) -> tuple[FileProfile, int]:
+    """The labels' profile plus the image columns, which every readable image has."""
+    labels, bad = profile_csv(path)
+    profile = FileProfile(rows=labels.rows)
+    for name, kind in IMAGE_COLUMNS.items():
+        profile.columns[name], profile.non_null[name] = kind, labels.rows
+    for name, kind in labels.columns.items():
+        if name != "filename":
+            profile.columns[name], profile.non_null[name] = kind, labels.non_null[name]
+            profile.string_values[name] = labels.string_values.get(name, set())
+    return profile, bad
+
+
+FORMAT = SourceFormat("images", (), read_images, profile_images, folder_marker=LABELS_FILE)

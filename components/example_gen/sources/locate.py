@@ -1,0 +1,106 @@
+"""Where source files are: bundled names resolved, formats detected, files listed and
+fingerprinted."""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import tensorflow as tf
+
+from components.example_gen.sources.base import SourceError
+from components.example_gen.sources.registry import FORMATS
+
+# Data that ships inside an installed package, named rather than pathed so that a compiled
+# pipeline finds it wherever the package is installed (a laptop's venv, the container image).
+BUNDLED_PREFIX = "bundled:"
+BUNDLED_SOURCES = {
+    "taxi": ("tfx", "examples/chicago_taxi_pipeline/data/simple/data.csv"),
+}
+TAXI_SOURCE = BUNDLED_PREFIX + "taxi"
+
+
+def resolve_source(source: str) -> str:
+    """A path for `source`: itself, or where a `bundled:<name>` file is installed here."""
+    if not source.startswith(BUNDLED_PREFIX):
+        return source
+    name = source[len(BUNDLED_PREFIX):]
+    if name not in BUNDLED_SOURCES:
+        raise SourceError(f"{source}: unknown bundled source; known: "
+                          f"{', '.join(BUNDLED_PREFIX + n for n in BUNDLED_SOURCES)}")
+    import importlib.util
+
+    package, relative = BUNDLED_SOURCES[name]
+    # find_spec locates the package without importing it (importing tfx is slow).
+    path = os.path.join(os.path.dirname(importlib.util.find_spec(package).origin), relative)
+    if not os.path.exists(path):
+        raise SourceError(f"{source}: {path} is missing from the installed {package} package")
+    return path
+
+
+def local_fingerprint(source: str) -> Optional[str]:
+    """A digest of the local files under `source` (names, sizes, mtimes), or None for bundled
+    and remote sources, which are not listed when the pipeline is built."""
+    import hashlib
+
+    if source.startswith(BUNDLED_PREFIX) or "://" in source:
+        return None
+    try:
+        paths = list_files(source)  # a folder: every file below it, an image folder's too
+    except SourceError:
+        return None  # the executor reports the missing source with its own message
+    digest = hashlib.sha256()
+    for path in paths:
+        stat = os.stat(path)
+        digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def detect_format(path: str) -> str:
+    """The format of a file or folder, from its extension(s) or a format's marker file (an
+    image folder's labels.csv)."""
+    files = [path] if not tf.io.gfile.isdir(path) else list_files(path)
+    if tf.io.gfile.isdir(path):
+        for source_format in FORMATS.values():
+            marker = source_format.folder_marker
+            if marker and tf.io.gfile.exists(os.path.join(path, marker)):
+                return source_format.name
+    exts = {_extension(f) for f in files}
+    if not exts:
+        raise SourceError(f"{path}: no source files found")
+    if len(exts) > 1:
+        raise SourceError(f"{path}: mixed file types {sorted(exts)}; pass --format")
+    ext = exts.pop()
+    for source_format in FORMATS.values():
+        if ext in source_format.extensions:
+            return source_format.name
+    raise SourceError(f"{path}: cannot tell the format of '{ext}' files; pass --format")
+
+
+def _extension(path: str) -> str:
+    name = os.path.basename(path).lower()
+    if name.endswith(".gz"):
+        name = name[:-3]
+    if "data_tfrecord-" in name:  # TFX's own shard names carry no extension
+        return ".tfrecord"
+    return os.path.splitext(name)[1]
+
+
+def list_files(path: str, fmt: Optional[str] = None) -> list[str]:
+    """Source files under `path`, sorted; hidden files and TFX's Split-* nesting included."""
+    marker = FORMATS[fmt].folder_marker if fmt in FORMATS else None
+    if marker:
+        return [os.path.join(path, marker)]
+    if not tf.io.gfile.isdir(path):
+        matched = sorted(tf.io.gfile.glob(path))
+        if not matched:
+            raise SourceError(f"{path}: no such file")
+        return matched
+    found = []
+    for root, _, names in tf.io.gfile.walk(path):
+        found += [os.path.join(root, n) for n in names if not n.startswith((".", "_"))]
+    return sorted(found)
+
+
+def taxi_csv_path() -> str:
+    """The Chicago taxi sample (15,002 trips) bundled in the tfx wheel."""
+    return resolve_source(TAXI_SOURCE)

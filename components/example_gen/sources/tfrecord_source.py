@@ -1,0 +1,69 @@
+"""TFRecord files of tf.Example, read with our framing reader so damage is named and skipped."""
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from components import tfrecord_io
+from components.codec import parser, serializer
+from components.example_gen.sources.base import (
+    BadRecord, Item, SourceFormat, profile_batches)
+
+TFRECORD_BATCH = 4_096
+
+
+def read_tfrecord(path: str, kinds: Optional[dict] = None) -> Iterator[Item]:
+    """`kinds` is not needed: decoded tf.Examples carry their own types."""
+    records: list[bytes] = []
+    for offset, record in tfrecord_io.iter_records(path, resync=True):
+        if isinstance(record, tfrecord_io.CorruptRegion):
+            yield BadRecord(path, f"offset {offset}", f"{record.reason} "
+                            f"({record.length} bytes skipped)")
+            continue
+        records.append(record)
+        if len(records) >= TFRECORD_BATCH:
+            yield from _decode_records(path, records, offset)
+            records = []
+    if records:
+        yield from _decode_records(path, records, None)
+
+
+def _decode_records(path, records, offset) -> Iterator[Item]:
+    try:
+        yield parser.decode_examples(records)
+    except RuntimeError as e:
+        # One bad payload spoils the whole batch decode; find it record by record.
+        good = []
+        for record in records:
+            try:
+                parser.decode_examples([record])
+                good.append(record)
+            except RuntimeError as error:
+                yield BadRecord(path, f"record near offset {offset}",
+                                f"not a tf.Example: {error}")
+        if good:
+            yield parser.decode_examples(good)
+
+
+def profile_list_batch(batch: pa.RecordBatch) -> dict:
+    """Decoded tf.Examples are all lists; a column is a list only if some row has 2+ values."""
+    kinds = {}
+    for i, name in enumerate(batch.schema.names):
+        array = batch.column(i)
+        kind, is_list = serializer.arrow_kind(array.type)
+        if is_list and len(array):
+            lengths = pc.list_value_length(array).fill_null(0)
+            is_list = pc.max(lengths).as_py() > 1
+        kinds[name] = (kind, is_list)
+    return kinds
+
+
+def profile_tfrecord(path: str):
+    return profile_batches(path, read_tfrecord, profile_list_batch)
+
+
+# TFX's own shard names (data_tfrecord-00000-of-00001) carry no extension.
+FORMAT = SourceFormat("tfrecord", (".tfrecord", ".tfrecords", ""), read_tfrecord,
+                      profile_tfrecord)

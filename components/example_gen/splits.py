@@ -1,0 +1,56 @@
+"""Deterministic hash splits: which split each row goes to, from its values alone.
+
+Every engine (Beam, Spark) calls these on Arrow batches, so a row lands in the same split
+whichever engine wrote it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from components.example_gen.sources.base import SourceError
+
+DEFAULT_SPLITS = "train:2,eval:1"  # the same 2:1 hash split stock ExampleGen uses
+
+
+def parse_splits(text: str) -> list[tuple[str, int]]:
+    """'train:8,eval:2' -> [('train', 8), ('eval', 2)], checked."""
+    splits = []
+    for part in text.split(","):
+        name, _, buckets = part.strip().partition(":")
+        if not name or not buckets.isdigit() or int(buckets) < 1:
+            raise ValueError(f"--splits wants name:weight pairs like train:8,eval:2, got {text!r}")
+        if not name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"split name {name!r} must be letters, digits, '-' or '_'")
+        splits.append((name, int(buckets)))
+    if len({n for n, _ in splits}) != len(splits):
+        raise ValueError(f"--splits names a split twice: {text!r}")
+    return splits
+
+
+def hash_rows(batch: pa.RecordBatch, columns: list[str]) -> np.ndarray:
+    """A stable uint64 per row from the named columns' values (pandas' fixed-key SipHash)."""
+    import pandas as pd
+
+    combined = np.zeros(batch.num_rows, dtype=np.uint64)
+    for name in columns:
+        index = batch.schema.get_field_index(name)
+        if index < 0:
+            raise SourceError(f"split key column {name!r} is not in the data")
+        array = batch.column(index)
+        if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+            values = np.array([repr(v) for v in array.to_pylist()], dtype=object)
+        else:
+            values = array.to_numpy(zero_copy_only=False)
+            if values.dtype == object:
+                values = np.array([v if v is None or isinstance(v, (bytes, str)) else repr(v)
+                                   for v in values], dtype=object)
+        hashed = pd.util.hash_array(values, categorize=False)
+        combined = combined * np.uint64(1_000_003) ^ hashed
+    return combined
+
+
+def split_index(hashes: np.ndarray, weights: list[int]) -> np.ndarray:
+    """The split number of each row: hashes bucketed in proportion to the split weights."""
+    bucket = hashes % np.uint64(sum(weights))
+    return np.searchsorted(np.cumsum(weights), bucket, side="right")

@@ -1,0 +1,111 @@
+"""The Trainer's settings, with no TensorFlow import: the input chain's knobs (`InputConfig`),
+how an image feature is decoded (`ImageSpec`), and `TrainerOptions`, which the pipeline
+passes to the stock Trainer as its `custom_config` and `run_fn` reads back."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Optional
+
+from components.options import JsonOptions
+
+DEFAULT_SEED = 42
+# The serving model's signature from raw Examples to the transformed features, label included:
+# the Evaluator's preprocessing function.
+TRANSFORM_SIGNATURE = "transform_features"
+# Image datasets carry these beside the pixels; a model must not learn from them.
+IMAGE_METADATA = ("height", "width", "channels", "format")
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageSpec:
+    """How an encoded image feature becomes a [batch, height, width, channels] tensor.
+
+    `dtype="uint8"` ships the pixels to the accelerator as bytes (4x less host->device traffic)
+    and leaves normalisation to the model's first layer, which runs on the device.
+    """
+
+    height: int
+    width: int
+    channels: int = 3
+    dtype: str = "uint8"  # or "float32": scaled to [0, 1] on the host
+
+
+@dataclasses.dataclass
+class InputConfig:
+    """Every knob of the input chain. The defaults are the fast path."""
+
+    batch_size: int = 256
+    training: bool = True
+    shuffle_buffer: int = 10_000
+    seed: Optional[int] = DEFAULT_SEED
+    # "none", "memory" or a file path prefix; placed after parsing so later epochs skip it.
+    cache: str = "none"
+    # None repeats forever (Keras counts steps); an int gives that many epochs.
+    num_epochs: Optional[int] = None
+    # "auto" sniffs the gzip magic of the first file; else "gzip" or "none".
+    compression: str = "auto"
+    cycle_length: Optional[int] = None  # None lets AUTOTUNE choose the reader parallelism.
+    # Records taken from one file before the interleave moves on. With 1, a parallel
+    # interleave hands every record across threads and reads ~10x slower (measured).
+    block_length: int = 64
+    reader_buffer_bytes: int = 8 << 20
+    # Opt-in: scan the files first and read damaged ones past their bad records.
+    skip_corrupt: bool = False
+    drop_remainder: bool = False
+    # Packed data (see components/packing.py) is shuffled as whole blocks in a buffer of this
+    # many blocks, then row by row within each group of `shuffle_buffer` rows parsed together.
+    block_shuffle_buffer: int = 16
+    # 0 keeps TF's global pool; a private pool isolates input work from the model's ops.
+    private_threadpool_size: int = 0
+    ram_budget_bytes: Optional[int] = None
+    images: Mapping[str, ImageSpec] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerOptions(JsonOptions):
+    """What to train and how to read it. Every field is optional in a custom_config."""
+
+    label_key: str = "label"
+    # "module.function" computing the label from parsed features, for data that lacks it
+    # (raw taxi rows: "tips > 20 % of fare"), and the features it reads. Those features are
+    # never model inputs: the label is made of them.
+    label_fn: Optional[str] = None
+    label_inputs: tuple[str, ...] = ()
+    # Features the model must not see; None leaves out IMAGE_METADATA for images, else nothing.
+    exclude: Optional[tuple[str, ...]] = None
+    # {"image": [height, width, channels]}: decode these features and train a small CNN.
+    images: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    image_dtype: str = ImageSpec.dtype
+    # Classes of an image label; None takes the label's int_domain, else 10.
+    num_classes: Optional[int] = None
+    batch_size: int = InputConfig.batch_size  # global: split across replicas
+    epochs: int = 10  # reporting windows of train_steps
+    seed: int = DEFAULT_SEED  # weight initialisation and input shuffling
+    cache: str = InputConfig.cache
+    skip_corrupt: bool = InputConfig.skip_corrupt
+    shuffle_buffer: int = InputConfig.shuffle_buffer
+
+    @classmethod
+    def from_custom_config(cls, custom: Optional[Mapping[str, Any]]) -> "TrainerOptions":
+        values = dict(custom or {})
+        for name in ("label_inputs", "exclude"):  # JSON turns tuples into lists
+            if isinstance(values.get(name), list):
+                values[name] = tuple(values[name])
+        return cls.from_dict(values)
+
+    def as_custom_config(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def image_specs(self) -> dict[str, ImageSpec]:
+        return {name: ImageSpec(*shape, dtype=self.image_dtype)
+                for name, shape in self.images.items()}
+
+    def excluded(self) -> tuple[str, ...]:
+        if self.exclude is not None:
+            return self.exclude
+        return IMAGE_METADATA if self.images else ()
+
+    def input_config(self, per_replica_batch_size: int, training: bool) -> InputConfig:
+        return InputConfig(batch_size=per_replica_batch_size, training=training,
+                           shuffle_buffer=self.shuffle_buffer, seed=self.seed, cache=self.cache,
+                           skip_corrupt=self.skip_corrupt, images=self.image_specs())

@@ -1,0 +1,233 @@
+"""ShardedTransform's Beam job: analyze on one split, transform every split, write shards.
+It imports no TFX, so the CLI and the bench run it without TFX.
+
+Two Beam pipelines, one after the other:
+  1. raw train split -> tft_beam.AnalyzeDataset(preprocessing_fn) -> WriteTransformFn
+  2. ReadTransformFn + raw splits -> TransformDataset(record batches) -> tf.Examples, one per
+     row or packed N rows per Example -> chunks -> the shared sharding writer
+Splitting them lets step 2 know the transformed feature specs (fixed or variable length)
+before it packs anything. Everything is staged and committed at the end, manifest last.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import inspect as pyinspect
+import logging
+import os
+import random
+from typing import Callable, Optional
+
+import apache_beam as beam
+import tensorflow as tf
+import tensorflow_transform as tft
+import tensorflow_transform.beam as tft_beam
+from tensorflow_metadata.proto.v0 import schema_pb2
+from tfx_bsl.public import tfxio
+
+from components import beam_shards, fileio, packing, shards
+from components.codec import parser, schema_file, serializer
+from components.transform.defaults import default_preprocessing_fn
+from components.transform.options import TransformOptions
+
+# The tagged output of _EncodeChunks that carries (split, rows) counts.
+ROW_COUNTS = "row_counts"
+
+
+def load_preprocessing_fn(options: TransformOptions, raw_schema: schema_pb2.Schema
+                          ) -> Callable[[dict], dict]:
+    """The user's preprocessing_fn, or the schema-derived default. A user function may take
+    `(inputs, custom_config)`, as in TFX; custom_config carries the raw schema."""
+    if options.module_file:
+        spec = importlib.util.spec_from_file_location("user_preprocessing", options.module_file)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        fn = module.preprocessing_fn
+    elif options.preprocessing_fn:
+        module_name, _, name = options.preprocessing_fn.rpartition(".")
+        fn = getattr(importlib.import_module(module_name), name)
+    else:
+        return default_preprocessing_fn(raw_schema)
+    if len(pyinspect.signature(fn).parameters) >= 2:
+        return lambda inputs: fn(inputs, {"raw_schema": raw_schema})
+    return fn
+
+
+def split_files(examples_dir: str, split: str) -> str:
+    return os.path.join(examples_dir, f"Split-{split}", "*")
+
+
+def _raw_source(examples_dir: str, split: str, schema: schema_pb2.Schema):
+    return tfxio.TFExampleRecord(file_pattern=split_files(examples_dir, split), schema=schema,
+                                 telemetry_descriptors=["tfrp", "transform"])
+
+
+class _EncodeChunks(beam.DoFn):
+    """Transformed record batches -> serialized tf.Examples (per row or packed) in chunks.
+
+    Packing buffers rows across batches, so only each bundle's last block can be short."""
+
+    def __init__(self, split: str, schema: schema_pb2.Schema, packed_rows: int, staging: str,
+                 chunk_bytes: int):
+        self._split, self._schema, self._packed = split, schema, packed_rows
+        self._staging, self._chunk_bytes = staging, chunk_bytes
+
+    def start_bundle(self):
+        self._writer = shards.ChunkWriter(os.path.join(self._staging, "_chunks"),
+                                          random.getrandbits(40), self._chunk_bytes)
+        self._pending, self._pending_rows, self._rows = [], 0, 0
+
+    def process(self, element):
+        import pyarrow as pa
+
+        batch = element[0] if isinstance(element, tuple) else element
+        self._rows += batch.num_rows
+        if not self._packed:
+            columns = {n: serializer.arrow_kind(t) for n, t in zip(batch.schema.names,
+                                                                  batch.schema.types)}
+            self._writer.add("", self._split, serializer.encode_examples(
+                serializer.to_example_batch(batch, columns)))
+            return
+        self._pending.append(batch)
+        self._pending_rows += batch.num_rows
+        if self._pending_rows >= self._packed:
+            table = pa.Table.from_batches(self._pending)
+            full = (table.num_rows // self._packed) * self._packed
+            self._writer.add("", self._split, packing.pack_batch(
+                table.slice(0, full), self._schema, self._packed))
+            rest = table.slice(full)
+            self._pending = rest.to_batches() if rest.num_rows else []
+            self._pending_rows = rest.num_rows
+
+    def finish_bundle(self):
+        import pyarrow as pa
+        from apache_beam.transforms.window import GlobalWindows
+
+        if self._pending_rows:
+            self._writer.add("", self._split, packing.pack_batch(
+                pa.Table.from_batches(self._pending), self._schema, self._packed))
+        for chunk in self._writer.close():
+            yield GlobalWindows.windowed_value(chunk)
+        yield beam.pvalue.TaggedOutput(ROW_COUNTS, GlobalWindows.windowed_value(
+            (self._split, self._rows)))
+
+
+def _analyze(make_pipeline, options, examples_dir, raw_schema, graph_dir, temp_dir) -> None:
+    preprocessing_fn = load_preprocessing_fn(options, raw_schema)
+    source = _raw_source(examples_dir, options.analyze_split, raw_schema)
+    with make_pipeline() as pipeline, tft_beam.Context(temp_dir=temp_dir):
+        raw = pipeline | "ReadAnalyzeSplit" >> source.BeamSource()
+        transform_fn = (raw, source.TensorAdapterConfig()) | "Analyze" >> \
+            tft_beam.AnalyzeDataset(preprocessing_fn)
+        _ = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(graph_dir)
+
+
+def _transform(make_pipeline, options, examples_dir, splits, raw_schema, row_schema,
+               graph_dir, temp_dir, staging) -> list:
+    with make_pipeline() as pipeline, tft_beam.Context(temp_dir=temp_dir):
+        transform_fn = pipeline | "ReadTransformFn" >> tft_beam.ReadTransformFn(graph_dir)
+        outputs = []
+        for split in splits:
+            source = _raw_source(examples_dir, split, raw_schema)
+            raw = pipeline | f"Read[{split}]" >> source.BeamSource()
+            transformed, _ = ((raw, source.TensorAdapterConfig()), transform_fn) | \
+                f"Transform[{split}]" >> tft_beam.TransformDataset(output_record_batches=True)
+            outputs.append(transformed | f"Encode[{split}]" >> beam.ParDo(_EncodeChunks(
+                split, row_schema, options.packed_rows, staging,
+                options.sharding.chunk_bytes)).with_outputs(ROW_COUNTS, main="chunks"))
+        chunks = [o.chunks for o in outputs] | "AllChunks" >> beam.Flatten()
+        counts = [o[ROW_COUNTS] for o in outputs] | "AllCounts" >> beam.Flatten()
+        written = chunks | "WriteShards" >> beam_shards.WriteShards(staging, options.sharding)
+        result_path = os.path.join(staging, "_result.json")
+        _ = (pipeline | "Once" >> beam.Create([None]) | "Collect" >> beam.Map(
+            _write_result, result_path, written=beam.pvalue.AsList(written),
+            counts=beam.pvalue.AsList(counts)))
+    return fileio.read_json(result_path)
+
+
+def _write_result(_, path, written, counts) -> None:
+    fileio.write_json(path, {"shards": [dataclasses.asdict(s) for s in written],
+                             "rows": [list(c) for c in counts]}, indent=None)
+
+
+def run(options: TransformOptions, examples_dir: str, raw_schema: schema_pb2.Schema,
+        graph_dir: str, output_dir: str, make_pipeline=None,
+        splits: Optional[list[str]] = None) -> dict:
+    """Transforms `examples_dir` into `output_dir` (Split-*/ shards, schema.pbtxt, manifest)
+    and writes the TransformGraph to `graph_dir`. Returns the manifest."""
+    make_pipeline = make_pipeline or beam.Pipeline
+    active = parser.active_schema(raw_schema)
+    dropped = sorted({f.name for f in raw_schema.feature} - {f.name for f in active.feature})
+    if dropped:
+        logging.info("Transform leaves out features the schema marks inactive: %s", dropped)
+    raw_schema = active
+    input_manifest = shards.read_manifest(examples_dir)
+    splits = splits or (shards.split_names(input_manifest) if input_manifest else sorted(
+        d.rstrip("/")[len("Split-"):] for d in tf.io.gfile.listdir(examples_dir)
+        if d.startswith("Split-")))
+    if options.analyze_split not in splits:
+        raise ValueError(f"analyze split {options.analyze_split!r} is not among {splits}")
+    with shards.staged_output(output_dir) as staging:
+        graph_staging = os.path.join(staging, "_graph")
+        temp_dir = os.path.join(staging, "_tft_tmp")
+        _analyze(make_pipeline, options, examples_dir, raw_schema, graph_staging, temp_dir)
+        # Stock TFX writes the raw schema into the graph too; raw_feature_spec() reads it.
+        from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io
+
+        metadata_io.write_metadata(
+            dataset_metadata.DatasetMetadata(raw_schema),
+            os.path.join(graph_staging, tft.TFTransformOutput.RAW_METADATA_DIR))
+        row_schema = tft.TFTransformOutput(graph_staging).transformed_metadata.schema
+        result = _transform(make_pipeline, options, examples_dir, splits, raw_schema,
+                            row_schema, graph_staging, temp_dir, staging)
+        rows = {}
+        for split, count in result["rows"]:
+            rows[split] = rows.get(split, 0) + count
+        written = [shards.Shard(**s) for s in result["shards"]]
+        manifest = shards.build_manifest(written, [], options.sharding.compression, 0,
+                                         schema=schema_file.SCHEMA_FILE)
+        for split, entry in manifest["splits"].items():
+            entry["records"] = entry["rows"]
+            entry["rows"] = rows.get(split, 0)
+        manifest["rows_written"] = sum(rows.values())
+        manifest["rows_in"] = sum(input_manifest["splits"][s]["rows"] for s in splits) \
+            if input_manifest else manifest["rows_written"]
+        shards.check_row_accounting(manifest)
+        schema_file.write_schema(stored_schema(row_schema, options),
+                                 os.path.join(staging, schema_file.SCHEMA_FILE))
+        shards.write_manifest(staging, manifest)
+        fileio.copy_tree(graph_staging, graph_dir)
+    logging.info("Transformed %d rows into %s (%s)", manifest["rows_written"], output_dir,
+                 f"packed {options.packed_rows} rows per Example" if options.packed_rows
+                 else "one Example per row")
+    return manifest
+
+
+def stored_schema(row_schema: schema_pb2.Schema, options: TransformOptions
+                  ) -> schema_pb2.Schema:
+    """The schema of the transformed examples as stored: the row schema, annotated with the
+    packing when the examples are packed. It is also the post-transform Schema artifact, so
+    the Trainer learns the packing from its input."""
+    return packing.annotate(row_schema, options.packed_rows) if options.packed_rows \
+        else row_schema
+
+
+def shards_schema(examples_dir: str) -> Optional[schema_pb2.Schema]:
+    """The schema our ExampleGen stored beside its shards, if these are ours."""
+    path = os.path.join(examples_dir, schema_file.SCHEMA_FILE)
+    return schema_file.load_schema(path) if tf.io.gfile.exists(path) else None
+
+
+def mark_images(schema: schema_pb2.Schema, stored: Optional[schema_pb2.Schema]
+                ) -> schema_pb2.Schema:
+    """`schema` with image_domain on the features our ExampleGen marked as images. Stock
+    SchemaGen cannot tell encoded images from other bytes, and Transform must not turn
+    images into vocabulary ids."""
+    images = {f.name for f in (stored.feature if stored else []) if f.HasField("image_domain")}
+    marked = schema_pb2.Schema()
+    marked.CopyFrom(schema)
+    for feature in marked.feature:
+        if feature.name in images and feature.type == schema_pb2.BYTES:
+            feature.image_domain.SetInParent()
+    return marked
