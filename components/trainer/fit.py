@@ -9,13 +9,14 @@ maths: optimizer, losses and metrics are the compiled Keras model's own.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import time
 from typing import Optional
 
 import tensorflow as tf
+
+from components import fileio
 
 # The thresholds the TensorFlow profiler's input-pipeline analyser uses.
 NOT_INPUT_BOUND = "not input-bound"
@@ -164,14 +165,9 @@ def _devices(strategy: tf.distribute.Strategy) -> list[str]:
 def write_report(report: dict, folder: str) -> str:
     path = os.path.join(folder, REPORT_FILE)
     tf.io.gfile.makedirs(folder)
-    with tf.io.gfile.GFile(path, "w") as f:
-        json.dump(report, f, indent=2)
+    fileio.write_json(path, report)
     return path
 
 
 def load_report(folder: str) -> Optional[dict]:
-    path = os.path.join(folder, REPORT_FILE)
-    if not tf.io.gfile.exists(path):
-        return None
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f)
+    return fileio.read_json(os.path.join(folder, REPORT_FILE))
