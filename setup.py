@@ -26,6 +26,6 @@ setup(
         "kfp",
         "google-cloud-aiplatform",
     ],
-    extras_require={"dev": ["pytest"]},
+    extras_require={"dev": ["pytest", "hypothesis"]},
     entry_points={"console_scripts": ["tfrp=pipeline.cli:main"]},
 )

@@ -15,9 +15,6 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from components import tfrecord_io
 from components.codec import parser, schema_file
 
-_SCHEMA_SEARCH_DEPTH = 3
-
-
 def record_files(path: str) -> list[str]:
     """TFRecord files at `path`: the file itself, or every data file below a folder."""
     if not tf.io.gfile.isdir(path):
@@ -32,21 +29,10 @@ def record_files(path: str) -> list[str]:
     return sorted(files)
 
 
-def find_schema(path: str) -> Optional[schema_pb2.Schema]:
-    """schema.pbtxt in `path` or up to three folders above it (shard -> Split-x -> artifact)."""
-    folder = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
-    for _ in range(_SCHEMA_SEARCH_DEPTH + 1):
-        candidate = os.path.join(folder, schema_file.SCHEMA_FILE)
-        if tf.io.gfile.exists(candidate):
-            return schema_file.load_schema(candidate)
-        folder = os.path.dirname(folder.rstrip("/"))
-    return None
-
-
 def iter_rows(path: str, limit: Optional[int] = None,
               schema: Optional[schema_pb2.Schema] = None) -> Iterator[dict]:
     """Rows as {feature: python value(s)}; a scalar feature gives a value or None."""
-    schema = schema if schema is not None else find_schema(path)
+    schema = schema if schema is not None else schema_file.find_schema(path)
     scalars = {f.name for f in schema.feature if parser.is_scalar(f)} if schema else None
     count = 0
     for file in record_files(path):

@@ -1,13 +1,17 @@
 """`schema.pbtxt`: the text-format tensorflow_metadata Schema stored beside every output."""
 from __future__ import annotations
 
+import os
 import posixpath
+from typing import Optional
 
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from components import fileio
 
 SCHEMA_FILE = "schema.pbtxt"
+# A shard sits in Split-x/ (and maybe col=value/) below the folder holding the schema.
+_SCHEMA_SEARCH_DEPTH = 3
 
 
 def load_schema(path: str) -> schema_pb2.Schema:
@@ -23,3 +27,14 @@ def write_schema(schema: schema_pb2.Schema, path: str) -> None:
     from google.protobuf import text_format
 
     fileio.write_text(path, text_format.MessageToString(schema))
+
+
+def find_schema(path: str) -> Optional[schema_pb2.Schema]:
+    """schema.pbtxt in `path` or up to three folders above it (shard -> Split-x -> artifact)."""
+    folder = path if fileio.isdir(path) else os.path.dirname(path)
+    for _ in range(_SCHEMA_SEARCH_DEPTH + 1):
+        candidate = os.path.join(folder, SCHEMA_FILE)
+        if fileio.exists(candidate):
+            return load_schema(candidate)
+        folder = os.path.dirname(folder.rstrip("/"))
+    return None

@@ -119,7 +119,8 @@ class _EncodeFile(beam.DoFn):
                 return_inverse=True)
         else:
             partitions, partition_of_row = [""], np.zeros(batch.num_rows, dtype=np.int64)
-        records = serializer.encode_examples(serializer.to_example_batch(batch, profile.columns))
+        records = serializer.encode_examples_array(
+            serializer.to_example_batch(batch, profile.columns))
         group_of_row = partition_of_row * len(split_names) + split_of_row
         order = np.argsort(group_of_row, kind="stable")
         groups, starts = np.unique(group_of_row[order], return_index=True)
@@ -127,7 +128,7 @@ class _EncodeFile(beam.DoFn):
         for group, start, end in zip(groups, starts, list(starts[1:]) + [len(order)]):
             partition, split = divmod(int(group), len(split_names))
             out.append((str(partitions[partition]), split_names[split],
-                        [records[i] for i in order[start:end]]))
+                        records.take(pa.array(order[start:end]))))
         return out
 
 

@@ -86,7 +86,7 @@ class _EncodeChunks(beam.DoFn):
         if not self._packed:
             columns = {n: serializer.arrow_kind(t) for n, t in zip(batch.schema.names,
                                                                   batch.schema.types)}
-            self._writer.add("", self._split, serializer.encode_examples(
+            self._writer.add("", self._split, serializer.encode_examples_array(
                 serializer.to_example_batch(batch, columns)))
             return
         self._pending.append(batch)

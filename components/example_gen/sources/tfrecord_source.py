@@ -5,9 +5,10 @@ from typing import Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from tensorflow_metadata.proto.v0 import schema_pb2
 
 from components import tfrecord_io
-from components.codec import parser, serializer
+from components.codec import parser, schema_file, serializer
 from components.example_gen.sources.base import (
     BadRecord, Item, SourceFormat, profile_batches)
 
@@ -15,7 +16,12 @@ TFRECORD_BATCH = 4_096
 
 
 def read_tfrecord(path: str, kinds: Optional[dict] = None) -> Iterator[Item]:
-    """`kinds` is not needed: decoded tf.Examples carry their own types."""
+    """`kinds` is not needed: decoded tf.Examples carry their own types.
+
+    A null is written as an absent feature, so a column null in every row of a file is in no
+    record; when the shards' schema.pbtxt is there (ours are), its features that a batch lacks
+    are added as null columns, so re-reading our output keeps every column."""
+    stored = schema_file.find_schema(path)
     records: list[bytes] = []
     for offset, record in tfrecord_io.iter_records(path, resync=True):
         if isinstance(record, tfrecord_io.CorruptRegion):
@@ -24,10 +30,28 @@ def read_tfrecord(path: str, kinds: Optional[dict] = None) -> Iterator[Item]:
             continue
         records.append(record)
         if len(records) >= TFRECORD_BATCH:
-            yield from _decode_records(path, records, offset)
+            yield from _with_schema_columns(_decode_records(path, records, offset), stored)
             records = []
     if records:
-        yield from _decode_records(path, records, None)
+        yield from _with_schema_columns(_decode_records(path, records, None), stored)
+
+
+_SCHEMA_TYPES = {schema_pb2.INT: pa.int64(), schema_pb2.FLOAT: pa.float32(),
+                 schema_pb2.BYTES: pa.binary()}
+
+
+def _with_schema_columns(items: Iterator[Item], schema: Optional[schema_pb2.Schema]
+                         ) -> Iterator[Item]:
+    for item in items:
+        if schema is not None and isinstance(item, pa.RecordBatch):
+            names = set(item.schema.names)
+            missing = [f for f in schema.feature if f.name not in names]
+            if missing:
+                item = pa.RecordBatch.from_arrays(
+                    item.columns + [pa.nulls(item.num_rows, pa.list_(_SCHEMA_TYPES[f.type]))
+                                    for f in missing],
+                    item.schema.names + [f.name for f in missing])
+        yield item
 
 
 def _decode_records(path, records, offset) -> Iterator[Item]:
