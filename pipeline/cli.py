@@ -6,20 +6,45 @@ import os
 import warnings
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import click  # noqa: E402
 
-# google-api-core warns once per imported client module about Python 3.11's end of life.
-warnings.filterwarnings("ignore", category=FutureWarning, module="google")
+# Libraries whose INFO and WARNING lines are about their own internals (TFX's metadata queries,
+# Beam's missing snappy, TF's deprecation notices), not about the user's data or model.
+_LIBRARY_LOGGERS = ("absl", "tensorflow", "apache_beam", "tfx", "tfx_bsl", "ml_metadata",
+                    "tensorflow_transform", "tensorflow_data_validation",
+                    "tensorflow_model_analysis")
+
+
+def configure_output(verbose: bool) -> None:
+    """Quiet by default: TensorFlow's C++ start-up lines, the libraries' internal warnings and
+    Google's Python 3.11 FutureWarnings are hidden, and come back with -v. Our own warnings
+    (damaged files, anomalies) are the user's business and always show. It runs before any
+    TensorFlow import, which reads TF_CPP_MIN_LOG_LEVEL once."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if verbose:
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
+        return
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    warnings.filterwarnings("ignore", category=FutureWarning, module="google")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    # On the handler, not the loggers: absl and TFX set their own loggers' levels later.
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_library_errors_only)
+
+
+def _library_errors_only(record: logging.LogRecord) -> bool:
+    library = record.name.split(".", 1)[0] in _LIBRARY_LOGGERS
+    return not library or record.levelno >= logging.ERROR
 
 
 @click.group()
-@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Log at INFO level, with the libraries' own logs and warnings.")
 def main(verbose: bool) -> None:
     """tfrecord-pipeline: sharded TFRecords, fast input, TFX pipelines."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_output(verbose)
 
 
 def _config_options(command):
@@ -68,7 +93,8 @@ def run(config_file, assignments, **named) -> None:
     config = _load_config(config_file, assignments, **named)
     from pipeline import local_runner
 
-    click.echo(local_runner.run(config).format())
+    click.echo(f"Running {config.pipeline_name} (LocalDagRunner):")
+    click.echo(local_runner.run(config, echo=click.echo).format())
 
 
 @main.command("compile")

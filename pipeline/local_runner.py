@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import os
+from typing import Callable, Optional
 
 from tfx import v1 as tfx
 
-from pipeline import run_summary
+from pipeline import progress, run_summary
 from pipeline.configs import PipelineConfig
 from pipeline.pipeline import create_pipeline
 
@@ -18,11 +19,17 @@ def local_config(config: PipelineConfig) -> PipelineConfig:
         metadata_path=os.path.abspath(config.resolved_metadata_path))
 
 
-def run(config: PipelineConfig) -> run_summary.RunSummary:
+def run(config: PipelineConfig, echo: Optional[Callable[[str], None]] = None
+        ) -> run_summary.RunSummary:
+    """Runs the pipeline; with `echo`, each component's line is passed to it as it finishes."""
     config = local_config(config)
     os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
     connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(
         config.metadata_path)
     pipeline = create_pipeline(config, connection)
-    tfx.orchestration.LocalDagRunner().run(pipeline)
+    if echo is None:
+        tfx.orchestration.LocalDagRunner().run(pipeline)
+    else:
+        with progress.RunProgress(config.metadata_path, echo):
+            tfx.orchestration.LocalDagRunner().run(pipeline)
     return run_summary.summarize(config.metadata_path, config.pipeline_name)

@@ -9,6 +9,8 @@ from typing import Optional
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
+from components.shards import read_manifest
+
 _OUTPUT_EVENTS = (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)
 _STATE_NAMES = {
     metadata_store_pb2.Execution.COMPLETE: "ran",
@@ -67,20 +69,9 @@ def summarize(metadata_path: str, pipeline_name: str) -> RunSummary:
         raise LookupError(f"No run of pipeline {pipeline_name!r} in {metadata_path}")
     run = max(runs, key=lambda c: (c.create_time_since_epoch, c.id))
     executions = sorted(store.get_executions_by_context(run.id), key=lambda e: e.id)
-    components = {}
-    for execution in executions:
-        node = next((c.name.split(".", 1)[-1] for c in store.get_contexts_by_execution(execution.id)
-                     if c.type == "node"), execution.type)
-        components[node] = _STATE_NAMES.get(execution.last_known_state, "unknown")
-    events = store.get_events_by_execution_ids([e.id for e in executions])
-    artifact_ids = sorted({e.artifact_id for e in events if e.type in _OUTPUT_EVENTS})
-    artifacts: dict[str, list] = {}
-    types = {}
-    for artifact in store.get_artifacts_by_id(artifact_ids):
-        if artifact.type_id not in types:
-            types[artifact.type_id] = store.get_artifact_types_by_id([artifact.type_id])[0].name
-        artifact.type = types[artifact.type_id]
-        artifacts.setdefault(artifact.type, []).append(artifact)
+    components = {node_name(store, execution): state_name(execution)
+                  for execution in executions}
+    artifacts = output_artifacts(store, executions)
     return RunSummary(
         run_id=run.name,
         components=components,
@@ -92,6 +83,68 @@ def summarize(metadata_path: str, pipeline_name: str) -> RunSummary:
         blessed=_blessed(artifacts),
         evaluation=_evaluation(artifacts),
     )
+
+
+def node_name(store: metadata_store.MetadataStore, execution) -> str:
+    """The component id of an execution (its "node" context is <pipeline>.<component id>)."""
+    return next((c.name.split(".", 1)[-1] for c in store.get_contexts_by_execution(execution.id)
+                 if c.type == "node"), execution.type)
+
+
+def state_name(execution) -> str:
+    return _STATE_NAMES.get(execution.last_known_state, "unknown")
+
+
+def output_artifacts(store: metadata_store.MetadataStore, executions
+                     ) -> dict[str, list[metadata_store_pb2.Artifact]]:
+    """The artifacts `executions` produced, by type name (each artifact's `.type` set)."""
+    events = store.get_events_by_execution_ids([e.id for e in executions])
+    artifact_ids = sorted({e.artifact_id for e in events if e.type in _OUTPUT_EVENTS})
+    artifacts: dict[str, list] = {}
+    types = {}
+    for artifact in store.get_artifacts_by_id(artifact_ids):
+        if artifact.type_id not in types:
+            types[artifact.type_id] = store.get_artifact_types_by_id([artifact.type_id])[0].name
+        artifact.type = types[artifact.type_id]
+        artifacts.setdefault(artifact.type, []).append(artifact)
+    return artifacts
+
+
+def describe_outputs(artifacts: dict[str, list]) -> str:
+    """What one component produced, in a few words: rows and shards, schema features,
+    anomalies, metrics, blessing, pushed or not."""
+    parts = []
+    for examples in artifacts.get("Examples", []):
+        manifest = read_manifest(examples.uri)
+        if manifest:
+            rows = " ".join(f"{s}={v['rows']:,}" for s, v in sorted(manifest["splits"].items()))
+            shards = sum(len(v["shards"]) for v in manifest["splits"].values())
+            parts.append(f"rows {rows} in {shards} shard(s)")
+        else:
+            parts.append(f"splits {','.join(_split_names(examples))}")
+    for schema in artifacts.get("Schema", []):
+        path = os.path.join(schema.uri, "schema.pbtxt")
+        if os.path.exists(path):
+            with open(path) as f:
+                parts.append(f"schema of {f.read().count('feature {')} features")
+    if "ExampleStatistics" in artifacts:
+        parts.append("statistics of " + ", ".join(
+            s for a in artifacts["ExampleStatistics"] for s in _split_names(a)))
+    if "ExampleAnomalies" in artifacts:
+        parts.append(f"{sum(len(a) for a in _anomalies(artifacts).values())} anomalies")
+    if "TransformGraph" in artifacts:
+        parts.append("transform graph")
+    if "Model" in artifacts:
+        parts.append("model")
+    evaluation = _evaluation(artifacts)
+    if evaluation:
+        parts.append(", ".join(f"{k}={v:.4g}" for k, v in sorted(evaluation.items())
+                               if k != "example_count"))
+    if _blessed(artifacts) is not None:
+        parts.append("blessed" if _blessed(artifacts) else "not blessed")
+    if "PushedModel" in artifacts:
+        parts.append("pushed" if _pushed_model(artifacts) else "not pushed")
+    return "; ".join(parts)
 
 
 def _parent_pipelines(store, run_context):
@@ -115,10 +168,9 @@ def _split_names(artifact) -> list[str]:
 def _rows_per_split(artifacts) -> dict[str, int]:
     """Read from our manifest when ExampleGen wrote one, else from StatisticsGen's output."""
     for examples in artifacts.get("Examples", []):
-        manifest = os.path.join(examples.uri, "manifest.json")
-        if os.path.exists(manifest):
-            with open(manifest) as f:
-                return {s: v["rows"] for s, v in json.load(f)["splits"].items()}
+        manifest = read_manifest(examples.uri)
+        if manifest:
+            return {s: v["rows"] for s, v in manifest["splits"].items()}
     from tensorflow_data_validation.utils import stats_util
 
     rows = {}

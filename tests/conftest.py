@@ -15,10 +15,19 @@ from components.example_gen.sources.locate import taxi_csv_path  # noqa: E402
 from pipeline import datasets  # noqa: E402
 
 
-def tfrp(*args, check: bool = True, cwd=None) -> subprocess.CompletedProcess:
-    """Runs the `tfrp` command line in a child process, as a user would."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run([sys.executable, "-W", "ignore", "-m", "pipeline.cli", *args],
+def tfrp(*args, check: bool = True, cwd=None, as_user: bool = False
+         ) -> subprocess.CompletedProcess:
+    """Runs the `tfrp` command line in a child process. By default Python's and TensorFlow's
+    warnings are off, to keep failures readable; `as_user` runs it exactly as a user's shell
+    would, for tests about what the user sees."""
+    env = dict(os.environ)
+    flags = []
+    if as_user:
+        env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    else:
+        env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+        flags = ["-W", "ignore"]
+    result = subprocess.run([sys.executable, *flags, "-m", "pipeline.cli", *args],
                             capture_output=True, text=True, env=env, cwd=cwd)
     if check and result.returncode != 0:
         raise AssertionError(result.stderr[-3000:])

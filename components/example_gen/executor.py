@@ -4,12 +4,10 @@ from __future__ import annotations
 from typing import Any
 
 from tfx.components.example_gen import utils as example_gen_utils
-from tfx.components.util import examples_utils
 from tfx.dsl.components.base import base_beam_executor
-from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 
-from components import shards
+from components import shards, tfx_artifacts
 from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
 from components.options import OPTIONS_KEY
@@ -23,8 +21,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         options = ExampleGenOptions.from_json(exec_properties[OPTIONS_KEY])
         examples = artifact_utils.get_single_instance(output_dict["examples"])
         manifest = beam_job.run(options, examples.uri, make_pipeline=self._make_beam_pipeline)
-        examples.split_names = artifact_utils.encode_split_names(shards.split_names(manifest))
-        examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)
+        tfx_artifacts.set_examples_properties(examples, shards.split_names(manifest))
         examples.set_string_custom_property(
             example_gen_utils.FINGERPRINT_PROPERTY_NAME,
             ",".join(f"{s['path']}:{s['rows_in']}" for s in manifest["sources"]))

@@ -9,6 +9,7 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
+from components import tfx_artifacts
 from components.codec import schema_file
 from components.options import OPTIONS_KEY
 from components.transform import beam_job
@@ -32,7 +33,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         splits = artifact_utils.decode_split_names(examples.split_names)
         manifest = beam_job.run(options, examples.uri, raw_schema, graph.uri, transformed.uri,
                                 make_pipeline=self._make_beam_pipeline, splits=splits)
-        transformed.split_names = artifact_utils.encode_split_names(sorted(manifest["splits"]))
+        tfx_artifacts.set_examples_properties(transformed, list(manifest["splits"]))
         transformed.set_int_custom_property("rows_written", manifest["rows_written"])
         post_schema = artifact_utils.get_single_uri(output_dict["post_transform_schema"])
         row_schema = tft.TFTransformOutput(graph.uri).transformed_metadata.schema

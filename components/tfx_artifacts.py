@@ -1,0 +1,16 @@
+"""What stock ExampleGen sets on an Examples artifact, set the same way by our executors, so
+stock components read our outputs without guessing (and without warning that they guessed)."""
+from __future__ import annotations
+
+from tfx.components.util import examples_utils
+from tfx.proto import example_gen_pb2
+from tfx.types import artifact_utils
+
+
+def set_examples_properties(examples, split_names: list[str]) -> None:
+    """Split names, the tf.Example payload format, and span and version 0 (stock ExampleGen's
+    driver sets them; a pipeline without spans has span 0, version 0)."""
+    examples.split_names = artifact_utils.encode_split_names(sorted(split_names))
+    examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)
+    examples.span = 0
+    examples.version = 0

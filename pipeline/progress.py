@@ -1,0 +1,102 @@
+"""Live progress of a local run: one line per component as it finishes, read from the run's
+ML Metadata store while LocalDagRunner works, and on a terminal a line naming the component
+now running."""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Callable, Optional
+
+from ml_metadata.proto import metadata_store_pb2
+
+from pipeline import run_summary
+
+_DONE = (metadata_store_pb2.Execution.COMPLETE, metadata_store_pb2.Execution.CACHED,
+         metadata_store_pb2.Execution.FAILED)
+
+
+class RunProgress:
+    """Polls the metadata store every `interval` seconds on a thread of its own.
+
+    Executions that exist before `start()` belong to earlier runs and are not reported."""
+
+    def __init__(self, metadata_path: str, echo: Callable[[str], None] = print,
+                 live: Optional[bool] = None, interval: float = 0.5):
+        self._path, self._echo, self._interval = metadata_path, echo, interval
+        self._live = sys.stdout.isatty() if live is None else live
+        self._baseline: Optional[int] = None
+        self._reported: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="run-progress")
+        self._live_width = 0
+        self.lines: list[str] = []
+
+    def __enter__(self) -> "RunProgress":
+        self._baseline = self._max_execution_id()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._poll()  # whatever finished since the last look
+        self._clear_live()
+
+    def _store(self):
+        if not os.path.exists(self._path):
+            return None
+        return run_summary.open_store(self._path)
+
+    def _max_execution_id(self) -> int:
+        store = self._store()
+        return max((e.id for e in store.get_executions()), default=0) if store else 0
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._poll()
+            except Exception:  # the writer may hold the database for a moment; look again
+                continue
+
+    def _poll(self) -> None:
+        store = self._store()
+        if store is None:
+            return
+        executions = [e for e in store.get_executions() if e.id > (self._baseline or 0)]
+        running = []
+        for execution in sorted(executions, key=lambda e: e.id):
+            if execution.last_known_state not in _DONE:
+                running.append(execution)
+                continue
+            if execution.id in self._reported:
+                continue
+            self._reported.add(execution.id)
+            seconds = (execution.last_update_time_since_epoch -
+                       execution.create_time_since_epoch) / 1000
+            produced = run_summary.describe_outputs(
+                run_summary.output_artifacts(store, [execution]))
+            self._report(f"  {run_summary.node_name(store, execution):<20} "
+                         f"{run_summary.state_name(execution):<7}{seconds:>7.1f} s  {produced}")
+        if self._live and running:
+            execution = running[-1]
+            seconds = time.time() - execution.create_time_since_epoch / 1000
+            self._show_live(f"  {run_summary.node_name(store, execution):<20} running "
+                            f"{seconds:>5.0f} s ...")
+
+    def _report(self, line: str) -> None:
+        self._clear_live()
+        self.lines.append(line)
+        self._echo(line)
+
+    def _show_live(self, line: str) -> None:
+        sys.stdout.write("\r" + line.ljust(self._live_width))
+        sys.stdout.flush()
+        self._live_width = len(line)
+
+    def _clear_live(self) -> None:
+        if self._live and self._live_width:
+            sys.stdout.write("\r" + " " * self._live_width + "\r")
+            sys.stdout.flush()
+            self._live_width = 0

@@ -1,0 +1,49 @@
+"""What `tfrp run` shows a person: a line per component as it finishes, and no library noise
+unless asked for with -v."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import tfrp
+
+COMPONENTS = ("ShardedExampleGen", "StatisticsGen", "SchemaGen", "ExampleValidator",
+              "ShardedTransform", "Trainer", "Evaluator", "Pusher")
+NOISE = ("cuFFT", "property_predicate", "payload_format", "FutureWarning")
+
+
+@pytest.fixture(scope="module")
+def runs(taxi_slice_dir, tmp_path_factory):
+    """The 2,000-trip slice run quietly, then again with -v into the same store (cached)."""
+    root = str(tmp_path_factory.mktemp("run_output"))
+    settings = ["--data-root", taxi_slice_dir, "--output-root", root, "--train-steps", "40",
+                "--eval-steps", "2", "--set", "min_accuracy=0", "--set", "min_auc=0"]
+    quiet = tfrp("run", *settings, as_user=True)
+    verbose = tfrp("-v", "run", *settings, as_user=True)
+    return quiet, verbose
+
+
+def test_run_prints_a_line_per_component_with_state_seconds_and_output(runs):
+    quiet, verbose = runs
+    for result, state in ((quiet, "ran"), (verbose, "cached")):
+        for name in COMPONENTS:
+            line = re.search(rf"^  {name}\s+{state}\s+(\d+\.\d) s  (.*)$", result.stdout, re.M)
+            assert line, f"no {state} line for {name}:\n{result.stdout}"
+    assert re.search(r"ShardedExampleGen\s+ran\s+\S+ s  rows eval=[\d,]+ train=[\d,]+ in \d+ shard",
+                     quiet.stdout)
+    assert re.search(r"SchemaGen\s+ran\s+\S+ s  schema of \d+ features", quiet.stdout)
+    assert re.search(r"ExampleValidator\s+ran\s+\S+ s  0 anomalies", quiet.stdout)
+    assert re.search(r"Evaluator\s+ran\s+\S+ s  .*accuracy=[\d.]+.*; blessed", quiet.stdout)
+    assert re.search(r"Pusher\s+ran\s+\S+ s  pushed", quiet.stdout)
+
+
+def test_library_noise_is_hidden_by_default_and_back_with_verbose(runs):
+    quiet, verbose = runs
+    everything = quiet.stdout + quiet.stderr
+    for noise in NOISE:
+        assert noise not in everything, f"{noise!r} in a quiet run:\n{everything[-3000:]}"
+    loud = verbose.stdout + verbose.stderr
+    # payload_format does not come back: our artifacts now set it, as stock ones do.
+    for noise in ("cuFFT", "property_predicate"):
+        assert noise in loud, f"{noise!r} missing with -v"
