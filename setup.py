@@ -26,6 +26,6 @@ setup(
         "kfp",
         "google-cloud-aiplatform",
     ],
-    extras_require={"dev": ["pytest", "hypothesis"]},
+    extras_require={"dev": ["pytest", "hypothesis", "torch", "tfrecord"]},
     entry_points={"console_scripts": ["tfrp=pipeline.cli:main"]},
 )

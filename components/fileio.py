@@ -1,11 +1,13 @@
 """File access for local paths and any filesystem TensorFlow's gfile knows (gs://, s3://, hdfs://).
 
 One home for the few file operations the components share, so a different filesystem layer
-is a change here and nowhere else.
+is a change here and nowhere else. Local paths use Python's own file functions, so readers
+that run without TensorFlow (components/numpy_reader.py) can use this module.
 """
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Optional
 
 
@@ -15,21 +17,38 @@ def _gfile():
     return tf.io.gfile
 
 
+def _remote(path: str) -> bool:
+    return "://" in path
+
+
+def open_file(path: str, mode: str = "rb"):
+    return _gfile().GFile(path, mode) if _remote(path) else open(path, mode)
+
+
 def exists(path: str) -> bool:
-    return _gfile().exists(path)
+    return _gfile().exists(path) if _remote(path) else os.path.exists(path)
 
 
 def isdir(path: str) -> bool:
-    return _gfile().isdir(path)
+    return _gfile().isdir(path) if _remote(path) else os.path.isdir(path)
+
+
+def listdir(path: str) -> list[str]:
+    return [n.rstrip("/") for n in _gfile().listdir(path)] if _remote(path) \
+        else sorted(os.listdir(path))
+
+
+def walk(path: str):
+    return _gfile().walk(path) if _remote(path) else os.walk(path)
 
 
 def read_text(path: str) -> str:
-    with _gfile().GFile(path, "r") as f:
+    with open_file(path, "r") as f:
         return f.read()
 
 
 def write_text(path: str, text: str) -> None:
-    with _gfile().GFile(path, "w") as f:
+    with open_file(path, "w") as f:
         f.write(text)
 
 

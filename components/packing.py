@@ -20,7 +20,6 @@ import copy
 from typing import Optional, Union
 
 import numpy as np
-import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from components.codec import parser
@@ -47,6 +46,8 @@ def annotate(schema: schema_pb2.Schema, rows: int) -> schema_pb2.Schema:
 
 
 def _fixed_size(spec) -> Optional[int]:
+    import tensorflow as tf
+
     if isinstance(spec, tf.io.FixedLenFeature):
         return int(np.prod(spec.shape)) if spec.shape else 1
     return None
@@ -57,6 +58,8 @@ def _fixed_size(spec) -> Optional[int]:
 # ---------------------------------------------------------------------------------------------
 def _column_values(column, dtype) -> tuple[np.ndarray, np.ndarray]:
     """(flat values, values per row) of an Arrow column that is scalar or list typed."""
+    import tensorflow as tf
+
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -79,6 +82,8 @@ def _column_values(column, dtype) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _feature(values: np.ndarray, dtype) -> tf.train.Feature:
+    import tensorflow as tf
+
     if dtype == tf.string:
         return tf.train.Feature(bytes_list=tf.train.BytesList(value=list(values)))
     if dtype == tf.float32:
@@ -89,6 +94,8 @@ def _feature(values: np.ndarray, dtype) -> tf.train.Feature:
 def pack_batch(batch, schema: schema_pb2.Schema, rows_per_block: int) -> list[bytes]:
     """Packs every row of `batch` (pyarrow RecordBatch/Table) into blocks of `rows_per_block`;
     the last block holds the remainder. Columns not in the schema are an error."""
+    import tensorflow as tf
+
     spec = parser.feature_spec_from_schema(schema)
     features = parser.feature_by_name(schema)
     names = list(batch.schema.names)
@@ -134,6 +141,8 @@ def pack_batch(batch, schema: schema_pb2.Schema, rows_per_block: int) -> list[by
 # ---------------------------------------------------------------------------------------------
 def block_spec(schema: schema_pb2.Schema, feature_names) -> dict:
     """The parse spec of packed blocks for the wanted row features."""
+    import tensorflow as tf
+
     rows = packed_rows(schema)
     spec = parser.feature_spec_from_schema(schema)
     out = {ROWS_KEY: tf.io.FixedLenFeature([1], tf.int64)}
@@ -153,6 +162,8 @@ def unpack(parsed: dict, schema: schema_pb2.Schema, feature_names, shuffle: bool
     scalars), variable ones ragged [R, None]. Padding rows of short blocks are dropped and, with
     `shuffle`, the rows come out in random order: one index serves every feature, so dropping
     and shuffling cost one gather per feature."""
+    import tensorflow as tf
+
     rows = packed_rows(schema)
     spec = parser.feature_spec_from_schema(schema)
     real = tf.reshape(tf.sequence_mask(parsed[ROWS_KEY][:, 0], rows), [-1])
@@ -184,6 +195,8 @@ def _scalar_rows(values: tf.Tensor, lengths: tf.Tensor, index: tf.Tensor,
     a per-row read gives). Each row holds 0 or 1 values, so the value of row i sits at the
     running count of values before it: two integer gathers and one gather of values, where a
     ragged gather and densify would build row splits and scatter."""
+    import tensorflow as tf
+
     present = tf.gather(lengths, index) > 0
     position = tf.gather(tf.cumsum(lengths, exclusive=True), index)
     padded = tf.concat([values, tf.constant([default], values.dtype)], axis=0)

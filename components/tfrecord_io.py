@@ -12,7 +12,8 @@ import struct
 from typing import BinaryIO, Iterator, Union
 
 import google_crc32c
-import tensorflow as tf
+
+from components import fileio
 
 _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
@@ -110,13 +111,13 @@ def frame_records(records) -> tuple:
 
 
 def is_gzip(path: str) -> bool:
-    with tf.io.gfile.GFile(path, "rb") as f:
+    with fileio.open_file(path, "rb") as f:
         return f.read(2) == GZIP_MAGIC
 
 
 def open_records(path: str) -> BinaryIO:
     """A binary stream of the file's framed records, gunzipped when the file is gzip."""
-    raw = tf.io.gfile.GFile(path, "rb")
+    raw = fileio.open_file(path, "rb")
     if raw.read(2) == GZIP_MAGIC:
         raw.seek(0)
         return gzip.GzipFile(fileobj=raw, mode="rb")

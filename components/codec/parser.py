@@ -8,14 +8,10 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-_DTYPES = {
-    schema_pb2.INT: tf.int64,
-    schema_pb2.FLOAT: tf.float32,
-    schema_pb2.BYTES: tf.string,
-}
+# TensorFlow is imported by the functions that build tensors, so the schema helpers here
+# (is_scalar, default_value, ...) serve readers that run without it.
 
 
 def is_scalar(feature: schema_pb2.Feature) -> bool:
@@ -27,16 +23,20 @@ def is_scalar(feature: schema_pb2.Feature) -> bool:
 
 def feature_spec_from_schema(
     schema: schema_pb2.Schema,
-) -> dict[str, Union[tf.io.FixedLenFeature, tf.io.VarLenFeature]]:
+) -> dict[str, Union["tf.io.FixedLenFeature", "tf.io.VarLenFeature"]]:
     """The parse spec for `tf.io.parse_example`.
 
     A feature with a fixed shape that is always present parses dense; everything else parses
     as VarLen and is densified afterwards with `densify`, because stock SchemaGen never sets
     shapes and a dense spec would fail on the first missing value.
     """
+    import tensorflow as tf
+
+    dtypes = {schema_pb2.INT: tf.int64, schema_pb2.FLOAT: tf.float32,
+              schema_pb2.BYTES: tf.string}
     spec = {}
     for feature in schema.feature:
-        dtype = _DTYPES[feature.type]
+        dtype = dtypes[feature.type]
         always_present = (
             feature.HasField("presence") and feature.presence.min_fraction >= 1.0)
         if feature.HasField("shape") and always_present:
@@ -56,13 +56,15 @@ def default_value(feature: schema_pb2.Feature) -> Union[int, float, bytes]:
     return {schema_pb2.INT: 0, schema_pb2.FLOAT: 0.0, schema_pb2.BYTES: b""}[feature.type]
 
 
-def densify(value: Union[tf.Tensor, tf.SparseTensor], feature: schema_pb2.Feature
-            ) -> Union[tf.Tensor, tf.RaggedTensor]:
+def densify(value: Union["tf.Tensor", "tf.SparseTensor"], feature: schema_pb2.Feature
+            ) -> Union["tf.Tensor", "tf.RaggedTensor"]:
     """Turns a parsed batch of one feature into a dense [batch, 1] or a ragged [batch, None].
 
     Scalar features (by schema) fill gaps with `default_value`; true lists stay ragged so no
     value is padded into existence.
     """
+    import tensorflow as tf
+
     if not isinstance(value, tf.SparseTensor):
         return value if value.shape.rank and value.shape.rank > 1 else tf.reshape(value, [-1, 1])
     if is_scalar(feature):

@@ -1,0 +1,211 @@
+"""The TensorFlow-free reader: same values as the TensorFlow input function, every row once
+per epoch under a PyTorch DataLoader, and shards the PyPI `tfrecord` package reads."""
+from __future__ import annotations
+
+import collections
+import glob
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import tensorflow as tf
+
+from components import numpy_reader
+from components.codec import parser, schema_file, serializer
+from components.example_gen import beam_job
+from components.example_gen.options import ExampleGenOptions
+from components.shards import ShardingOptions
+from components.trainer.input import build_dataset
+from components.trainer.options import InputConfig
+from components.transform import beam_job as transform_job
+from components.transform.options import TransformOptions
+
+
+def shards(folder, split="train") -> list[str]:
+    return sorted(glob.glob(os.path.join(str(folder), f"Split-{split}", "*")))
+
+
+def rows_of(batches, names) -> collections.Counter:
+    """Every row as a tuple of its scalar values, counted."""
+    found = collections.Counter()
+    for batch in batches:
+        columns = [np.asarray(batch[n]).reshape(-1) for n in names]
+        found.update(zip(*[c.tolist() for c in columns]))
+    return found
+
+
+def scalar_names(schema) -> list[str]:
+    return [f.name for f in schema.feature if parser.is_scalar(f)]
+
+
+@pytest.fixture(scope="module")
+def three_shards(taxi_slice_dir, tmp_path_factory):
+    """The taxi slice in three gzip shards per split."""
+    out = tmp_path_factory.mktemp("reader") / "examples"
+    beam_job.run(ExampleGenOptions(source=os.path.join(taxi_slice_dir, "data.csv"),
+                                   sharding=ShardingOptions(num_shards=3)), str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def packed(taxi_examples, tmp_path_factory):
+    """Transform's packed output (256 rows per block, plain files) of the taxi slice."""
+    out = tmp_path_factory.mktemp("reader_packed")
+    transform_job.run(TransformOptions(packed_rows=256, sharding=ShardingOptions(
+        num_shards=2, compression="none")), taxi_examples,
+        schema_file.load_schema(taxi_examples), str(out / "graph"), str(out / "examples"))
+    return out / "examples"
+
+
+def test_imports_and_reads_with_tensorflow_blocked(three_shards):
+    code = ("import sys; sys.modules['tensorflow'] = None\n"
+            "from components import numpy_reader\n"
+            f"files = {shards(three_shards)!r}\n"
+            "print(sum(len(b['fare']) for b in numpy_reader.iter_batches(files)))\n"
+            "assert not any(m == 'tensorflow' or m.startswith('tensorflow.') "
+            "for m in sys.modules if sys.modules[m] is not None)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    manifest_rows = sum(1 for f in shards(three_shards)
+                        for _ in tf.data.TFRecordDataset(f, "GZIP"))
+    assert int(result.stdout.split()[-1]) == manifest_rows
+
+
+@pytest.mark.parametrize("data", ["per-row", "packed"])
+def test_values_equal_the_tensorflow_input_function(data, three_shards, packed):
+    folder = three_shards if data == "per-row" else packed
+    schema = schema_file.load_schema(str(folder))
+    names = scalar_names(schema)
+    ours = rows_of(numpy_reader.iter_batches(shards(folder), schema, batch_size=100), names)
+    theirs = rows_of(
+        (dict(features) for features in build_dataset(
+            shards(folder), schema, None, feature_keys=names,
+            config=InputConfig(batch_size=100, training=False, num_epochs=1))
+         .as_numpy_iterator()), names)
+    assert sum(ours.values()) > 1000
+    assert ours == theirs
+
+
+def test_variable_length_features_come_as_values_and_lengths(tmp_path):
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([[1, 2], [], None, [3]], pa.list_(pa.int64())),
+         pa.array([[0.5], None, [1.5], [2.5]], pa.list_(pa.float32()))], ["tags", "score"])
+    path = tmp_path / "Split-train" / "data.tfrecord"
+    path.parent.mkdir()
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for record in serializer.encode_examples(batch):
+            writer.write(record)
+    schema_file.write_schema(serializer.schema_from_profile(
+        {"tags": (serializer.INT, True), "score": (serializer.FLOAT, False)}, 4,
+        {"tags": 3, "score": 3}, {}), str(tmp_path / "schema.pbtxt"))
+    (only,) = list(numpy_reader.iter_batches([str(path)]))
+    assert only["tags"].tolist() == [1, 2, 3]
+    assert only["tags__lengths"].tolist() == [2, 0, 0, 1]
+    assert only["score"].tolist() == [0.5, 0.0, 1.5, 2.5]  # a missing scalar is the default
+
+
+@pytest.mark.parametrize("data", ["three files", "one file"])
+def test_torch_dataloader_with_two_workers_reads_every_row_once(data, three_shards,
+                                                                taxi_examples):
+    torch = pytest.importorskip("torch")
+    folder = three_shards if data == "three files" else taxi_examples
+    files = shards(folder)
+    schema = schema_file.load_schema(str(folder))
+    names = scalar_names(schema)
+    expected = rows_of(numpy_reader.iter_batches(files, schema), names)
+    dataset = numpy_reader.TorchDataset(files, schema, batch_size=64, seed=7)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
+    for epoch in range(2):
+        dataset.set_epoch(epoch)
+        batches = [{k: v.numpy() if hasattr(v, "numpy") else v for k, v in batch.items()}
+                   for batch in loader]
+        assert rows_of(batches, names) == expected
+
+
+TFRECORD_PACKAGE_CHECK = """
+import collections, sys
+sys.modules["tensorflow"] = None  # the package's own Example proto clashes with TensorFlow's
+import numpy as np
+from tfrecord.reader import tfrecord_loader
+from components import numpy_reader
+from components.codec import parser, schema_file
+
+files, folder = sys.argv[1:-1], sys.argv[-1]
+schema = schema_file.load_schema(folder)
+names = [f.name for f in schema.feature if parser.is_scalar(f)]
+defaults = {f.name: parser.default_value(f) for f in schema.feature}
+theirs = collections.Counter()
+for path in files:
+    for record in tfrecord_loader(path, None, compression_type="gzip"):
+        row = []
+        for name in names:
+            value = record.get(name)
+            if value is None:
+                row.append(defaults[name])
+            elif isinstance(value, (bytes, list)):  # a bytes feature: the value(s) as bytes
+                row.append(value if isinstance(value, bytes) else value[0])
+            else:
+                row.append(value.tolist()[0])
+        theirs[tuple(row)] += 1
+ours = collections.Counter()
+for batch in numpy_reader.iter_batches(files, schema):
+    ours.update(zip(*[batch[n].tolist() for n in names]))
+assert theirs == ours, (len(theirs), len(ours))
+print(sum(theirs.values()))
+"""
+
+
+def test_pypi_tfrecord_package_reads_every_record_of_our_shards(three_shards):
+    files = shards(three_shards)
+    result = subprocess.run([sys.executable, "-c", TFRECORD_PACKAGE_CHECK, *files,
+                             str(three_shards)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    expected = sum(1 for f in files for _ in tf.data.TFRecordDataset(f, "GZIP"))
+    assert int(result.stdout.split()[-1]) == expected > 1000
+
+
+def test_absent_and_empty_feature_nulls_read_the_same(tmp_path):
+    """Our null (an absent key) and tfx_bsl's (an empty Feature) mean the same to every reader:
+    TensorFlow's parser, tfx_bsl's decoder, TFDV's statistics and ours."""
+    import tensorflow_data_validation as tfdv
+    from tfx_bsl.coders import example_coder
+
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([[1], None, [3], None], pa.list_(pa.int64())),
+         pa.array([None, [b"\xff"], [b"b"], None], pa.list_(pa.binary()))], ["n", "s"])
+    schema = serializer.schema_from_profile(
+        {"n": (serializer.INT, False), "s": (serializer.BYTES, False)}, 4, {"n": 2, "s": 2}, {})
+    forms = {"absent": serializer.encode_examples(batch),
+             "empty": example_coder.RecordBatchToExamplesEncoder().encode(batch)}
+    assert forms["absent"] != forms["empty"]
+    results = {}
+    for form, records in forms.items():
+        folder = tmp_path / form
+        (folder / "Split-train").mkdir(parents=True)
+        path = str(folder / "Split-train" / "data.tfrecord")
+        with tf.io.TFRecordWriter(path) as writer:
+            for record in records:
+                writer.write(record)
+        schema_file.write_schema(schema, str(folder / "schema.pbtxt"))
+        spec = parser.feature_spec_from_schema(schema)
+        parsed = tf.io.parse_example(tf.constant(records), spec)
+        stats = tfdv.generate_statistics_from_tfrecord(path)
+        numeric = {f.path.step[0]: (f.num_stats.common_stats.num_non_missing,
+                                    f.num_stats.common_stats.num_missing)
+                   for f in stats.datasets[0].features if f.HasField("num_stats")}
+        strings = {f.path.step[0]: (f.string_stats.common_stats.num_non_missing,
+                                    f.string_stats.common_stats.num_missing)
+                   for f in stats.datasets[0].features if f.HasField("string_stats")}
+        results[form] = {
+            "tf": {k: (v.indices.numpy().tolist(), v.values.numpy().tolist())
+                   for k, v in parsed.items()},
+            "tfx_bsl": parser.decode_examples(records, schema).to_pydict(),
+            "tfdv": (numeric, strings),
+            "ours": [{k: v.tolist() for k, v in b.items()}
+                     for b in numpy_reader.iter_batches([path], schema)],
+        }
+    assert results["absent"] == results["empty"]
+    assert results["absent"]["tfdv"] == ({"n": (2, 2)}, {"s": (2, 2)})
