@@ -209,3 +209,18 @@ def test_absent_and_empty_feature_nulls_read_the_same(tmp_path):
         }
     assert results["absent"] == results["empty"]
     assert results["absent"]["tfdv"] == ({"n": (2, 2)}, {"s": (2, 2)})
+
+
+def test_long_number_lists_decode_exactly_from_their_wire_form():
+    """Lists longer than the short-list cut are decoded from packed bytes: every varint size,
+    negative ints (ten bytes) and float32 specials."""
+    ints = [0, 1, 127, 128, 300, -1, -2 ** 63, 2 ** 63 - 1, 1_427_722_200] * 9
+    floats = [0.0, -0.0, 1.5, float("inf"), -3.4e38, 1e-45] * 9
+    batch = pa.RecordBatch.from_arrays([pa.array([ints], pa.list_(pa.int64())),
+                                        pa.array([floats], pa.list_(pa.float32()))],
+                                       ["i", "f"])
+    (record,) = serializer.encode_examples(batch)
+    example = numpy_reader.example_class().FromString(record)
+    assert numpy_reader._values(example.features.feature["i"], np.int64).tolist() == ints
+    decoded = numpy_reader._values(example.features.feature["f"], np.float32)
+    assert decoded.tobytes() == np.array(floats, np.float32).tobytes()
