@@ -95,6 +95,34 @@ def run(config_file, assignments, **named) -> None:
 
     click.echo(f"Running {config.pipeline_name} (LocalDagRunner):")
     click.echo(local_runner.run(config, echo=click.echo).format())
+    from pipeline import report
+
+    config = local_runner.local_config(config)
+    path = report.write_report(config.metadata_path, config.pipeline_name,
+                               report.default_path(config.output_root, config.pipeline_name))
+    click.echo(f"Report: {os.path.abspath(path)}")
+
+
+@main.command("report")
+@_config_options
+@click.argument("run_id", required=False)
+@click.option("--output", default=None,
+              help="Where to write the page (default <output_root>/reports/<pipeline>/"
+                   "report.html).")
+def report_command(config_file, assignments, run_id, output, **named) -> None:
+    """Write one self-contained HTML page for a run (default: the latest) of the pipeline the
+    settings name: statistics, schema, anomalies, metrics and the input-wait chart."""
+    config = _load_config(config_file, assignments, **named)
+    from pipeline import local_runner, report
+
+    config = local_runner.local_config(config)
+    try:
+        path = report.write_report(
+            config.metadata_path, config.pipeline_name,
+            output or report.default_path(config.output_root, config.pipeline_name), run_id)
+    except LookupError as e:
+        raise click.ClickException(str(e))
+    click.echo(os.path.abspath(path))
 
 
 @main.command("compile")
@@ -294,6 +322,21 @@ def bench_input(rows, repeats, work_dir, as_json) -> None:
     _report(result, as_json, result["paths"],
             [RATE, MEDIAN, ("vs stock", "vs_stock", "{:.2f}x")],
             f"ours (first epoch) vs csv: {result['ours_vs_csv']:.2f}x")
+
+
+@bench.command("reader")
+@click.option("--rows", default=300_000, show_default=True, type=int)
+@_bench_options
+def bench_reader(rows, repeats, work_dir, as_json) -> None:
+    """The TensorFlow-free reader (packed and per-row) and the PyPI tfrecord package, each a
+    whole process on one core with TensorFlow blocked."""
+    from bench import reader as bench_lib
+
+    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats,
+                                     log=lambda line: click.echo(line, err=True))
+    _report(result, as_json, result["paths"],
+            [RATE, MEDIAN, ("process s", "median_process_seconds", "{:.2f}"),
+             ("vs tfrecord pkg", "vs_tfrecord_package", "{:.1f}x")])
 
 
 @bench.command("images")

@@ -61,12 +61,17 @@ def open_store(metadata_path: str) -> metadata_store.MetadataStore:
     return metadata_store.MetadataStore(config)
 
 
-def summarize(metadata_path: str, pipeline_name: str) -> RunSummary:
+def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = None
+              ) -> RunSummary:
+    """The run `run_id` of the pipeline, by default its latest."""
     store = open_store(metadata_path)
     runs = [c for c in store.get_contexts_by_type("pipeline_run")
             if pipeline_name in {p.name for p in _parent_pipelines(store, c)}]
+    if run_id is not None:
+        runs = [c for c in runs if c.name == run_id]
     if not runs:
-        raise LookupError(f"No run of pipeline {pipeline_name!r} in {metadata_path}")
+        raise LookupError(f"No run {run_id or ''} of pipeline {pipeline_name!r} in "
+                          f"{metadata_path}".replace("  ", " "))
     run = max(runs, key=lambda c: (c.create_time_since_epoch, c.id))
     executions = sorted(store.get_executions_by_context(run.id), key=lambda e: e.id)
     components = {node_name(store, execution): state_name(execution)
@@ -78,10 +83,10 @@ def summarize(metadata_path: str, pipeline_name: str) -> RunSummary:
         artifacts=artifacts,
         rows_per_split=_rows_per_split(artifacts),
         schema_path=_first_uri(artifacts, "Schema", "schema.pbtxt"),
-        anomalies=_anomalies(artifacts),
+        anomalies=anomalies(artifacts),
         pushed_model=_pushed_model(artifacts),
         blessed=_blessed(artifacts),
-        evaluation=_evaluation(artifacts),
+        evaluation=evaluation(artifacts),
     )
 
 
@@ -121,7 +126,7 @@ def describe_outputs(artifacts: dict[str, list]) -> str:
             shards = sum(len(v["shards"]) for v in manifest["splits"].values())
             parts.append(f"rows {rows} in {shards} shard(s)")
         else:
-            parts.append(f"splits {','.join(_split_names(examples))}")
+            parts.append(f"splits {','.join(split_names(examples))}")
     for schema in artifacts.get("Schema", []):
         path = os.path.join(schema.uri, "schema.pbtxt")
         if os.path.exists(path):
@@ -129,14 +134,14 @@ def describe_outputs(artifacts: dict[str, list]) -> str:
                 parts.append(f"schema of {f.read().count('feature {')} features")
     if "ExampleStatistics" in artifacts:
         parts.append("statistics of " + ", ".join(
-            s for a in artifacts["ExampleStatistics"] for s in _split_names(a)))
+            s for a in artifacts["ExampleStatistics"] for s in split_names(a)))
     if "ExampleAnomalies" in artifacts:
-        parts.append(f"{sum(len(a) for a in _anomalies(artifacts).values())} anomalies")
+        parts.append(f"{sum(len(a) for a in anomalies(artifacts).values())} anomalies")
     if "TransformGraph" in artifacts:
         parts.append("transform graph")
     if "Model" in artifacts:
         parts.append("model")
-    evaluation = _evaluation(artifacts)
+    evaluation = evaluation(artifacts)
     if evaluation:
         parts.append(", ".join(f"{k}={v:.4g}" for k, v in sorted(evaluation.items())
                                if k != "example_count"))
@@ -160,7 +165,7 @@ def _first_uri(artifacts, type_name: str, filename: str = "") -> Optional[str]:
     return os.path.join(found[0].uri, filename) if found else None
 
 
-def _split_names(artifact) -> list[str]:
+def split_names(artifact) -> list[str]:
     raw = artifact.properties.get("split_names") or artifact.custom_properties.get("split_names")
     return json.loads(raw.string_value) if raw else []
 
@@ -175,19 +180,19 @@ def _rows_per_split(artifacts) -> dict[str, int]:
 
     rows = {}
     for stats in artifacts.get("ExampleStatistics", []):
-        for split in _split_names(stats):
+        for split in split_names(stats):
             path = os.path.join(stats.uri, f"Split-{split}", "FeatureStats.pb")
             if os.path.exists(path):
                 rows[split] = stats_util.load_stats_binary(path).datasets[0].num_examples
     return rows
 
 
-def _anomalies(artifacts) -> dict[str, list[str]]:
+def anomalies(artifacts) -> dict[str, list[str]]:
     from tensorflow_metadata.proto.v0 import anomalies_pb2
 
     found = {}
     for artifact in artifacts.get("ExampleAnomalies", []):
-        for split in _split_names(artifact):
+        for split in split_names(artifact):
             path = os.path.join(artifact.uri, f"Split-{split}", "SchemaDiff.pb")
             if not os.path.exists(path):
                 continue
@@ -215,7 +220,7 @@ def _blessed(artifacts) -> Optional[bool]:
     return None
 
 
-def _evaluation(artifacts) -> dict[str, float]:
+def evaluation(artifacts) -> dict[str, float]:
     """The overall slice of the newest ModelEvaluation."""
     evaluations = artifacts.get("ModelEvaluation", [])
     if not evaluations:
