@@ -211,7 +211,8 @@ def examplegen(ctx, source, output_dir, fmt, num_shards, shard_size_mb, splits, 
                 num_shards=num_shards, shard_size_mb=shard_size_mb, compression=compression)),
             **given(format=fmt, splits=splits, split_key=split_key, partition_by=partition_by,
                     on_bad_record=on_bad_record))
-        manifest = beam_job.run(options, output_dir, beam_pipeline_args=ctx.args)
+        manifest = beam_job.run(options, output_dir, beam_pipeline_args=ctx.args,
+                                progress=True)
     except (ValueError, FileExistsError, FileNotFoundError) as e:
         raise click.ClickException(_one_line(e))
     except Exception as e:  # Beam wraps DoFn errors; surface the bad-input line only

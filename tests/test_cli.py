@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -73,3 +74,21 @@ def test_help_lists_all_commands():
     out = tfrp("--help").stdout
     for command in ("run", "compile", "submit", "examplegen", "inspect", "bench"):
         assert f"  {command}" in out
+
+
+def test_examplegen_shows_progress_bars_on_a_terminal_only(taxi_slice_dir, tmp_path):
+    """Under a pseudo-terminal (util-linux `script`) tqdm draws the profile and encode bars to
+    the end; piped output, as in CI logs, has none."""
+    import shlex
+
+    source = os.path.join(taxi_slice_dir, "data.csv")
+    command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "pipeline.cli",
+                                                "examplegen", source, str(tmp_path / "tty")])
+    typescript = tmp_path / "typescript"
+    subprocess.run(["script", "-qfec", f"stty cols 120 rows 40; {command}", str(typescript)],
+                   capture_output=True, text=True, check=True, timeout=300)
+    shown = typescript.read_text(errors="replace").replace("\r", "\n")
+    assert re.search(r"profile: 100%.*1/1", shown), shown[-2000:]
+    assert re.search(r"encode: 100%.*2\.00k/2\.00k", shown), shown[-2000:]
+    piped = tfrp("examplegen", source, str(tmp_path / "piped"))
+    assert "encode:" not in piped.stdout + piped.stderr

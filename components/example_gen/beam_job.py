@@ -37,6 +37,41 @@ class BadRecordError(SourceError):
     pass
 
 
+class Progress:
+    """Progress bars of a run whose DoFns execute in this process (the default DirectRunner):
+    source files profiled, then rows encoded. On other runners the workers have no bars and
+    nothing is shown."""
+
+    current: Optional["Progress"] = None
+
+    def __init__(self, files: int):
+        from tqdm import tqdm
+
+        # disable=None: only on a terminal, so logs and CI output stay clean.
+        self.profiled = tqdm(total=files, desc="profile", unit="file", disable=None)
+        self.encoded = tqdm(desc="encode", unit="row", unit_scale=True, disable=None)
+
+    def profiled_file(self) -> None:
+        self.profiled.update(1)
+
+    def encoded_rows(self, rows: int, total: int) -> None:
+        if self.encoded.total != total:
+            self.encoded.total = total
+            self.encoded.refresh()
+        self.encoded.update(rows)
+
+    def close(self) -> None:
+        self.profiled.close()
+        self.encoded.close()
+
+
+def _profile(indexed_path, fmt: str) -> FileProfile:
+    profile = registry.profile_file(indexed_path[1], fmt)[0]
+    if Progress.current:
+        Progress.current.profiled_file()
+    return profile
+
+
 @dataclasses.dataclass(frozen=True)
 class FileResult:
     """What one source file contributed: rows read, rows quarantined."""
@@ -85,6 +120,8 @@ class _EncodeFile(beam.DoFn):
                     if not item.num_rows:
                         continue
                     rows_in += item.num_rows
+                    if Progress.current:
+                        Progress.current.encoded_rows(item.num_rows, profile.rows)
                     pending.append(encoder.submit(self._encode_batch, item, profile,
                                                   split_names, weights, key_columns))
                     while len(pending) > 1:
@@ -153,7 +190,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ExampleGenOptions, fmt: str
     indexed_files = pipeline | "Files" >> beam.Create(list(enumerate(files)))
     profile = (
         indexed_files
-        | "Profile" >> beam.Map(lambda indexed: registry.profile_file(indexed[1], fmt)[0])
+        | "Profile" >> beam.Map(_profile, fmt)
         | "MergeProfiles" >> beam.CombineGlobally(_merge_profiles)
     )
     encoded = indexed_files | "Encode" >> beam.ParDo(
@@ -194,11 +231,12 @@ def _finalize(_, staging, options, fmt, profile, written, results) -> None:
 
 def run(options: ExampleGenOptions, output_dir: str,
         beam_pipeline_args: Optional[list[str]] = None,
-        make_pipeline=None) -> dict:
+        make_pipeline=None, progress: bool = False) -> dict:
     """Runs ExampleGen into `output_dir` and returns the manifest.
 
     Outputs appear only when the whole run succeeded; on failure the staging folder is removed.
-    `make_pipeline` lets the TFX executor supply its own configured Beam pipeline.
+    `make_pipeline` lets the TFX executor supply its own configured Beam pipeline; `progress`
+    shows progress bars on a terminal (the CLI's default).
     """
     source = locate.resolve_source(options.source)
     fmt = locate.detect_format(source) if options.format == "auto" else options.format
@@ -212,12 +250,18 @@ def run(options: ExampleGenOptions, output_dir: str,
     existing = [n for n in tf.io.gfile.listdir(output_dir) if not n.startswith(".staging-")]
     if existing:
         raise FileExistsError(f"{output_dir} is not empty ({sorted(existing)[:3]}...)")
-    with shards.staged_output(output_dir) as staging:
-        pipeline = make_pipeline() if make_pipeline else beam.Pipeline(
-            argv=list(beam_pipeline_args or []))
-        with pipeline:
-            build_pipeline(pipeline, options, fmt, files, staging)
-        manifest = shards.read_manifest(staging)
+    Progress.current = Progress(len(files)) if progress else None
+    try:
+        with shards.staged_output(output_dir) as staging:
+            pipeline = make_pipeline() if make_pipeline else beam.Pipeline(
+                argv=list(beam_pipeline_args or []))
+            with pipeline:
+                build_pipeline(pipeline, options, fmt, files, staging)
+            manifest = shards.read_manifest(staging)
+    finally:
+        if Progress.current:
+            Progress.current.close()
+            Progress.current = None
     logging.info("ExampleGen wrote %d rows (%d quarantined) to %s", manifest["rows_written"],
                  manifest["rows_quarantined"], output_dir)
     return manifest
