@@ -85,14 +85,13 @@ def _values(feature, dtype) -> np.ndarray:
         return np.array(list(values), dtype=object) if values else np.zeros(0, object)
     if len(message.value) <= _SHORT_LIST:
         return np.fromiter(message.value, dtype, count=len(message.value))
-    wire = message.SerializeToString()  # 0x0A, varint length, packed values; b"" when empty
-    if not wire:
-        return np.zeros(0, dtype)
-    payload = np.frombuffer(wire, np.uint8)[1 + int(np.argmax(np.frombuffer(
-        wire, np.uint8)[1:] < 0x80)) + 1:]
+    wire = message.SerializeToString()  # 0x0A, varint length, packed values
+    start = 2
+    while wire[start - 1] & 0x80:  # the length's varint ends at the first byte below 0x80
+        start += 1
     if dtype == np.float32:
-        return payload.view("<f4").copy()
-    return _varints(payload).view(np.int64)
+        return np.frombuffer(wire, "<f4", offset=start).copy()
+    return _varints(np.frombuffer(wire, np.uint8, offset=start)).view(np.int64)
 
 
 def _varints(data: np.ndarray) -> np.ndarray:

@@ -325,6 +325,20 @@ def bench_input(rows, repeats, work_dir, as_json) -> None:
             f"ours (first epoch) vs csv: {result['ours_vs_csv']:.2f}x")
 
 
+@bench.command("encoder")
+@click.option("--rows", default=1_000_000, show_default=True, type=int)
+@click.option("--repeats", default=3, show_default=True, type=int)
+@click.option("--json", "as_json", is_flag=True)
+def bench_encoder(rows, repeats, as_json) -> None:
+    """Our columnar tf.Example encoder vs tfx_bsl's, same batches, one core, whole processes."""
+    from bench import encoder as bench_lib
+
+    result = bench_lib.run_benchmark(rows, repeats, log=lambda line: click.echo(line, err=True))
+    _report(result, as_json, result["paths"],
+            [RATE, MEDIAN, ("process s", "median_process_seconds", "{:.2f}"),
+             ("vs tfx_bsl", "vs_tfx_bsl", "{:.2f}x")])
+
+
 @bench.command("reader")
 @click.option("--rows", default=300_000, show_default=True, type=int)
 @_bench_options
