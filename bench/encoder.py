@@ -11,19 +11,18 @@ time, imports and data included, is reported beside.
 from __future__ import annotations
 
 import json
-import os
-import statistics
-import subprocess
 import sys
 import time
 from typing import Callable
 
-ENCODERS = ("tfx_bsl", "ours", "ours-arrow")
+from bench import processes
+
+ENCODERS = ("tfx_bsl", "ours", "ours-arrow")  # the first is the baseline
 BATCH_ROWS = 65_536
 
 
 def _child(encoder: str, rows: int) -> dict:
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    processes.pin_to_one_core()
     from bench import data
     from components.codec import serializer
 
@@ -41,40 +40,12 @@ def _child(encoder: str, rows: int) -> dict:
         encode = serializer.encode_examples_array
     start = time.perf_counter()
     encoded = sum(len(encode(batch)) for batch in batches)
-    return {"rows": encoded, "encode_seconds": time.perf_counter() - start}
-
-
-def measure(encoder: str, rows: int) -> dict:
-    start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "bench.encoder", encoder, str(rows)],
-                         capture_output=True, text=True,
-                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    whole = time.perf_counter() - start
-    if out.returncode != 0:
-        raise RuntimeError(f"{encoder} failed:\n{out.stderr[-3000:]}")
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]), process_seconds=whole)
+    return {"rows": encoded, "seconds": time.perf_counter() - start}
 
 
 def run_benchmark(rows: int, repeats: int = 3, log: Callable[[str], None] = print) -> dict:
-    runs: dict[str, list[dict]] = {name: [] for name in ENCODERS}
-    for repeat in range(repeats):
-        for name in ENCODERS:  # interleaved, so drift in the machine hits every side alike
-            runs[name].append(measure(name, rows))
-        log(f"repeat {repeat + 1}/{repeats}: " + ", ".join(
-            f"{n} {runs[n][-1]['encode_seconds']:.2f}s" for n in ENCODERS))
-    result = {"rows": rows, "repeats": repeats, "cores": 1, "batch_rows": BATCH_ROWS,
-              "paths": {}}
-    for name, items in runs.items():
-        seconds = statistics.median(r["encode_seconds"] for r in items)
-        result["paths"][name] = {
-            "rows_per_second": rows / seconds, "median_seconds": seconds,
-            "median_process_seconds": statistics.median(r["process_seconds"] for r in items),
-            "encode_seconds": [r["encode_seconds"] for r in items]}
-    base = result["paths"]["tfx_bsl"]["rows_per_second"]
-    for entry in result["paths"].values():
-        entry["vs_tfx_bsl"] = entry["rows_per_second"] / base
-    return result
-
+    return dict(processes.interleaved(ENCODERS, repeats, rows, lambda name: processes.run_child(
+        "bench.encoder", [name, str(rows)]), log), cores=1, batch_rows=BATCH_ROWS)
 
 if __name__ == "__main__":
     print(json.dumps(_child(sys.argv[1], int(sys.argv[2]))))

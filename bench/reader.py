@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
-import subprocess
 import sys
 import time
 from typing import Callable
 
-PATHS = ("ours-packed", "ours-per-row", "tfrecord-package")
+from bench import processes
+
+PATHS = ("tfrecord-package", "ours-packed", "ours-per-row")  # the first is the baseline
 
 
 def _read(path_name: str, files: list[str], schema_path: str) -> int:
@@ -34,21 +34,11 @@ def _read(path_name: str, files: list[str], schema_path: str) -> int:
 
 
 def _child(path_name: str, files: list[str], schema_path: str) -> dict:
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    processes.pin_to_one_core()
     sys.modules["tensorflow"] = None  # as on a machine without TensorFlow
     start = time.perf_counter()
     rows = _read(path_name, files, schema_path)
-    return {"rows": rows, "read_seconds": time.perf_counter() - start}
-
-
-def measure(path_name: str, files: list[str], schema_path: str) -> dict:
-    start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "bench.reader", path_name, schema_path, *files],
-                         capture_output=True, text=True)
-    whole = time.perf_counter() - start
-    if out.returncode != 0:
-        raise RuntimeError(f"{path_name} failed:\n{out.stderr[-3000:]}")
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]), process_seconds=whole)
+    return {"rows": rows, "seconds": time.perf_counter() - start}
 
 
 def run_benchmark(rows: int, work_root: str, repeats: int = 3,
@@ -63,26 +53,8 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3,
         with open(path, "rb") as f:
             while f.read(16 << 20):
                 pass
-    runs: dict[str, list[dict]] = {name: [] for name in PATHS}
-    for repeat in range(repeats):
-        for name in PATHS:  # interleaved, so drift in the machine hits every path alike
-            runs[name].append(measure(name, *inputs[name]))
-            if runs[name][-1]["rows"] != rows:
-                raise RuntimeError(f"{name} read {runs[name][-1]['rows']} rows, not {rows}")
-        log(f"repeat {repeat + 1}/{repeats}: " + ", ".join(
-            f"{n} {runs[n][-1]['read_seconds']:.2f}s" for n in PATHS))
-    result = {"rows": rows, "repeats": repeats, "cores": 1, "paths": {}}
-    for name, items in runs.items():
-        read = statistics.median(r["read_seconds"] for r in items)
-        result["paths"][name] = {
-            "rows_per_second": rows / read, "median_seconds": read,
-            "median_process_seconds": statistics.median(r["process_seconds"] for r in items),
-            "read_seconds": [r["read_seconds"] for r in items]}
-    base = result["paths"]["tfrecord-package"]["rows_per_second"]
-    for entry in result["paths"].values():
-        entry["vs_tfrecord_package"] = entry["rows_per_second"] / base
-    return result
-
+    return dict(processes.interleaved(PATHS, repeats, rows, lambda name: processes.run_child(
+        "bench.reader", [name, inputs[name][1], *inputs[name][0]]), log), cores=1)
 
 if __name__ == "__main__":
     print(json.dumps(_child(sys.argv[1], sys.argv[3:], sys.argv[2])))

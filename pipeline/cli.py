@@ -333,10 +333,7 @@ def bench_encoder(rows, repeats, as_json) -> None:
     """Our columnar tf.Example encoder vs tfx_bsl's, same batches, one core, whole processes."""
     from bench import encoder as bench_lib
 
-    result = bench_lib.run_benchmark(rows, repeats, log=lambda line: click.echo(line, err=True))
-    _report(result, as_json, result["paths"],
-            [RATE, MEDIAN, ("process s", "median_process_seconds", "{:.2f}"),
-             ("vs tfx_bsl", "vs_tfx_bsl", "{:.2f}x")])
+    _report_processes(bench_lib.run_benchmark(rows, repeats, log=_log), as_json)
 
 
 @bench.command("reader")
@@ -347,11 +344,20 @@ def bench_reader(rows, repeats, work_dir, as_json) -> None:
     whole process on one core with TensorFlow blocked."""
     from bench import reader as bench_lib
 
-    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats,
-                                     log=lambda line: click.echo(line, err=True))
+    _report_processes(bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats,
+                                              log=_log), as_json)
+
+
+def _log(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def _report_processes(result: dict, as_json: bool) -> None:
+    """A benchmark of whole processes (bench/processes.py): in-run rate, whole process time
+    and the ratio to its baseline."""
     _report(result, as_json, result["paths"],
             [RATE, MEDIAN, ("process s", "median_process_seconds", "{:.2f}"),
-             ("vs tfrecord pkg", "vs_tfrecord_package", "{:.1f}x")])
+             (f"vs {result['baseline']}", "vs_baseline", "{:.2f}x")])
 
 
 @bench.command("images")

@@ -1,0 +1,53 @@
+"""Measuring whole processes: each side of a benchmark runs as `python -m bench.<module>` in a
+fresh child (imports included, nothing warmed up by an earlier side), the sides interleaved
+across repeats so drift in the machine hits them alike, and medians reported."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable, Sequence
+
+
+def pin_to_one_core() -> None:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def run_child(module: str, args: Sequence[str]) -> dict:
+    """The child's last stdout line (JSON, with its in-run `seconds`), plus the whole
+    process's wall time as `process_seconds`."""
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    whole = time.perf_counter() - start
+    if out.returncode != 0:
+        raise RuntimeError(f"{module} {args[:1]} failed:\n{out.stderr[-3000:]}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]), process_seconds=whole)
+
+
+def interleaved(names: Sequence[str], repeats: int, rows: int, measure: Callable[[str], dict],
+                log: Callable[[str], None]) -> dict:
+    """Runs `measure(name)` for every name, `repeats` times, checks each handled `rows` rows,
+    and returns medians per name with the ratio to the first name (the baseline)."""
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for repeat in range(repeats):
+        for name in names:
+            runs[name].append(measure(name))
+            if runs[name][-1]["rows"] != rows:
+                raise RuntimeError(f"{name} handled {runs[name][-1]['rows']} rows, not {rows}")
+        log(f"repeat {repeat + 1}/{repeats}: " + ", ".join(
+            f"{n} {runs[n][-1]['seconds']:.2f}s" for n in names))
+    paths = {}
+    for name, items in runs.items():
+        seconds = statistics.median(r["seconds"] for r in items)
+        paths[name] = {
+            "rows_per_second": rows / seconds, "median_seconds": seconds,
+            "median_process_seconds": statistics.median(r["process_seconds"] for r in items),
+            "seconds": [r["seconds"] for r in items]}
+    base = paths[names[0]]["rows_per_second"]
+    for entry in paths.values():
+        entry["vs_baseline"] = entry["rows_per_second"] / base
+    return {"rows": rows, "repeats": repeats, "baseline": names[0], "paths": paths}
