@@ -17,10 +17,13 @@ beside the block parser so the two sides of the format are in one file.
 from __future__ import annotations
 
 import copy
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 import numpy as np
 from tensorflow_metadata.proto.v0 import schema_pb2
+
+if TYPE_CHECKING:  # annotations only; the functions import TensorFlow when they run
+    import tensorflow as tf
 
 from components.codec import parser
 

@@ -21,7 +21,7 @@ import os
 import urllib.parse
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable, Iterator, Optional
+from typing import Iterator, Optional
 
 import numpy as np
 import tensorflow as tf

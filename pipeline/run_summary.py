@@ -141,9 +141,9 @@ def describe_outputs(artifacts: dict[str, list]) -> str:
         parts.append("transform graph")
     if "Model" in artifacts:
         parts.append("model")
-    evaluation = evaluation(artifacts)
-    if evaluation:
-        parts.append(", ".join(f"{k}={v:.4g}" for k, v in sorted(evaluation.items())
+    metrics = evaluation(artifacts)
+    if metrics:
+        parts.append(", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())
                                if k != "example_count"))
     if _blessed(artifacts) is not None:
         parts.append("blessed" if _blessed(artifacts) else "not blessed")

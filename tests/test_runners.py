@@ -7,8 +7,6 @@ import json
 import os
 import re
 import socket
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf

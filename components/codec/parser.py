@@ -6,9 +6,12 @@ them, so a schema written by ExampleGen means the same thing to Transform, the T
 """
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 from tensorflow_metadata.proto.v0 import schema_pb2
+
+if TYPE_CHECKING:  # annotations only; the functions import TensorFlow when they run
+    import tensorflow as tf
 
 # TensorFlow is imported by the functions that build tensors, so the schema helpers here
 # (is_scalar, default_value, ...) serve readers that run without it.
