@@ -242,3 +242,21 @@ def test_reads_stock_csv_example_gen_shards_like_the_tensorflow_input_function(
          .as_numpy_iterator()), names)
     assert sum(ours.values()) > 1000
     assert ours == theirs
+
+
+def test_torch_dataset_splits_rows_across_ranks_and_workers(three_shards):
+    """Two ranks with two DataLoader workers each: four readers, each row read by one."""
+    torch = pytest.importorskip("torch")
+    files = shards(three_shards)
+    schema = schema_file.load_schema(str(three_shards))
+    names = scalar_names(schema)
+    expected = rows_of(numpy_reader.iter_batches(files, schema), names)
+    per_rank = []
+    for rank in range(2):
+        dataset = numpy_reader.TorchDataset(files, schema, batch_size=64, seed=3, rank=rank,
+                                            world_size=2)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
+        per_rank.append(rows_of(({k: v.numpy() if hasattr(v, "numpy") else v
+                                  for k, v in batch.items()} for batch in loader), names))
+    assert per_rank[0] and per_rank[1]
+    assert per_rank[0] + per_rank[1] == expected

@@ -47,3 +47,33 @@ def test_library_noise_is_hidden_by_default_and_back_with_verbose(runs):
     # payload_format does not come back: our artifacts now set it, as stock ones do.
     for noise in ("cuFFT", "property_predicate"):
         assert noise in loud, f"{noise!r} missing with -v"
+
+
+def test_live_line_names_the_component_running(tmp_path, capsys):
+    """On a terminal the progress thread shows the running component; the store here is a
+    real SQLite ML Metadata store with one execution still running."""
+    from ml_metadata import metadata_store
+    from ml_metadata.proto import metadata_store_pb2
+
+    from pipeline import progress
+
+    path = str(tmp_path / "metadata.db")
+    config = metadata_store_pb2.ConnectionConfig()
+    config.sqlite.filename_uri = path
+    store = metadata_store.MetadataStore(config)
+    with progress.RunProgress(path, echo=print, live=True, interval=0.05):
+        node_type = store.put_context_type(metadata_store_pb2.ContextType(name="node"))
+        execution_type = store.put_execution_type(metadata_store_pb2.ExecutionType(
+            name="Trainer"))
+        [execution_id] = store.put_executions([metadata_store_pb2.Execution(
+            type_id=execution_type, last_known_state=metadata_store_pb2.Execution.RUNNING)])
+        [context_id] = store.put_contexts([metadata_store_pb2.Context(
+            type_id=node_type, name="tfrp-test.Trainer")])
+        store.put_attributions_and_associations(
+            [], [metadata_store_pb2.Association(context_id=context_id,
+                                                execution_id=execution_id)])
+        import time
+
+        time.sleep(0.5)
+    shown = capsys.readouterr().out
+    assert re.search(r"\r  Trainer\s+running\s+\d+ s \.\.\.", shown), repr(shown)
