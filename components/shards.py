@@ -106,6 +106,9 @@ class Shard:
     path: str  # relative to the output folder
     rows: int
     nbytes: int  # on disk
+    # Gzip shards: (compressed offset, records) of each gzip member, so a reader can skip a
+    # damaged member and count exactly what it lost (tfrecord_io.iter_records).
+    gzip_members: tuple = ()
 
 
 def partition_dir(column: str, value) -> str:
@@ -287,27 +290,37 @@ def write_shard(spec: ShardSpec, staging: str, compression: str) -> Shard:
             f.seek(piece.start)
             return f.read(piece.end - piece.start)
 
-    def compress_piece(piece: Piece) -> bytes:
+    def compress_piece(piece: Piece) -> tuple[bytes, int]:
         # Level 1: gzip's higher levels cost 3-4x the CPU for a few percent of size.
-        return gzip.compress(read_piece(piece), compresslevel=1, mtime=0)
+        return gzip.compress(read_piece(piece), compresslevel=1, mtime=0), piece.rows
 
+    members = []
     with tf.io.gfile.GFile(path, "wb") as out:
         if compression == "gzip":
             workers = os.cpu_count() or 1
+            written = 0
+
+            def append(member: tuple[bytes, int]) -> None:
+                nonlocal written
+                data, rows = member
+                members.append((written, rows))
+                out.write(data)
+                written += len(data)
+
             with ThreadPoolExecutor(workers) as pool:
                 # Bounded look-ahead keeps at most 2 x workers pieces in memory.
                 pending = []
                 for piece in spec.pieces:
                     pending.append(pool.submit(compress_piece, piece))
                     if len(pending) >= 2 * workers:
-                        out.write(pending.pop(0).result())
+                        append(pending.pop(0).result())
                 for future in pending:
-                    out.write(future.result())
+                    append(future.result())
         else:
             for piece in spec.pieces:
                 out.write(read_piece(piece))
     return Shard(spec.partition, spec.split, relative, sum(p.rows for p in spec.pieces),
-                 tf.io.gfile.stat(path).length)
+                 tf.io.gfile.stat(path).length, tuple(members))
 
 
 def new_staging_dir(output_dir: str) -> str:
@@ -329,6 +342,8 @@ def build_manifest(shards: list[Shard], sources: list[dict], compression: str,
         entry["bytes"] += shard.nbytes
         entry["shards"].append({"path": shard.path, "rows": shard.rows, "bytes": shard.nbytes,
                                 "partition": shard.partition})
+        if shard.gzip_members:
+            entry["shards"][-1]["gzip_members"] = [list(m) for m in shard.gzip_members]
     rows_written = sum(s.rows for s in shards)
     rows_in = sum(s.get("rows_in", 0) for s in sources)
     return {

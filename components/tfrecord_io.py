@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import os
 import struct
-from typing import BinaryIO, Iterator, Union
+import zlib
+from typing import BinaryIO, Iterator, Optional, Union
 
 import google_crc32c
 
@@ -29,11 +31,23 @@ class CorruptRecordError(ValueError):
 
 @dataclasses.dataclass
 class CorruptRegion:
-    """Bytes skipped while resynchronising: [offset, offset + length) held no valid record."""
+    """Bytes skipped while resynchronising: [offset, offset + length) held no valid record.
+
+    In a gzip file the region is a damaged gzip member and its offsets are compressed bytes;
+    `records_lost` is exact when the shard's manifest indexes its members, else None."""
 
     offset: int
     length: int
     reason: str
+    records_lost: Optional[int] = None
+
+    @property
+    def loss(self) -> str:
+        return f"{self.records_lost} records lost" if self.records_lost is not None \
+            else "record count unknown"
+
+    def describe(self) -> str:
+        return f"{self.length} bytes skipped at offset {self.offset} ({self.reason}; {self.loss})"
 
 
 def masked_crc(data: bytes) -> int:
@@ -125,14 +139,37 @@ def open_records(path: str) -> BinaryIO:
     return raw
 
 
+# Damage inside a gzip stream surfaces as any of these, depending on where it hit.
+GZIP_ERRORS = (zlib.error, EOFError, gzip.BadGzipFile)
+_GZIP_MEMBER_HEADER = b"\x1f\x8b\x08"
+_INFLATE_CHUNK = 1 << 20
+_MANIFEST_SEARCH_DEPTH = 3
+
+
 def iter_records(path: str, resync: bool = False
                  ) -> Iterator[tuple[int, Union[bytes, CorruptRegion]]]:
     """Yields (offset, record) in file order; offsets count uncompressed bytes.
 
     Without `resync` the first damage raises CorruptRecordError naming the file and offset.
-    With it, the damaged bytes are yielded as one CorruptRegion and reading goes on from the
-    next position where a length, its CRC and the data CRC all check out.
+    With it, the damaged bytes are yielded as one CorruptRegion and reading goes on: in a
+    plain file from the next position where a length, its CRC and the data CRC all check out;
+    in a gzip file from the next intact gzip member (`_iter_gzip_members`).
     """
+    if resync and is_gzip(path):
+        yield from _iter_gzip_members(path)
+        return
+    good_until = 0  # uncompressed end of the last intact record
+    try:
+        for offset, record in _iter_stream(path, resync):
+            if isinstance(record, bytes):
+                good_until = offset + _HEADER.size + len(record) + _FOOTER.size
+            yield offset, record
+    except GZIP_ERRORS as error:
+        raise CorruptRecordError(path, good_until, f"gzip data damaged ({error})") from error
+
+
+def _iter_stream(path: str, resync: bool
+                 ) -> Iterator[tuple[int, Union[bytes, CorruptRegion]]]:
     with open_records(path) as stream:
         offset = 0
         while True:
@@ -166,6 +203,86 @@ def iter_records(path: str, resync: bool = False
             for relative, record in _iter_buffer(rest[skipped:]):
                 yield offset + relative, record
             return
+
+
+def gzip_member_index(path: str) -> Optional[list[tuple[int, int]]]:
+    """(compressed offset, records) of each gzip member of `path`, from the manifest.json our
+    writer keeps above its shards; None for files without one (stock output)."""
+    folder = os.path.dirname(os.path.abspath(path)) if "://" not in path else \
+        os.path.dirname(path)
+    for _ in range(_MANIFEST_SEARCH_DEPTH + 1):
+        manifest = fileio.read_json(os.path.join(folder, "manifest.json"))
+        if manifest is not None:
+            relative = os.path.relpath(path, folder) if "://" not in path else \
+                path[len(folder):].lstrip("/")
+            for split in manifest.get("splits", {}).values():
+                for shard in split["shards"]:
+                    if shard["path"] == relative and shard.get("gzip_members"):
+                        return [tuple(m) for m in shard["gzip_members"]]
+            return None
+        folder = os.path.dirname(folder.rstrip("/"))
+    return None
+
+
+def _inflate_member(raw: memoryview, start: int) -> tuple[bytes, int]:
+    """(decompressed data, end offset) of the gzip member at `start`; raises a GZIP_ERRORS
+    error when it is damaged (zlib checks the member's CRC-32 and length) or truncated."""
+    inflater = zlib.decompressobj(wbits=31)
+    parts, position = [], start
+    while not inflater.eof:
+        if position >= len(raw):
+            raise EOFError("gzip member truncated")
+        chunk = raw[position:position + _INFLATE_CHUNK]
+        parts.append(inflater.decompress(chunk))
+        position += len(chunk)
+    return b"".join(parts), position - len(inflater.unused_data)
+
+
+def _next_member(raw: memoryview, damaged: int, index: Optional[list[tuple[int, int]]]
+                 ) -> tuple[int, Optional[int]]:
+    """(where the next intact member starts, records lost in the damaged one). With the
+    index both are known; without it, the next gzip member header that decompresses cleanly
+    is taken, and the loss is unknown."""
+    if index:
+        starts = [offset for offset, _ in index]
+        lost = dict(index).get(damaged)
+        later = [offset for offset in starts if offset > damaged]
+        return (later[0] if later else len(raw)), lost
+    position = damaged + 1
+    data = raw.obj if isinstance(raw.obj, bytes) else bytes(raw)
+    while True:
+        position = data.find(_GZIP_MEMBER_HEADER, position)
+        if position < 0:
+            return len(raw), None
+        try:
+            _inflate_member(raw, position)
+            return position, None
+        except GZIP_ERRORS:
+            position += 1
+
+
+def _iter_gzip_members(path: str) -> Iterator[tuple[int, Union[bytes, CorruptRegion]]]:
+    """Reads a gzip file member by member, so damage costs only its own member.
+
+    Offsets of records count uncompressed bytes of the intact members; a CorruptRegion's
+    offsets are compressed bytes (where the damaged member starts, how far was skipped)."""
+    with fileio.open_file(path, "rb") as f:
+        raw = memoryview(f.read())
+    index = gzip_member_index(path)
+    position = uncompressed = 0
+    while position < len(raw):
+        try:
+            data, end = _inflate_member(raw, position)
+        except GZIP_ERRORS as error:
+            resume, lost = _next_member(raw, position, index)
+            yield uncompressed, CorruptRegion(position, resume - position,
+                                              f"gzip member damaged: {error}", lost)
+            position = resume
+            continue
+        for relative, record in _iter_buffer(data):
+            yield uncompressed + relative, record
+        uncompressed += len(data)
+        position = end
 
 
 def _valid_at(buffer: bytes, position: int) -> int:

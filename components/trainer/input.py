@@ -61,8 +61,6 @@ def locate_corruption(files: Sequence[str]) -> Optional[tfrecord_io.CorruptRecor
                 pass
         except tfrecord_io.CorruptRecordError as error:
             return error
-        except (OSError, EOFError) as error:  # zlib/gzip damage: offset = last good record end
-            return tfrecord_io.CorruptRecordError(path, -1, f"gzip stream damaged: {error}")
     return None
 
 
@@ -83,29 +81,23 @@ def scan_for_corruption(files: Sequence[str]) -> dict[str, list[tfrecord_io.Corr
     """The damaged regions of each damaged file; each region and the totals are logged."""
     damaged: dict[str, list[tfrecord_io.CorruptRegion]] = {}
     for path in files:
-        try:
-            regions = [r for _, r in tfrecord_io.iter_records(path, resync=True)
-                       if isinstance(r, tfrecord_io.CorruptRegion)]
-        except (OSError, EOFError) as error:
-            regions = [tfrecord_io.CorruptRegion(-1, -1, f"gzip stream damaged: {error}")]
+        regions = [r for _, r in tfrecord_io.iter_records(path, resync=True)
+                   if isinstance(r, tfrecord_io.CorruptRegion)]
         if regions:
             damaged[path] = regions
     for path, regions in damaged.items():
         for region in regions:
-            logging.warning("skip_corrupt: skipping %d bytes at offset %d of %s (%s)",
-                            region.length, region.offset, path, region.reason)
+            logging.warning("skip_corrupt: skipping %d bytes at offset %d of %s (%s; %s)",
+                            region.length, region.offset, path, region.reason, region.loss)
     logging.warning("skip_corrupt: %d corrupt region(s) skipped in %d of %d file(s)",
                     sum(len(r) for r in damaged.values()), len(damaged), len(files))
     return damaged
 
 
 def _intact_records(path: str) -> Iterator[bytes]:
-    try:
-        for _, record in tfrecord_io.iter_records(path, resync=True):
-            if isinstance(record, bytes):
-                yield record
-    except (OSError, EOFError):
-        return  # a damaged gzip stream ends here; the scan logged it
+    for _, record in tfrecord_io.iter_records(path, resync=True):
+        if isinstance(record, bytes):
+            yield record
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,8 +25,7 @@ def read_tfrecord(path: str, kinds: Optional[dict] = None) -> Iterator[Item]:
     records: list[bytes] = []
     for offset, record in tfrecord_io.iter_records(path, resync=True):
         if isinstance(record, tfrecord_io.CorruptRegion):
-            yield BadRecord(path, f"offset {offset}", f"{record.reason} "
-                            f"({record.length} bytes skipped)")
+            yield BadRecord(path, f"offset {record.offset}", record.describe())
             continue
         records.append(record)
         if len(records) >= TFRECORD_BATCH:
