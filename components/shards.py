@@ -393,12 +393,13 @@ def staged_output(output_dir: str) -> Iterator[str]:
 
 
 def check_row_accounting(manifest: dict) -> None:
-    """Every row read is written or quarantined; anything else is a lost row, and fatal."""
+    """Every row read is written, quarantined or counted as lost to damage in the source;
+    anything else is a row lost silently, and fatal."""
     rows_in, written = manifest["rows_in"], manifest["rows_written"]
-    quarantined = manifest["rows_quarantined"]
-    if rows_in != written + quarantined:
+    quarantined, lost = manifest["rows_quarantined"], manifest.get("rows_lost", 0)
+    if rows_in != written + quarantined + lost:
         raise RuntimeError(f"Row accounting failed: {rows_in} rows in, {written} written, "
-                           f"{quarantined} quarantined")
+                           f"{quarantined} quarantined, {lost} lost to damage")
 
 
 def read_manifest(folder: str) -> Optional[dict]:

@@ -119,3 +119,23 @@ def test_inspect_names_a_damaged_gzip_shard_in_one_line(examples, tmp_path):
     assert re.fullmatch(rf"Error: \S*{re.escape(os.path.basename(shard))}: corrupt TFRecord at "
                         rf"byte offset \d+: (data CRC mismatch|length CRC mismatch|"
                         rf"gzip data damaged .*)\n", result.stderr), result.stderr
+
+
+def test_example_gen_over_a_damaged_gzip_source_balances_with_the_true_loss(examples,
+                                                                            tmp_path):
+    """Re-sharding a damaged gzip shard of ours in quarantine mode: the records of the
+    damaged member are counted as lost (from the index), everything else is written."""
+    if examples[1] != "gzip":
+        pytest.skip("a plain file has no member index; its loss is a region of bytes")
+    copy, shard, offset = damaged_copy(examples, tmp_path, "middle")
+    expected, lost = expected_survivors(examples, offset)
+    manifest = beam_job.run(ExampleGenOptions(source=str(copy / "Split-train"),
+                                              splits="all:1", on_bad_record="quarantine"),
+                            str(tmp_path / "out"))
+    assert manifest["rows_lost"] == lost > 0 and manifest["lost_count_known"]
+    assert manifest["rows_written"] == len(expected)
+    assert manifest["rows_in"] == manifest["rows_written"] + manifest["rows_quarantined"] + \
+        manifest["rows_lost"]
+    assert manifest["rows_quarantined"] == 0
+    quarantine = glob.glob(str(tmp_path / "out" / "quarantine" / "*"))
+    assert quarantine and f"{lost} records lost" in open(quarantine[0]).read()

@@ -80,6 +80,9 @@ class FileResult:
     path: str
     rows_in: int
     quarantined: int
+    lost: int = 0  # records in damaged regions, counted from the file's index
+    lost_bytes: int = 0
+    lost_count_known: bool = True
 
 
 class _EncodeFile(beam.DoFn):
@@ -97,7 +100,8 @@ class _EncodeFile(beam.DoFn):
         key_columns = [options.split_key] if options.split_key else list(profile.columns)
         writer = shards.ChunkWriter(os.path.join(self._staging, "_chunks"), file_index,
                                     options.sharding.chunk_bytes)
-        rows_in = quarantined = 0
+        rows_in = quarantined = lost = lost_bytes = 0
+        lost_count_known = True
         quarantine_path = os.path.join(self._staging, shards.QUARANTINE_DIR,
                                        QUARANTINE_FILE.format(file_index=file_index))
         quarantine = None
@@ -108,14 +112,20 @@ class _EncodeFile(beam.DoFn):
             try:
                 for item in registry.read_file(path, self._fmt, profile.columns):
                     if isinstance(item, BadRecord):
-                        rows_in += 1
                         if options.on_bad_record == "fail":
                             raise BadRecordError(item.describe())
                         if quarantine is None:
                             tf.io.gfile.makedirs(os.path.dirname(quarantine_path))
                             quarantine = tf.io.gfile.GFile(quarantine_path, "w")
                         quarantine.write(json.dumps(dataclasses.asdict(item)) + "\n")
-                        quarantined += 1
+                        if item.lost_bytes:  # a damaged region: its records are lost, not kept
+                            lost += item.lost_records or 0
+                            rows_in += item.lost_records or 0
+                            lost_bytes += item.lost_bytes
+                            lost_count_known &= item.lost_records is not None
+                        else:
+                            rows_in += 1
+                            quarantined += 1
                         continue
                     if not item.num_rows:
                         continue
@@ -132,8 +142,8 @@ class _EncodeFile(beam.DoFn):
                 if quarantine is not None:
                     quarantine.close()
         yield from writer.close()
-        yield beam.pvalue.TaggedOutput(FILE_RESULTS,
-                                       FileResult(file_index, path, rows_in, quarantined))
+        yield beam.pvalue.TaggedOutput(FILE_RESULTS, FileResult(
+            file_index, path, rows_in, quarantined, lost, lost_bytes, lost_count_known))
 
     @staticmethod
     def _write(writer: shards.ChunkWriter, groups) -> None:
@@ -211,9 +221,10 @@ def build_pipeline(pipeline: beam.Pipeline, options: ExampleGenOptions, fmt: str
 def _finalize(_, staging, options, fmt, profile, written, results) -> None:
     _check_columns(profile, options)
     quarantined = sum(r.quarantined for r in results)
-    sources_info = [{"path": r.path, "rows_in": r.rows_in, "quarantined": r.quarantined}
+    sources_info = [{"path": r.path, "rows_in": r.rows_in, "quarantined": r.quarantined,
+                     "rows_lost": r.lost, "bytes_lost": r.lost_bytes}
                     for r in sorted(results, key=lambda r: r.file_index)]
-    good_rows = sum(r.rows_in - r.quarantined for r in results)
+    good_rows = sum(r.rows_in - r.quarantined - r.lost for r in results)
     schema = serializer.schema_from_profile(profile.columns, good_rows, profile.non_null,
                                             profile.string_values)
     if fmt == "images":
@@ -224,7 +235,11 @@ def _finalize(_, staging, options, fmt, profile, written, results) -> None:
         written, sources_info, options.sharding.compression, quarantined,
         format=fmt, split_key=options.split_key, partition_by=options.partition_by,
         schema=schema_file.SCHEMA_FILE,
-        splits_requested=options.splits)
+        splits_requested=options.splits,
+        # Records in damaged regions of TFRecord sources: counted when the source's index
+        # says how many; otherwise only their bytes are known, and rows_in is a lower bound.
+        rows_lost=sum(r.lost for r in results), bytes_lost=sum(r.lost_bytes for r in results),
+        lost_count_known=all(r.lost_count_known for r in results))
     shards.check_row_accounting(manifest)
     shards.write_manifest(staging, manifest)
 

@@ -40,10 +40,15 @@ class SourceError(ValueError):
 
 @dataclasses.dataclass
 class BadRecord:
+    """One bad row, or (with `lost_bytes`) a damaged region of a file whose records are lost:
+    `lost_records` of them when the file's index says how many, else an unknown number."""
+
     file: str
     location: str  # "row 12" (CSV record, header is row 1), "line 7", "offset 4096", ...
     reason: str
     raw: str = ""
+    lost_bytes: int = 0
+    lost_records: Optional[int] = None
 
     def describe(self) -> str:
         return f"{self.file}: {self.location}: {self.reason}"
