@@ -111,6 +111,11 @@ class Shard:
     gzip_members: tuple = ()
 
 
+# The folder names of a null and of an empty partition value (Hive writes
+# __HIVE_DEFAULT_PARTITION__ for both; keeping them apart loses less).
+NULL_PARTITION, EMPTY_PARTITION = "__null__", "__empty__"
+
+
 def partition_dir(column: str, value) -> str:
     """`column=value`, made safe for every filesystem: no separator, `..` or NUL gets through.
 
@@ -118,12 +123,15 @@ def partition_dir(column: str, value) -> str:
     `..` cannot become path components. Over-long values keep a readable prefix plus a hash.
     """
     if value is None:
-        text = "__null__"
+        text = NULL_PARTITION
     else:
         if isinstance(value, bytes):
             value = value.decode("utf-8", "backslashreplace")
-        text = urllib.parse.quote(str(value), safe="-_") or "__empty__"
+        text = urllib.parse.quote(str(value), safe="-_") or EMPTY_PARTITION
         text = text.replace(".", "%2E")
+        if str(value) in (NULL_PARTITION, EMPTY_PARTITION):
+            # The literal strings must not land in the null or empty value's folder.
+            text = text.replace("_", "%5F")
     if len(text) > 120:
         import hashlib
 

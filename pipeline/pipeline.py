@@ -64,8 +64,8 @@ def create_pipeline(
     transform = ShardedTransform(
         examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
         options=config.transform_options())
-    # Only data that passed validation is transformed; nothing flows between the two, so the
-    # order is stated.
+    # Transform runs after validation (nothing flows between the two, so the order is
+    # stated), but anomalies do not stop it yet: the run summary lists them.
     transform.add_upstream_node(example_validator)
     trainer = tfx.components.Trainer(
         run_fn=TRAINER_RUN_FN,

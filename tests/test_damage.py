@@ -139,3 +139,25 @@ def test_example_gen_over_a_damaged_gzip_source_balances_with_the_true_loss(exam
     assert manifest["rows_quarantined"] == 0
     quarantine = glob.glob(str(tmp_path / "out" / "quarantine" / "*"))
     assert quarantine and f"{lost} records lost" in open(quarantine[0]).read()
+
+
+def test_partition_folders_of_null_empty_and_their_literal_names_differ():
+    folders = {value: shards.partition_dir("c", value)
+               for value in (None, "", "__null__", "__empty__", b"__null__")}
+    assert folders[None] == "c=__null__" and folders[""] == "c=__empty__"
+    assert len({folders[v] for v in (None, "", "__null__", "__empty__")}) == 4
+    assert folders["__null__"] == folders[b"__null__"]
+
+
+def test_hidden_files_are_left_out_and_named_in_the_manifest(taxi_csv, tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    with open(taxi_csv) as f:
+        head = "".join(next(f) for _ in range(101))
+    (source / "part-0.csv").write_text(head)
+    (source / "_SUCCESS").write_text("")
+    (source / ".part-0.csv.crc").write_text("crc")
+    manifest = beam_job.run(ExampleGenOptions(source=str(source)), str(tmp_path / "out"))
+    assert manifest["rows_written"] == 100
+    assert sorted(os.path.basename(p) for p in manifest["hidden_files_skipped"]) == [
+        ".part-0.csv.crc", "_SUCCESS"]

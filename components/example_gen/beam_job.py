@@ -13,7 +13,7 @@ import json
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Optional
+from typing import Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -195,7 +195,7 @@ def _merge_profiles(profiles) -> FileProfile:
 
 
 def build_pipeline(pipeline: beam.Pipeline, options: ExampleGenOptions, fmt: str,
-                   files: list[str], staging: str):
+                   files: list[str], staging: str, hidden_files: Sequence[str] = ()):
     """Adds ExampleGen's transforms to `pipeline`; the staging folder receives every output."""
     indexed_files = pipeline | "Files" >> beam.Create(list(enumerate(files)))
     profile = (
@@ -213,12 +213,12 @@ def build_pipeline(pipeline: beam.Pipeline, options: ExampleGenOptions, fmt: str
         | "Once" >> beam.Create([None])
         | "Finalize" >> beam.Map(
             _finalize, staging=staging, options=options, fmt=fmt,
-            profile=beam.pvalue.AsSingleton(profile),
+            hidden_files=list(hidden_files), profile=beam.pvalue.AsSingleton(profile),
             written=beam.pvalue.AsList(written), results=beam.pvalue.AsList(results))
     )
 
 
-def _finalize(_, staging, options, fmt, profile, written, results) -> None:
+def _finalize(_, staging, options, fmt, hidden_files, profile, written, results) -> None:
     _check_columns(profile, options)
     quarantined = sum(r.quarantined for r in results)
     sources_info = [{"path": r.path, "rows_in": r.rows_in, "quarantined": r.quarantined,
@@ -239,7 +239,9 @@ def _finalize(_, staging, options, fmt, profile, written, results) -> None:
         # Records in damaged regions of TFRecord sources: counted when the source's index
         # says how many; otherwise only their bytes are known, and rows_in is a lower bound.
         rows_lost=sum(r.lost for r in results), bytes_lost=sum(r.lost_bytes for r in results),
-        lost_count_known=all(r.lost_count_known for r in results))
+        lost_count_known=all(r.lost_count_known for r in results),
+        # Named, not read: see locate.is_hidden.
+        hidden_files_skipped=hidden_files)
     shards.check_row_accounting(manifest)
     shards.write_manifest(staging, manifest)
 
@@ -271,7 +273,8 @@ def run(options: ExampleGenOptions, output_dir: str,
             pipeline = make_pipeline() if make_pipeline else beam.Pipeline(
                 argv=list(beam_pipeline_args or []))
             with pipeline:
-                build_pipeline(pipeline, options, fmt, files, staging)
+                build_pipeline(pipeline, options, fmt, files, staging,
+                               locate.hidden_files(source))
             manifest = shards.read_manifest(staging)
     finally:
         if Progress.current:

@@ -85,8 +85,24 @@ def _extension(path: str) -> str:
     return os.path.splitext(name)[1]
 
 
+def is_hidden(name: str) -> bool:
+    """Names starting with "." or "_" (.crc checksums, _SUCCESS markers, editors' swap files)
+    are bookkeeping of the tools that wrote a folder, not data."""
+    return name.startswith((".", "_"))
+
+
+def hidden_files(path: str) -> list[str]:
+    """The hidden files below a source folder, which `list_files` leaves out; ExampleGen
+    names them in its manifest, so nothing is skipped unseen."""
+    if not tf.io.gfile.isdir(path):
+        return []
+    return sorted(os.path.join(root, n) for root, _, names in tf.io.gfile.walk(path)
+                  for n in names if is_hidden(n))
+
+
 def list_files(path: str, fmt: Optional[str] = None) -> list[str]:
-    """Source files under `path`, sorted; hidden files and TFX's Split-* nesting included."""
+    """Source files under `path`, sorted, TFX's Split-* nesting included. Hidden files
+    (`is_hidden`) are left out; `hidden_files` lists them for the manifest."""
     marker = FORMATS[fmt].folder_marker if fmt in FORMATS else None
     if marker:
         return [os.path.join(path, marker)]
@@ -97,7 +113,7 @@ def list_files(path: str, fmt: Optional[str] = None) -> list[str]:
         return matched
     found = []
     for root, _, names in tf.io.gfile.walk(path):
-        found += [os.path.join(root, n) for n in names if not n.startswith((".", "_"))]
+        found += [os.path.join(root, n) for n in names if not is_hidden(n)]
     return sorted(found)
 
 
