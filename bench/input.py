@@ -17,7 +17,7 @@ import json
 import os
 import statistics
 import time
-from typing import Callable, Iterable
+from typing import Callable
 
 BATCH_SIZE = 256
 NUM_FILES = 8
@@ -92,7 +92,7 @@ def _write_packed(table, schema_path: str, files: list[str], packed_schema: str)
                 writer.write(block)
 
 
-def _rows_in(label) -> "tf.Tensor":
+def _rows_in(label):
     import tensorflow as tf
 
     if isinstance(label, tf.SparseTensor):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
 
 import tensorflow as tf

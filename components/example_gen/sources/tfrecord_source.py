@@ -57,7 +57,7 @@ def _with_schema_columns(items: Iterator[Item], schema: Optional[schema_pb2.Sche
 def _decode_records(path, records, offset) -> Iterator[Item]:
     try:
         yield parser.decode_examples(records)
-    except RuntimeError as e:
+    except RuntimeError:
         # One bad payload spoils the whole batch decode; find it record by record.
         good = []
         for record in records:
