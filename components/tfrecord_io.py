@@ -7,6 +7,7 @@ it was in; this reader says where, and can resynchronise past the damage.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import os
 import struct
@@ -55,20 +56,15 @@ def masked_crc(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
-_CRC32C_TABLE = None
-
-
+@functools.lru_cache(maxsize=None)
 def _crc32c_table():
     """The byte table of CRC-32C (Castagnoli, reflected polynomial 0x82F63B78)."""
-    global _CRC32C_TABLE
-    if _CRC32C_TABLE is None:
-        import numpy as np
+    import numpy as np
 
-        table = np.arange(256, dtype=np.uint32)
-        for _ in range(8):
-            table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1)
-        _CRC32C_TABLE = table.astype(np.uint32)
-    return _CRC32C_TABLE
+    table = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1)
+    return table.astype(np.uint32)
 
 
 def _masked(crc):
