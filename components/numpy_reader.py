@@ -22,7 +22,7 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import fileio, packing, tfrecord_io
+from components import packing, tfrecord_io
 from components.codec import parser, schema_file
 
 LENGTHS_SUFFIX = packing.LENGTHS_SUFFIX
@@ -191,7 +191,7 @@ def _row_values(example, column: _Column):
     return values, len(values)
 
 
-def _block_values(example, column: _Column, rows_per_block: int, rows: int):
+def _block_values(example, column: _Column, rows: int):
     """(values, lengths or None) of one column of a packed block's `rows` real rows."""
     feature = example.features.feature.get(column.name)
     values = _values(feature, column.dtype) if feature is not None \
@@ -260,8 +260,7 @@ def iter_batches(files: Sequence[str], schema: Optional[schema_pb2.Schema] = Non
             rows = int(_values(example.features.feature[packing.ROWS_KEY], np.int64)[0])
             values, lengths = {}, {}
             for column in columns:
-                values[column.name], found = _block_values(example, column, rows_per_block,
-                                                           rows)
+                values[column.name], found = _block_values(example, column, rows)
                 if found is not None:
                     lengths[column.name] = found
         else:
@@ -286,14 +285,6 @@ def shard_files(files: Sequence[str], reader: int, readers: int, seed: Optional[
     if len(files) >= readers:
         return files[reader::readers], 1, 0
     return files, readers, reader
-
-
-def list_shards(path: str) -> list[str]:
-    """The data files of a split folder (Split-train/) or of a file pattern's folder."""
-    if fileio.isdir(path):
-        return [f"{path.rstrip('/')}/{name}" for name in fileio.listdir(path)
-                if not name.startswith((".", "_")) and not name.endswith((".json", ".pbtxt"))]
-    return [path]
 
 
 class TorchDataset:
