@@ -331,8 +331,30 @@ def write_shard(spec: ShardSpec, staging: str, compression: str) -> Shard:
                  tf.io.gfile.stat(path).length, tuple(members))
 
 
+STAGING_PREFIX = ".staging-"
+
+
+def check_output_dir(output_dir: str) -> None:
+    """Refuses an output folder that holds anything: a finished output is never overwritten,
+    and the remains of a run that was killed (a staging folder, or outputs moved in before
+    the manifest) are named, with what to delete, rather than mixed into a new output."""
+    entries = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(output_dir)) \
+        if tf.io.gfile.isdir(output_dir) else []
+    if not entries:
+        return
+    if MANIFEST_FILE in entries:
+        raise FileExistsError(f"{output_dir} already holds a finished output ({MANIFEST_FILE} "
+                              "is there); write to an empty folder")
+    staging = [n for n in entries if n.startswith(STAGING_PREFIX)]
+    stopped = " left by a run that stopped before it finished (no manifest.json)" \
+        if staging or any(n.startswith("Split-") for n in entries) else ""
+    raise FileExistsError(f"{output_dir} is not empty: it holds {', '.join(entries[:5])}"
+                          f"{' ...' if len(entries) > 5 else ''}{stopped}; delete the folder "
+                          f"(rm -r {output_dir}) or write to an empty one")
+
+
 def new_staging_dir(output_dir: str) -> str:
-    staging = os.path.join(output_dir, f".staging-{uuid.uuid4().hex[:12]}")
+    staging = os.path.join(output_dir, f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}")
     tf.io.gfile.makedirs(staging)
     return staging
 
@@ -389,7 +411,9 @@ def discard(staging: str) -> None:
 @contextlib.contextmanager
 def staged_output(output_dir: str) -> Iterator[str]:
     """A fresh staging folder inside `output_dir`, committed into it when the block succeeds
-    and removed when it fails, so a failed run leaves nothing that looks complete."""
+    and removed when it fails, so a failed run leaves nothing that looks complete.
+    `output_dir` must be empty (check_output_dir)."""
+    check_output_dir(output_dir)
     tf.io.gfile.makedirs(output_dir)
     staging = new_staging_dir(output_dir)
     try:

@@ -164,6 +164,12 @@ def iter_records(path: str, resync: bool = False
         raise CorruptRecordError(path, good_until, f"gzip data damaged ({error})") from error
 
 
+def count_records(path: str) -> int:
+    """The records in a TFRecord file, read from its own framing (checksums checked); damage
+    raises CorruptRecordError naming the file and offset."""
+    return sum(1 for _ in iter_records(path))
+
+
 def _iter_stream(path: str, resync: bool
                  ) -> Iterator[tuple[int, Union[bytes, CorruptRegion]]]:
     with open_records(path) as stream:

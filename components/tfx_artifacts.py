@@ -2,6 +2,8 @@
 stock components read our outputs without guessing (and without warning that they guessed)."""
 from __future__ import annotations
 
+import os
+
 from tfx.components.util import examples_utils
 from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
@@ -14,3 +16,23 @@ def set_examples_properties(examples, split_names: list[str]) -> None:
     examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)
     examples.span = 0
     examples.version = 0
+
+
+def split_anomalies(uri: str, splits: list[str], described: bool = False
+                    ) -> dict[str, list[str]]:
+    """ExampleValidator's findings in the ExampleAnomalies artifact at `uri`, split by split,
+    each as "feature: short description" (and TFDV's long description, when `described`)."""
+    from tensorflow_metadata.proto.v0 import anomalies_pb2
+
+    found = {}
+    for split in splits:
+        path = os.path.join(uri, f"Split-{split}", "SchemaDiff.pb")
+        if not os.path.exists(path):
+            continue
+        proto = anomalies_pb2.Anomalies()
+        with open(path, "rb") as f:
+            proto.ParseFromString(f.read())
+        found[split] = [
+            f"{name}: {info.short_description}" + (f" ({info.description})" if described else "")
+            for name, info in sorted(proto.anomaly_info.items())]
+    return found

@@ -94,7 +94,15 @@ def run(config_file, assignments, **named) -> None:
     from pipeline import local_runner
 
     click.echo(f"Running {config.pipeline_name} (LocalDagRunner):")
-    click.echo(local_runner.run(config, echo=click.echo).format())
+    try:
+        summary = local_runner.run(config, echo=click.echo)
+    except Exception as e:
+        # A component's error (bad data, anomalies, a bad setting) is the message; with -v
+        # the traceback shows where it came from.
+        if logging.getLogger().isEnabledFor(logging.INFO):
+            raise
+        raise click.ClickException(f"the run failed: {type(e).__name__}: {e}") from e
+    click.echo(summary.format())
     from pipeline import report
 
     config = local_runner.local_config(config)

@@ -37,7 +37,8 @@ SCHEMA_PREPROCESSING = "schema"
 # What each bundled dataset needs beyond the defaults. Your own data_root is read with the
 # settings of `dataset` (taxi unless set), so set label_key and preprocessing_fn for it.
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
-    "taxi": {"schema": "infer", "preprocessing_fn": taxi.PREPROCESSING_FN,
+    # The taxi schema is curated (schemas/taxi/schema.pbtxt says how), so validation gates.
+    "taxi": {"schema": "import", "preprocessing_fn": taxi.PREPROCESSING_FN,
              **taxi.TRAINER_SETTINGS},
     "digits": {"label_key": "label", "image_shape": [8, 8, 1], "num_classes": 10,
                "schema": "import", "preprocessing_fn": SCHEMA_PREPROCESSING},
@@ -67,6 +68,9 @@ class PipelineConfig:
     schema: Optional[str] = None
     # A `module.function` preprocessing_fn, or "schema" to derive one from the schema.
     preprocessing_fn: Optional[str] = None
+    # Stop the run before Transform when ExampleValidator finds anomalies (false: go on, and
+    # the summary lists them).
+    fail_on_anomalies: bool = TransformOptions.fail_on_anomalies
     # Transform writes this many rows per tf.Example (0: one row per Example).
     packed_rows: int = TransformOptions.packed_rows
     label_key: Optional[str] = None

@@ -63,10 +63,9 @@ def create_pipeline(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
     transform = ShardedTransform(
         examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
+        # The gate: with fail_on_anomalies, any anomaly stops the run here.
+        anomalies=example_validator.outputs["anomalies"],
         options=config.transform_options())
-    # Transform runs after validation (nothing flows between the two, so the order is
-    # stated), but anomalies do not stop it yet: the run summary lists them.
-    transform.add_upstream_node(example_validator)
     trainer = tfx.components.Trainer(
         run_fn=TRAINER_RUN_FN,
         examples=transform.outputs["transformed_examples"],

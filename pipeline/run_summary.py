@@ -9,6 +9,7 @@ from typing import Optional
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
+from components import tfx_artifacts
 from components.shards import read_manifest
 
 _OUTPUT_EVENTS = (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)
@@ -188,19 +189,9 @@ def _rows_per_split(artifacts) -> dict[str, int]:
 
 
 def anomalies(artifacts) -> dict[str, list[str]]:
-    from tensorflow_metadata.proto.v0 import anomalies_pb2
-
     found = {}
     for artifact in artifacts.get("ExampleAnomalies", []):
-        for split in split_names(artifact):
-            path = os.path.join(artifact.uri, f"Split-{split}", "SchemaDiff.pb")
-            if not os.path.exists(path):
-                continue
-            anomalies = anomalies_pb2.Anomalies()
-            with open(path, "rb") as f:
-                anomalies.ParseFromString(f.read())
-            found[split] = [f"{name}: {info.short_description}"
-                            for name, info in anomalies.anomaly_info.items()]
+        found.update(tfx_artifacts.split_anomalies(artifact.uri, split_names(artifact)))
     return found
 
 

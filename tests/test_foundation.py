@@ -18,7 +18,7 @@ def test_pipeline_registers_examples_schema_and_model(taxi_run):
     for type_name in ("Examples", "Schema", "TransformGraph", "Model", "ModelEvaluation",
                       "ModelBlessing", "PushedModel"):
         assert summary.artifacts.get(type_name), f"no {type_name} artifact in the store"
-    assert set(summary.components) == {"ShardedExampleGen", "StatisticsGen", "SchemaGen",
+    assert set(summary.components) == {"ShardedExampleGen", "StatisticsGen", "ImportSchemaGen",
                                        "ExampleValidator", "ShardedTransform", "Trainer",
                                        "Evaluator", "Pusher"}
     assert all(state == "ran" for state in summary.components.values())

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import tfrp
 
-COMPONENTS = ("ShardedExampleGen", "StatisticsGen", "SchemaGen", "ExampleValidator",
+COMPONENTS = ("ShardedExampleGen", "StatisticsGen", "ImportSchemaGen", "ExampleValidator",
               "ShardedTransform", "Trainer", "Evaluator", "Pusher")
 NOISE = ("cuFFT", "property_predicate", "payload_format", "FutureWarning")
 
@@ -32,7 +32,7 @@ def test_run_prints_a_line_per_component_with_state_seconds_and_output(runs):
             assert line, f"no {state} line for {name}:\n{result.stdout}"
     assert re.search(r"ShardedExampleGen\s+ran\s+\S+ s  rows eval=[\d,]+ train=[\d,]+ in \d+ shard",
                      quiet.stdout)
-    assert re.search(r"SchemaGen\s+ran\s+\S+ s  schema of \d+ features", quiet.stdout)
+    assert re.search(r"ImportSchemaGen\s+ran\s+\S+ s  schema of \d+ features", quiet.stdout)
     assert re.search(r"ExampleValidator\s+ran\s+\S+ s  0 anomalies", quiet.stdout)
     assert re.search(r"Evaluator\s+ran\s+\S+ s  .*accuracy=[\d.]+.*; blessed", quiet.stdout)
     assert re.search(r"Pusher\s+ran\s+\S+ s  pushed", quiet.stdout)

@@ -17,7 +17,7 @@ from pipeline.configs import (CONTAINER_WORKDIR, DEFAULT_IMAGE, DEFAULT_IMAGE_TA
                               PipelineConfig)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMPONENTS = {"ShardedExampleGen", "StatisticsGen", "SchemaGen", "ExampleValidator",
+COMPONENTS = {"ShardedExampleGen", "StatisticsGen", "ImportSchemaGen", "ExampleValidator",
               "ShardedTransform", "Trainer", "Evaluator", "Pusher"}
 BEAM_ARGS = ["--runner=DataflowRunner", "--project=test-project", "--region=europe-west4",
              "--temp_location=gs://test-bucket/tmp", "--machine_type=n2-standard-4",
@@ -167,7 +167,7 @@ def digits_run(tmp_path_factory):
 
 def test_digits_pipeline_trains_blesses_and_pushes(digits_run):
     output_root, stdout = digits_run
-    for component in COMPONENTS - {"SchemaGen"} | {"ImportSchemaGen"}:
+    for component in COMPONENTS:
         assert re.search(rf"^\s+{component}\s+ran$", stdout, re.M), stdout
     assert "Model blessed by Evaluator: yes" in stdout
     pushed = re.search(r"^Pushed model: (\S+)$", stdout, re.M).group(1)
@@ -249,7 +249,7 @@ def test_yaml_then_set_then_named_options_override_defaults(tmp_path):
     assert (config.train_steps, config.packed_rows, config.min_auc, config.enable_cache) == (
         50, 256, None, False)
     assert config.beam_pipeline_args == ["--runner=DirectRunner", "--direct_num_workers=2"]
-    assert config.label_key == "big_tipper" and config.schema == "infer"
+    assert config.label_key == "big_tipper" and config.schema == "import"
     digits = PipelineConfig.create(None, {"dataset": "digits"})
     assert (digits.pipeline_name, digits.image_shape, digits.schema_file) == (
         "tfrp-digits", [8, 8, 1], os.path.join(ROOT, "schemas", "digits", "schema.pbtxt"))

@@ -162,6 +162,29 @@ def test_model_trained_on_packed_records_serves_raw_examples(transformed, taxi_e
     probability = scores["probability"].numpy()
     assert probability.shape == (6, 1) and np.all((probability >= 0) & (probability <= 1))
 
+    # The transform graph is applied in serving: one raw Example paid in cash and by card
+    # (cash tips go unrecorded, so the label hinges on it) scores differently...
+    example = tf.train.Example.FromString(raw[0])
+    payments = []
+    for payment in (b"Cash", b"Credit Card"):
+        example.features.feature["payment_type"].bytes_list.value[:] = [payment]
+        payments.append(example.SerializeToString())
+    served_scores = served(examples=tf.constant(payments))["probability"].numpy().ravel()
+    assert abs(served_scores[0] - served_scores[1]) > 0.05, served_scores
+    # ...and each score equals the model's own score of the features stock tf.Transform
+    # computes from the raw Example, outside the serving graph.
+    import tensorflow_transform as tft
+
+    transform_output = tft.TFTransformOutput(str(out / "graph"))
+    features = transform_output.transform_raw_features(
+        tf.io.parse_example(tf.constant(payments), transform_output.raw_feature_spec()))
+    model = tf.keras.models.load_model(args.serving_model_dir)
+    transformed = parser.feature_by_name(transform_output.transformed_metadata.schema)
+    inputs = {name: parser.densify(features[name], transformed[name])
+              for name in model.input_names}
+    in_graph = model(inputs).numpy().ravel()
+    np.testing.assert_allclose(served_scores, in_graph, rtol=1e-5, atol=1e-6)
+
 
 def test_feature_schema_gen_deprecated_with_a_guessed_type_is_left_out(taxi_examples, tmp_path):
     """SchemaGen marks a feature it never saw in train DEPRECATED and types it BYTES; eval rows
@@ -179,3 +202,34 @@ def test_feature_schema_gen_deprecated_with_a_guessed_type_is_left_out(taxi_exam
     transformed = schema_file.load_schema(str(tmp_path / "examples"))
     names = {f.name for f in transformed.feature}
     assert "trip_start_hour" not in names and "fare" in names
+
+
+def test_transform_counts_stock_input_rows_from_the_shards(stock_taxi_examples, tmp_path):
+    """Stock ExampleGen writes no manifest: the input's rows are counted from its shards'
+    framing, not taken from what Transform itself read."""
+    examples, schema_path = stock_taxi_examples
+    manifest = beam_job.run(TransformOptions(packed_rows=0), examples,
+                            schema_file.load_schema(schema_path), str(tmp_path / "graph"),
+                            str(tmp_path / "examples"), splits=["train", "eval"])
+    assert manifest["rows_in"] == manifest["rows_written"] == 2000
+    for entry in manifest["splits"].values():
+        assert entry["records"] == entry["rows"]  # one Example per row
+
+
+def test_transform_fails_when_an_input_shard_is_lost(taxi_slice_dir, tmp_path):
+    """A shard lost after ExampleGen (a partial copy) is caught: the input's manifest counts
+    rows that Transform never read, and nothing that looks complete is left."""
+    from components.example_gen import beam_job as example_gen_job
+    from components.example_gen.options import ExampleGenOptions
+
+    examples = tmp_path / "examples"
+    example_gen_job.run(ExampleGenOptions(source=os.path.join(taxi_slice_dir, "data.csv"),
+                                          sharding=ShardingOptions(num_shards=3)),
+                        str(examples))
+    os.remove(sorted(glob.glob(str(examples / "Split-train" / "*")))[0])
+    out = tmp_path / "transformed"
+    with pytest.raises(RuntimeError, match=r"train: \d+ rows in the input, \d+ read"):
+        beam_job.run(TransformOptions(), str(examples), schema_file.load_schema(str(examples)),
+                     str(tmp_path / "graph"), str(out))
+    assert not os.path.exists(out / shards.MANIFEST_FILE)
+    assert not glob.glob(str(out / "Split-*"))

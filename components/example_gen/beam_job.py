@@ -263,10 +263,7 @@ def run(options: ExampleGenOptions, output_dir: str,
     files = locate.list_files(source, fmt)
     if not files:
         raise SourceError(f"{source}: no source files")
-    tf.io.gfile.makedirs(output_dir)
-    existing = [n for n in tf.io.gfile.listdir(output_dir) if not n.startswith(".staging-")]
-    if existing:
-        raise FileExistsError(f"{output_dir} is not empty ({sorted(existing)[:3]}...)")
+    shards.check_output_dir(output_dir)  # before any work, not after
     Progress.current = Progress(len(files)) if progress else None
     try:
         with shards.staged_output(output_dir) as staging:

@@ -26,12 +26,12 @@ import tensorflow_transform.beam as tft_beam
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx_bsl.public import tfxio
 
-from components import beam_shards, fileio, packing, shards
+from components import beam_shards, fileio, packing, shards, tfrecord_io
 from components.codec import parser, schema_file, serializer
 from components.transform.defaults import default_preprocessing_fn
 from components.transform.options import TransformOptions
 
-# The tagged output of _EncodeChunks that carries (split, rows) counts.
+# The tagged output of _EncodeChunks that carries (split, rows, records) counts.
 ROW_COUNTS = "row_counts"
 
 
@@ -76,7 +76,7 @@ class _EncodeChunks(beam.DoFn):
     def start_bundle(self):
         self._writer = shards.ChunkWriter(os.path.join(self._staging, "_chunks"),
                                           random.getrandbits(40), self._chunk_bytes)
-        self._pending, self._pending_rows, self._rows = [], 0, 0
+        self._pending, self._pending_rows, self._rows, self._records = [], 0, 0, 0
 
     def process(self, element):
         import pyarrow as pa
@@ -88,6 +88,7 @@ class _EncodeChunks(beam.DoFn):
                                                                   batch.schema.types)}
             self._writer.add("", self._split, serializer.encode_examples_array(
                 serializer.to_example_batch(batch, columns)))
+            self._records += batch.num_rows
             return
         self._pending.append(batch)
         self._pending_rows += batch.num_rows
@@ -96,6 +97,7 @@ class _EncodeChunks(beam.DoFn):
             full = (table.num_rows // self._packed) * self._packed
             self._writer.add("", self._split, packing.pack_batch(
                 table.slice(0, full), self._schema, self._packed))
+            self._records += full // self._packed
             rest = table.slice(full)
             self._pending = rest.to_batches() if rest.num_rows else []
             self._pending_rows = rest.num_rows
@@ -107,10 +109,11 @@ class _EncodeChunks(beam.DoFn):
         if self._pending_rows:
             self._writer.add("", self._split, packing.pack_batch(
                 pa.Table.from_batches(self._pending), self._schema, self._packed))
+            self._records += 1
         for chunk in self._writer.close():
             yield GlobalWindows.windowed_value(chunk)
         yield beam.pvalue.TaggedOutput(ROW_COUNTS, GlobalWindows.windowed_value(
-            (self._split, self._rows)))
+            (self._split, self._rows, self._records)))
 
 
 def _analyze(make_pipeline, options, examples_dir, raw_schema, graph_dir, temp_dir) -> None:
@@ -181,19 +184,10 @@ def run(options: TransformOptions, examples_dir: str, raw_schema: schema_pb2.Sch
         row_schema = tft.TFTransformOutput(graph_staging).transformed_metadata.schema
         result = _transform(make_pipeline, options, examples_dir, splits, raw_schema,
                             row_schema, graph_staging, temp_dir, staging)
-        rows = {}
-        for split, count in result["rows"]:
-            rows[split] = rows.get(split, 0) + count
         written = [shards.Shard(**s) for s in result["shards"]]
         manifest = shards.build_manifest(written, [], options.sharding.compression, 0,
                                          schema=schema_file.SCHEMA_FILE)
-        for split, entry in manifest["splits"].items():
-            entry["records"] = entry["rows"]
-            entry["rows"] = rows.get(split, 0)
-        manifest["rows_written"] = sum(rows.values())
-        manifest["rows_in"] = sum(input_manifest["splits"][s]["rows"] for s in splits) \
-            if input_manifest else manifest["rows_written"]
-        shards.check_row_accounting(manifest)
+        reconcile(manifest, result["rows"], rows_in(examples_dir, splits, input_manifest))
         schema_file.write_schema(stored_schema(row_schema, options),
                                  os.path.join(staging, schema_file.SCHEMA_FILE))
         shards.write_manifest(staging, manifest)
@@ -202,6 +196,43 @@ def run(options: TransformOptions, examples_dir: str, raw_schema: schema_pb2.Sch
                  f"packed {options.packed_rows} rows per Example" if options.packed_rows
                  else "one Example per row")
     return manifest
+
+
+def rows_in(examples_dir: str, splits: list[str], input_manifest: Optional[dict]
+            ) -> dict[str, int]:
+    """Rows per split of the input: from our ExampleGen's manifest, or else counted from the
+    shards' own TFRecord framing (stock ExampleGen output has no manifest)."""
+    if input_manifest:
+        return {split: input_manifest["splits"][split]["rows"] for split in splits}
+    return {split: sum(tfrecord_io.count_records(path)
+                       for path in tf.io.gfile.glob(split_files(examples_dir, split)))
+            for split in splits}
+
+
+def reconcile(manifest: dict, encoded: list, expected: dict[str, int]) -> None:
+    """Checks, per split, that Transform read every input row, encoded every row it read, and
+    that the shards hold every record it encoded; records the counts in the manifest.
+
+    `encoded` holds the encoders' (split, rows, records) tallies; the shards' record counts
+    come from the sharding writer, which counts the records it framed into each shard."""
+    rows, records = dict.fromkeys(expected, 0), dict.fromkeys(expected, 0)
+    for split, row_count, record_count in encoded:
+        rows[split] += row_count
+        records[split] += record_count
+    problems = []
+    for split, want in sorted(expected.items()):
+        entry = manifest["splits"].setdefault(split, {"rows": 0, "bytes": 0, "shards": []})
+        in_shards = entry["rows"]  # the writer's count of records framed into the shards
+        entry.update(rows=rows[split], records=in_shards)
+        if rows[split] != want:
+            problems.append(f"{split}: {want} rows in the input, {rows[split]} read")
+        if records[split] != in_shards:
+            problems.append(f"{split}: {records[split]} records encoded, {in_shards} in shards")
+    manifest["rows_in"] = sum(expected.values())
+    manifest["rows_written"] = sum(rows.values())
+    if problems:
+        raise RuntimeError("Transform's row accounting failed: " + "; ".join(problems))
+    shards.check_row_accounting(manifest)
 
 
 def stored_schema(row_schema: schema_pb2.Schema, options: TransformOptions

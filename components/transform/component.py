@@ -15,7 +15,9 @@ from components.transform.options import TransformOptions
 class ShardedTransformSpec(ComponentSpec):
     PARAMETERS = {OPTIONS_KEY: ExecutionParameter(type=str)}
     INPUTS = {"examples": ChannelParameter(type=standard_artifacts.Examples),
-              "schema": ChannelParameter(type=standard_artifacts.Schema)}
+              "schema": ChannelParameter(type=standard_artifacts.Schema),
+              "anomalies": ChannelParameter(type=standard_artifacts.ExampleAnomalies,
+                                            optional=True)}
     OUTPUTS = {"transform_graph": ChannelParameter(type=standard_artifacts.TransformGraph),
                "transformed_examples": ChannelParameter(type=standard_artifacts.Examples),
                "post_transform_schema": ChannelParameter(type=standard_artifacts.Schema)}
@@ -30,16 +32,20 @@ class ShardedTransform(base_beam_component.BaseBeamComponent):
     Without `module_file` or `preprocessing_fn` the transform comes from the schema: z-scored
     floats, vocabulary ids for strings, ints kept. Give a `TransformOptions`, or its fields as
     keywords.
+
+    Wire ExampleValidator's `anomalies` in to gate on them: with `fail_on_anomalies` (the
+    default) any anomaly fails this component before it reads a row, naming every anomaly.
+    TFX has no gate of its own, and validation that stops nothing only decorates a run.
     """
 
     SPEC_CLASS = ShardedTransformSpec
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
     def __init__(self, examples, schema, options: Optional[TransformOptions] = None,
-                 **settings: Any):
+                 anomalies=None, **settings: Any):
         options = options_or_settings(TransformOptions, options, settings)
         super().__init__(spec=ShardedTransformSpec(
-            examples=examples, schema=schema,
+            examples=examples, schema=schema, anomalies=anomalies,
             transform_graph=channel_utils.as_channel([standard_artifacts.TransformGraph()]),
             transformed_examples=channel_utils.as_channel([standard_artifacts.Examples()]),
             post_transform_schema=channel_utils.as_channel([standard_artifacts.Schema()]),

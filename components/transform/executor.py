@@ -16,6 +16,22 @@ from components.transform import beam_job
 from components.transform.options import TransformOptions
 
 
+class AnomaliesFound(ValueError):
+    """ExampleValidator found anomalies, and the pipeline gates on them."""
+
+
+def check_anomalies(anomalies) -> None:
+    """Raises AnomaliesFound listing every anomaly in the ExampleAnomalies artifact."""
+    found = tfx_artifacts.split_anomalies(
+        anomalies.uri, artifact_utils.decode_split_names(anomalies.split_names), described=True)
+    listed = [f"{split}: {item}" for split, items in found.items() for item in items]
+    if listed:
+        raise AnomaliesFound(
+            f"ExampleValidator found {len(listed)} anomalies, so Transform did not run "
+            "(fix the data or the schema, or set fail_on_anomalies=false to go on): "
+            + "; ".join(listed))
+
+
 class Executor(base_beam_executor.BaseBeamExecutor):
     """Writes TransformGraph, transformed Examples (Split-*/, schema.pbtxt, manifest.json) and
     the post-transform Schema, which carries the packing for the Trainer."""
@@ -23,6 +39,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
     def Do(self, input_dict: dict[str, list], output_dict: dict[str, list],
            exec_properties: dict[str, Any]) -> None:
         options = TransformOptions.from_json(exec_properties[OPTIONS_KEY])
+        if options.fail_on_anomalies and input_dict.get("anomalies"):
+            check_anomalies(artifact_utils.get_single_instance(input_dict["anomalies"]))
         examples = artifact_utils.get_single_instance(input_dict["examples"])
         schema_uri = artifact_utils.get_single_uri(input_dict["schema"])
         raw_schema = beam_job.mark_images(

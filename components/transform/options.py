@@ -17,4 +17,6 @@ class TransformOptions(JsonOptions):
     # the layout stock components read.
     packed_rows: int = 1024
     analyze_split: str = "train"
+    # With ExampleValidator's anomalies wired in, any anomaly stops the run before Transform.
+    fail_on_anomalies: bool = True
     sharding: ShardingOptions = dataclasses.field(default_factory=ShardingOptions)
