@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from components import fileio, tfrecord_io
+from components.codec.schema_file import SCHEMA_FILE
 from components.options import JsonOptions
 
 MANIFEST_FILE = "manifest.json"
@@ -390,7 +391,10 @@ def build_manifest(shards: list[Shard], sources: list[dict], compression: str,
 def commit(staging: str, output_dir: str) -> None:
     """Moves staged results into `output_dir`; the manifest goes last and marks completion."""
     names = [n.rstrip("/") for n in tf.io.gfile.listdir(staging)]
-    for name in sorted(names, key=lambda n: n == MANIFEST_FILE):
+    # The data first, then the schema, the manifest last: a run killed part-way through the
+    # moves leaves shards without a schema or without a manifest, never a complete look.
+    last = {SCHEMA_FILE: 1, MANIFEST_FILE: 2}
+    for name in sorted(names, key=lambda n: (last.get(n, 0), n)):
         if name.startswith("_"):
             continue
         target = os.path.join(output_dir, name)

@@ -1,0 +1,113 @@
+"""Runs killed with SIGKILL at random moments leave nothing that looks complete, and say what
+to delete when rerun into the same folder."""
+from __future__ import annotations
+
+import glob
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from components import shards
+from components.codec import schema_file
+
+SEED = 15
+KILLS = 3
+
+
+def looks_complete(folder: str) -> bool:
+    """What a reader would take for a finished output: shards with a schema and a manifest."""
+    return bool(glob.glob(os.path.join(folder, "Split-*", "*"))) and all(
+        os.path.exists(os.path.join(folder, name))
+        for name in (schema_file.SCHEMA_FILE, shards.MANIFEST_FILE))
+
+
+def timed_run(command: list[str]) -> float:
+    start = time.monotonic()
+    result = subprocess.run(command, capture_output=True, text=True, env=child_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    return time.monotonic() - start
+
+
+def child_env() -> dict:
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore"}
+
+
+def kill_after(command: list[str], seconds: float) -> None:
+    """Starts `command`, SIGKILLs it after `seconds` (as the OOM killer or a preempted VM
+    would: no handler runs), then kills any Beam worker it left behind."""
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env=child_env(), start_new_session=True)
+    try:
+        child.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def check_killed_runs(make_command, tmp_path, full_seconds: float) -> None:
+    """Kills the run at seeded random moments across its length; each folder left behind
+    must not look complete, and a rerun into it must refuse, naming what to delete."""
+    moments = random.Random(SEED).sample(range(5, 95), KILLS)
+    for moment in moments:
+        out = str(tmp_path / f"killed_at_{moment}")
+        kill_after(make_command(out), full_seconds * moment / 100)
+        assert not looks_complete(out), f"killed at {moment}% of the run: {os.listdir(out)}"
+        if os.path.isdir(out) and os.listdir(out):
+            rerun = subprocess.run(make_command(out), capture_output=True, text=True,
+                                   env=child_env())
+            assert rerun.returncode != 0
+            assert f"rm -r {out}" in rerun.stderr and "is not empty" in rerun.stderr, \
+                rerun.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def big_csv(tmp_path_factory) -> str:
+    from bench.data import write_taxi_csv
+
+    return write_taxi_csv(200_000, str(tmp_path_factory.mktemp("kill") / "csv"))
+
+
+def test_examplegen_killed_at_random_moments(big_csv, tmp_path):
+    def command(out: str) -> list[str]:
+        return [sys.executable, "-m", "pipeline.cli", "examplegen", big_csv, out,
+                "--num-shards", "4"]
+
+    full = timed_run(command(str(tmp_path / "whole")))
+    check_killed_runs(command, tmp_path, full)
+    assert looks_complete(str(tmp_path / "whole"))
+    fresh = str(tmp_path / "fresh")
+    timed_run(command(fresh))
+    manifest = shards.read_manifest(fresh)
+    assert manifest["rows_in"] == manifest["rows_written"] == 200_000
+
+
+TRANSFORM = """
+import sys
+from components.codec import schema_file
+from components.shards import ShardingOptions
+from components.transform import beam_job
+from components.transform.options import TransformOptions
+examples, out = sys.argv[1], sys.argv[2]
+beam_job.run(TransformOptions(sharding=ShardingOptions(num_shards=3)), examples,
+             schema_file.load_schema(examples), out + "_graph", out)
+"""
+
+
+def test_transform_killed_at_random_moments(taxi_examples, tmp_path):
+    def command(out: str) -> list[str]:
+        return [sys.executable, "-c", TRANSFORM, taxi_examples, out]
+
+    full = timed_run(command(str(tmp_path / "whole")))
+    check_killed_runs(command, tmp_path, full)
+    fresh = str(tmp_path / "fresh")
+    timed_run(command(fresh))
+    assert looks_complete(fresh) and shards.read_manifest(fresh)["rows_written"] == 2000
