@@ -207,9 +207,11 @@ def _iter_stream(path: str, resync: bool
             return
 
 
-def gzip_member_index(path: str) -> Optional[list[tuple[int, int]]]:
+def gzip_member_index(path: str, size: Optional[int] = None
+                      ) -> Optional[list[tuple[int, int]]]:
     """(compressed offset, records) of each gzip member of `path`, from the manifest.json our
-    writer keeps above its shards; None for files without one (stock output)."""
+    writer keeps above its shards; None for files without one (stock output), and for a file
+    whose `size` is not the one the manifest recorded."""
     folder = os.path.dirname(os.path.abspath(path)) if "://" not in path else \
         os.path.dirname(path)
     for _ in range(_MANIFEST_SEARCH_DEPTH + 1):
@@ -220,6 +222,10 @@ def gzip_member_index(path: str) -> Optional[list[tuple[int, int]]]:
             for split in manifest.get("splits", {}).values():
                 for shard in split["shards"]:
                     if shard["path"] == relative and shard.get("gzip_members"):
+                        # A file whose size changed (cut short, bytes inserted) has moved
+                        # its members: the index would point into the middle of them.
+                        if size is not None and size != shard.get("bytes"):
+                            return None
                         return [tuple(m) for m in shard["gzip_members"]]
             return None
         folder = os.path.dirname(folder.rstrip("/"))
@@ -270,7 +276,7 @@ def _iter_gzip_members(path: str) -> Iterator[tuple[int, Union[bytes, CorruptReg
     offsets are compressed bytes (where the damaged member starts, how far was skipped)."""
     with fileio.open_file(path, "rb") as f:
         raw = memoryview(f.read())
-    index = gzip_member_index(path)
+    index = gzip_member_index(path, len(raw))
     position = uncompressed = 0
     while position < len(raw):
         try:

@@ -207,7 +207,6 @@ def examplegen(ctx, source, output_dir, fmt, num_shards, shard_size_mb, splits, 
     """
     from components.example_gen import beam_job
     from components.example_gen.options import ExampleGenOptions
-    from components.example_gen.sources.base import SourceError
     from components.shards import ShardingOptions
 
     def given(**values):
@@ -221,29 +220,16 @@ def examplegen(ctx, source, output_dir, fmt, num_shards, shard_size_mb, splits, 
                     on_bad_record=on_bad_record))
         manifest = beam_job.run(options, output_dir, beam_pipeline_args=ctx.args,
                                 progress=True)
-    except (ValueError, FileExistsError, FileNotFoundError) as e:
-        raise click.ClickException(_one_line(e))
-    except Exception as e:  # Beam wraps DoFn errors; surface the bad-input line only
-        if isinstance(e.__cause__ or e.__context__, SourceError) or \
-                "SourceError" in type(e).__name__ or "BadRecordError" in str(e):
-            raise click.ClickException(_one_line(e))
-        raise
+    except Exception as e:
+        line = beam_job.input_error_line(e)
+        if line is None:
+            raise
+        raise click.ClickException(line)
     for split, info in sorted(manifest["splits"].items()):
         click.echo(f"{split}: {info['rows']:,} rows in {len(info['shards'])} shard(s), "
                    f"{info['bytes'] / 2**20:.1f} MiB")
     click.echo(f"quarantined: {manifest['rows_quarantined']:,}  "
                f"schema: {os.path.join(output_dir, 'schema.pbtxt')}")
-
-
-def _one_line(error: Exception) -> str:
-    """The first meaningful line of an error, without Beam's '[while running ...]' tail."""
-    import re
-
-    text = str(error).strip().splitlines()
-    line = next((l for l in reversed(text) if re.search(r"Error: ", l)), text[-1] if text
-                else repr(error))
-    line = re.sub(r"^.*?(\w*Error): ", "", line)
-    return re.sub(r" \[while running .*\]$", "", line)
 
 
 @main.command()
@@ -261,6 +247,42 @@ def inspect(path, limit, fmt) -> None:
     except CorruptRecordError as e:
         raise click.ClickException(str(e))
     click.echo(example_rows.format_rows(rows, fmt))
+
+
+@main.command()
+@click.option("--cases", default=200, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--jobs", default=2, show_default=True, type=int,
+              help="Worker processes, each running one case at a time.")
+@click.option("--json", "as_json", is_flag=True)
+def fuzz(cases, seed, jobs, as_json) -> None:
+    """Mutate real CSV, JSON Lines, Parquet and TFRecord inputs and run ExampleGen on each.
+
+    Every case must end in a clear one-line error naming the file, or in a run whose counts
+    balance. Anything else (a traceback, a hang, a silent loss) is a failure, and the command
+    exits non-zero."""
+    import json
+
+    from tqdm import tqdm
+
+    from components.example_gen import fuzz as fuzzer
+
+    with tqdm(total=cases, desc="fuzz", unit="case", disable=None) as bar:
+        outcomes = fuzzer.fuzz(cases, seed, jobs, progress=lambda outcome: bar.update())
+    summary = fuzzer.summarize(outcomes)
+    failures = list(fuzzer.iter_failures(outcomes))
+    if as_json:
+        click.echo(json.dumps({"seed": seed, **summary,
+                               "failed_cases": [vars(o) for o in failures]}, indent=1))
+    else:
+        for o in failures:
+            click.echo(f"case {o.case} ({o.fmt}, {'+'.join(o.mutations)}, "
+                       f"on_bad_record={o.on_bad_record}): {o.detail}", err=True)
+        click.echo(f"seed {seed}: {summary['cases']} cases tried, {summary['clear_errors']} "
+                   f"clear errors, {summary['balanced_runs']} balanced runs, "
+                   f"{summary['failures']} failures")
+    if failures:
+        raise SystemExit(1)
 
 
 @main.group()

@@ -3,7 +3,7 @@ It imports no TFX, so the CLI and the bench start without it.
 
 Beam elements are files, record-batch chunks and shard plans, never single rows:
   files -> profile (pass 1) -> merged profile (side input) -> schema
-  files -> read typed batches, hash splits on arrays, encode with tfx_bsl, append to chunks
+  files -> read typed batches, hash splits on arrays, encode columnar, append to chunks
   chunks -> shard plan -> shards (copy + compress) -> manifest
 """
 from __future__ import annotations
@@ -35,6 +35,24 @@ FILE_RESULTS = "file_results"
 
 class BadRecordError(SourceError):
     pass
+
+
+def input_error_line(error: BaseException) -> Optional[str]:
+    """The one line a user sees for an error caused by the input or the settings (it names
+    the file and the row or offset), or None for an error of ours, which keeps its traceback.
+    Beam re-raises a DoFn's error wrapped, with its own context appended; that is dropped."""
+    import re
+
+    cause = error.__cause__ or error.__context__
+    if not (isinstance(error, (ValueError, FileExistsError, FileNotFoundError))
+            or isinstance(cause, SourceError) or "SourceError" in type(error).__name__
+            or "BadRecordError" in str(error)):
+        return None
+    text = str(error).strip().splitlines()
+    line = next((l for l in reversed(text) if re.search(r"Error: ", l)), text[-1] if text
+                else repr(error))
+    line = re.sub(r"^.*?(\w*Error): ", "", line)
+    return re.sub(r" \[while running .*\]$", "", line)
 
 
 class Progress:
@@ -132,7 +150,7 @@ class _EncodeFile(beam.DoFn):
                     rows_in += item.num_rows
                     if Progress.current:
                         Progress.current.encoded_rows(item.num_rows, profile.rows)
-                    pending.append(encoder.submit(self._encode_batch, item, profile,
+                    pending.append(encoder.submit(self._encode_batch, path, item, profile,
                                                   split_names, weights, key_columns))
                     while len(pending) > 1:
                         self._write(writer, pending.pop(0).result())
@@ -150,15 +168,19 @@ class _EncodeFile(beam.DoFn):
         for partition, split, records in groups:
             writer.add(partition, split, records)
 
-    def _encode_batch(self, batch, profile, split_names, weights, key_columns) -> list:
+    def _encode_batch(self, path, batch, profile, split_names, weights, key_columns) -> list:
         """[(partition, split, serialized examples)] for one record batch, all on arrays."""
         options = self._options
-        split_of_row = splitting.split_index(splitting.hash_rows(batch, key_columns), weights)
+        try:
+            split_of_row = splitting.split_index(splitting.hash_rows(
+                batch, key_columns, absent_as_null=not options.split_key), weights)
+        except SourceError as e:
+            raise SourceError(f"{path}: {e}") from e
         if options.partition_by:
             index = batch.schema.get_field_index(options.partition_by)
             if index < 0:
                 raise SourceError(
-                    f"--partition-by column {options.partition_by!r} is not in the data")
+                    f"{path}: --partition-by column {options.partition_by!r} is not in it")
             column = batch.column(index)
             partitions, partition_of_row = np.unique(
                 np.array([shards.partition_dir(options.partition_by, v)
@@ -195,7 +217,8 @@ def _merge_profiles(profiles) -> FileProfile:
 
 
 def build_pipeline(pipeline: beam.Pipeline, options: ExampleGenOptions, fmt: str,
-                   files: list[str], staging: str, hidden_files: Sequence[str] = ()):
+                   files: list[str], staging: str, hidden_files: Sequence[str] = (),
+                   layout_files: Sequence[str] = ()):
     """Adds ExampleGen's transforms to `pipeline`; the staging folder receives every output."""
     indexed_files = pipeline | "Files" >> beam.Create(list(enumerate(files)))
     profile = (
@@ -213,12 +236,14 @@ def build_pipeline(pipeline: beam.Pipeline, options: ExampleGenOptions, fmt: str
         | "Once" >> beam.Create([None])
         | "Finalize" >> beam.Map(
             _finalize, staging=staging, options=options, fmt=fmt,
-            hidden_files=list(hidden_files), profile=beam.pvalue.AsSingleton(profile),
+            hidden_files=list(hidden_files), layout_files=list(layout_files),
+            profile=beam.pvalue.AsSingleton(profile),
             written=beam.pvalue.AsList(written), results=beam.pvalue.AsList(results))
     )
 
 
-def _finalize(_, staging, options, fmt, hidden_files, profile, written, results) -> None:
+def _finalize(_, staging, options, fmt, hidden_files, layout_files, profile, written,
+              results) -> None:
     _check_columns(profile, options)
     quarantined = sum(r.quarantined for r in results)
     sources_info = [{"path": r.path, "rows_in": r.rows_in, "quarantined": r.quarantined,
@@ -240,8 +265,8 @@ def _finalize(_, staging, options, fmt, hidden_files, profile, written, results)
         # says how many; otherwise only their bytes are known, and rows_in is a lower bound.
         rows_lost=sum(r.lost for r in results), bytes_lost=sum(r.lost_bytes for r in results),
         lost_count_known=all(r.lost_count_known for r in results),
-        # Named, not read: see locate.is_hidden.
-        hidden_files_skipped=hidden_files)
+        # Named, not read: see locate.is_hidden and locate.is_layout_file.
+        hidden_files_skipped=hidden_files, layout_files_skipped=layout_files)
     shards.check_row_accounting(manifest)
     shards.write_manifest(staging, manifest)
 
@@ -271,7 +296,7 @@ def run(options: ExampleGenOptions, output_dir: str,
                 argv=list(beam_pipeline_args or []))
             with pipeline:
                 build_pipeline(pipeline, options, fmt, files, staging,
-                               locate.hidden_files(source))
+                               locate.hidden_files(source), locate.layout_files(source))
             manifest = shards.read_manifest(staging)
     finally:
         if Progress.current:

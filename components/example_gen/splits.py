@@ -28,16 +28,19 @@ def parse_splits(text: str) -> list[tuple[str, int]]:
     return splits
 
 
-def hash_rows(batch: pa.RecordBatch, columns: list[str]) -> np.ndarray:
-    """A stable uint64 per row from the named columns' values (pandas' fixed-key SipHash)."""
+def hash_rows(batch: pa.RecordBatch, columns: list[str],
+              absent_as_null: bool = False) -> np.ndarray:
+    """A stable uint64 per row from the named columns' values (pandas' fixed-key SipHash).
+    With `absent_as_null`, a column this batch lacks (a file without it) hashes as nulls;
+    otherwise it is an error, as for an explicit split key."""
     import pandas as pd
 
     combined = np.zeros(batch.num_rows, dtype=np.uint64)
     for name in columns:
         index = batch.schema.get_field_index(name)
-        if index < 0:
+        if index < 0 and not absent_as_null:
             raise SourceError(f"split key column {name!r} is not in the data")
-        array = batch.column(index)
+        array = batch.column(index) if index >= 0 else pa.nulls(batch.num_rows)
         if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
             values = np.array([repr(v) for v in array.to_pylist()], dtype=object)
         else:

@@ -35,7 +35,11 @@ def open_input(path: str, seekable: bool = False):
 
 
 class SourceError(ValueError):
-    """Bad input that stops the run: the message names the file and the row or offset."""
+    """Bad input that stops the run: the message names the file and the row or offset.
+    It is one line, whatever the library it quotes put in (pyarrow's errors span lines)."""
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(str(message).split()))
 
 
 @dataclasses.dataclass

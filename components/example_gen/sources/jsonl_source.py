@@ -88,8 +88,9 @@ def read_jsonl(path: str, kinds: Optional[dict] = None
         try:
             table = pajson.read_json(io.BytesIO(block),
                                      read_options=pajson.ReadOptions(block_size=len(block) + 1))
+            table.schema.names  # a key that is not UTF-8 fails here, not downstream
             batches = table.to_batches(max_chunksize=BATCH_ROWS)
-        except pa.ArrowInvalid:
+        except (pa.ArrowInvalid, UnicodeDecodeError):
             rows = []
             for number, line in enumerate(block.split(b"\n")[:-1], start=first_line):
                 if not line.strip():

@@ -91,6 +91,34 @@ def is_hidden(name: str) -> bool:
     return name.startswith((".", "_"))
 
 
+def is_layout_file(root: str, name: str, output_roots: set[str]) -> bool:
+    """A schema.pbtxt, or the manifest.json and quarantine/ of one of our own output folders
+    read back as a source: they describe the shards beside them and are not data."""
+    from components.codec.schema_file import SCHEMA_FILE
+    from components.shards import MANIFEST_FILE, QUARANTINE_DIR
+
+    if name == SCHEMA_FILE:
+        return True
+    return any(root == top and name == MANIFEST_FILE or
+               root == os.path.join(top, QUARANTINE_DIR) for top in output_roots)
+
+
+def _output_roots(path: str) -> set[str]:
+    from components.shards import MANIFEST_FILE
+
+    return {root for root, _, names in tf.io.gfile.walk(path) if MANIFEST_FILE in names}
+
+
+def layout_files(path: str) -> list[str]:
+    """The layout files (`is_layout_file`) below a source folder, which `list_files` leaves
+    out; ExampleGen names them in its manifest."""
+    if not tf.io.gfile.isdir(path):
+        return []
+    roots = _output_roots(path)
+    return sorted(os.path.join(root, n) for root, _, names in tf.io.gfile.walk(path)
+                  for n in names if not is_hidden(n) and is_layout_file(root, n, roots))
+
+
 def hidden_files(path: str) -> list[str]:
     """The hidden files below a source folder, which `list_files` leaves out; ExampleGen
     names them in its manifest, so nothing is skipped unseen."""
@@ -102,7 +130,8 @@ def hidden_files(path: str) -> list[str]:
 
 def list_files(path: str, fmt: Optional[str] = None) -> list[str]:
     """Source files under `path`, sorted, TFX's Split-* nesting included. Hidden files
-    (`is_hidden`) are left out; `hidden_files` lists them for the manifest."""
+    (`is_hidden`) and layout files (`is_layout_file`) are left out; `hidden_files` and
+    `layout_files` list them for the manifest."""
     marker = FORMATS[fmt].folder_marker if fmt in FORMATS else None
     if marker:
         return [os.path.join(path, marker)]
@@ -112,8 +141,10 @@ def list_files(path: str, fmt: Optional[str] = None) -> list[str]:
             raise SourceError(f"{path}: no such file")
         return matched
     found = []
+    roots = _output_roots(path)
     for root, _, names in tf.io.gfile.walk(path):
-        found += [os.path.join(root, n) for n in names if not is_hidden(n)]
+        found += [os.path.join(root, n) for n in names
+                  if not is_hidden(n) and not is_layout_file(root, n, roots)]
     return sorted(found)
 
 

@@ -25,7 +25,8 @@ def read_tfrecord(path: str, kinds: Optional[dict] = None) -> Iterator[Item]:
     records: list[bytes] = []
     for offset, record in tfrecord_io.iter_records(path, resync=True):
         if isinstance(record, tfrecord_io.CorruptRegion):
-            yield BadRecord(path, f"offset {record.offset}", record.describe(),
+            yield BadRecord(path, f"offset {record.offset}",
+                            f"{record.length} bytes skipped ({record.reason}; {record.loss})",
                             lost_bytes=record.length, lost_records=record.records_lost)
             continue
         records.append(record)
