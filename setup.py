@@ -25,6 +25,7 @@ setup(
         "matplotlib",
         "kfp",
         "google-cloud-aiplatform",
+        "pyspark",
     ],
     extras_require={"dev": ["pytest", "hypothesis", "torch", "tfrecord"]},
     entry_points={"console_scripts": ["tfrp=pipeline.cli:main"]},

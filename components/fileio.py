@@ -42,6 +42,29 @@ def walk(path: str):
     return _gfile().walk(path) if _remote(path) else os.walk(path)
 
 
+def makedirs(path: str) -> None:
+    _gfile().makedirs(path) if _remote(path) else os.makedirs(path, exist_ok=True)
+
+
+def size(path: str) -> int:
+    return _gfile().stat(path).length if _remote(path) else os.path.getsize(path)
+
+
+def remove(path: str) -> None:
+    _gfile().remove(path) if _remote(path) else os.remove(path)
+
+
+def rmtree(path: str) -> None:
+    import shutil
+
+    _gfile().rmtree(path) if _remote(path) else shutil.rmtree(path)
+
+
+def rename(source: str, destination: str) -> None:
+    """Moves a file or folder (on object stores, gfile copies a folder object by object)."""
+    _gfile().rename(source, destination) if _remote(source) else os.rename(source, destination)
+
+
 def read_text(path: str) -> str:
     with open_file(path, "r") as f:
         return f.read()

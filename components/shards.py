@@ -24,7 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, Optional
 
 import numpy as np
-import tensorflow as tf
 
 from components import fileio, tfrecord_io
 from components.codec.schema_file import SCHEMA_FILE
@@ -154,7 +153,7 @@ class ChunkWriter:
         self._sizes: dict[tuple, int] = {}
         self._sequence = 0
         self.chunks: list[Chunk] = []
-        tf.io.gfile.makedirs(folder)
+        fileio.makedirs(folder)
 
     def add(self, partition: str, split: str, records) -> None:
         """`records`: serialized records, as a pyarrow binary array or a list of bytes."""
@@ -182,10 +181,10 @@ class ChunkWriter:
         path = os.path.join(self._folder, f"{self._writer_id:06d}-{self._sequence:06d}.rec")
         bases = np.cumsum([0] + [len(data) for data, _ in runs[:-1]])
         ends = np.concatenate([run_ends + base for (_, run_ends), base in zip(runs, bases)])
-        with tf.io.gfile.GFile(path, "wb") as f:
+        with fileio.open_file(path, "wb") as f:
             for data, _ in runs:
                 f.write(data.tobytes())
-        with tf.io.gfile.GFile(path + ".idx", "wb") as f:
+        with fileio.open_file(path + ".idx", "wb") as f:
             f.write(ends.astype(np.int64).tobytes())
         self.chunks.append(Chunk(key[0], key[1], (self._writer_id, self._sequence), path,
                                  len(ends), int(ends[-1])))
@@ -197,7 +196,7 @@ class ChunkWriter:
 
 
 def _record_ends(chunk: Chunk) -> np.ndarray:
-    with tf.io.gfile.GFile(chunk.path + ".idx", "rb") as f:
+    with fileio.open_file(chunk.path + ".idx", "rb") as f:
         return np.frombuffer(f.read(), dtype=np.int64)
 
 
@@ -230,7 +229,7 @@ def _compression_ratio(chunk: Chunk) -> float:
     """
     import zlib
 
-    with tf.io.gfile.GFile(chunk.path, "rb") as f:
+    with fileio.open_file(chunk.path, "rb") as f:
         sample = f.read(_MAX_CHUNK_BYTES)
     return max(len(zlib.compress(sample, 1)) / max(len(sample), 1), 1e-3)
 
@@ -292,10 +291,10 @@ def write_shard(spec: ShardSpec, staging: str, compression: str) -> Shard:
     """
     relative = spec.relative_path(compression)
     path = os.path.join(staging, relative)
-    tf.io.gfile.makedirs(os.path.dirname(path))
+    fileio.makedirs(os.path.dirname(path))
 
     def read_piece(piece: Piece) -> bytes:
-        with tf.io.gfile.GFile(piece.path, "rb") as f:
+        with fileio.open_file(piece.path, "rb") as f:
             f.seek(piece.start)
             return f.read(piece.end - piece.start)
 
@@ -304,7 +303,7 @@ def write_shard(spec: ShardSpec, staging: str, compression: str) -> Shard:
         return gzip.compress(read_piece(piece), compresslevel=1, mtime=0), piece.rows
 
     members = []
-    with tf.io.gfile.GFile(path, "wb") as out:
+    with fileio.open_file(path, "wb") as out:
         if compression == "gzip":
             workers = os.cpu_count() or 1
             written = 0
@@ -329,7 +328,7 @@ def write_shard(spec: ShardSpec, staging: str, compression: str) -> Shard:
             for piece in spec.pieces:
                 out.write(read_piece(piece))
     return Shard(spec.partition, spec.split, relative, sum(p.rows for p in spec.pieces),
-                 tf.io.gfile.stat(path).length, tuple(members))
+                 fileio.size(path), tuple(members))
 
 
 STAGING_PREFIX = ".staging-"
@@ -339,8 +338,8 @@ def check_output_dir(output_dir: str) -> None:
     """Refuses an output folder that holds anything: a finished output is never overwritten,
     and the remains of a run that was killed (a staging folder, or outputs moved in before
     the manifest) are named, with what to delete, rather than mixed into a new output."""
-    entries = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(output_dir)) \
-        if tf.io.gfile.isdir(output_dir) else []
+    entries = sorted(n for n in fileio.listdir(output_dir)) \
+        if fileio.isdir(output_dir) else []
     if not entries:
         return
     if MANIFEST_FILE in entries:
@@ -356,7 +355,7 @@ def check_output_dir(output_dir: str) -> None:
 
 def new_staging_dir(output_dir: str) -> str:
     staging = os.path.join(output_dir, f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}")
-    tf.io.gfile.makedirs(staging)
+    fileio.makedirs(staging)
     return staging
 
 
@@ -390,7 +389,7 @@ def build_manifest(shards: list[Shard], sources: list[dict], compression: str,
 
 def commit(staging: str, output_dir: str) -> None:
     """Moves staged results into `output_dir`; the manifest goes last and marks completion."""
-    names = [n.rstrip("/") for n in tf.io.gfile.listdir(staging)]
+    names = fileio.listdir(staging)
     # The data first, then the schema, the manifest last: a run killed part-way through the
     # moves leaves shards without a schema or without a manifest, never a complete look.
     last = {SCHEMA_FILE: 1, MANIFEST_FILE: 2}
@@ -398,18 +397,18 @@ def commit(staging: str, output_dir: str) -> None:
         if name.startswith("_"):
             continue
         target = os.path.join(output_dir, name)
-        if tf.io.gfile.exists(target):
-            if tf.io.gfile.isdir(target):
-                tf.io.gfile.rmtree(target)
+        if fileio.exists(target):
+            if fileio.isdir(target):
+                fileio.rmtree(target)
             else:
-                tf.io.gfile.remove(target)
-        tf.io.gfile.rename(os.path.join(staging, name), target)
-    tf.io.gfile.rmtree(staging)
+                fileio.remove(target)
+        fileio.rename(os.path.join(staging, name), target)
+    fileio.rmtree(staging)
 
 
 def discard(staging: str) -> None:
-    if tf.io.gfile.exists(staging):
-        tf.io.gfile.rmtree(staging)
+    if fileio.exists(staging):
+        fileio.rmtree(staging)
 
 
 @contextlib.contextmanager
@@ -418,7 +417,7 @@ def staged_output(output_dir: str) -> Iterator[str]:
     and removed when it fails, so a failed run leaves nothing that looks complete.
     `output_dir` must be empty (check_output_dir)."""
     check_output_dir(output_dir)
-    tf.io.gfile.makedirs(output_dir)
+    fileio.makedirs(output_dir)
     staging = new_staging_dir(output_dir)
     try:
         yield staging

@@ -1,7 +1,9 @@
 """CSV with a header row, parsed by Arrow in both passes so cells convert identically."""
 from __future__ import annotations
 
+import contextlib
 import re
+import sys
 from typing import Iterator, Optional
 
 import pyarrow as pa
@@ -30,19 +32,41 @@ def _cell_kind(text: str) -> str:
     return serializer.BOOL if text in _TRUE_WORDS + _FALSE_WORDS else serializer.BYTES
 
 
+@contextlib.contextmanager
+def _invalid_row_decode_errors_muted():
+    """pyarrow decodes a bad row's text before calling our handler; when that text is not
+    UTF-8 the decode fails inside pyarrow, which prints it as an "Exception ignored"
+    traceback and then fails the read with its own parse error (row number included), which
+    we report. The printed traceback is noise, so it is dropped."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        if not (isinstance(unraisable.exc_value, UnicodeDecodeError)
+                and getattr(unraisable.object, "__module__", None) == __name__):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
+
+
 def _csv_header(path: str) -> list[str]:
     import pyarrow.csv as pacsv
 
     try:
-        with open_input(path) as f:
+        with open_input(path) as f, _invalid_row_decode_errors_muted():
             reader = pacsv.open_csv(
-                f, read_options=pacsv.ReadOptions(block_size=1 << 20),
+                f, read_options=pacsv.ReadOptions(block_size=1 << 20, use_threads=False),
                 parse_options=pacsv.ParseOptions(newlines_in_values=True,
                                                   invalid_row_handler=lambda row: "skip"))
             return reader.schema.names
     except pa.ArrowInvalid as e:
         if "Empty CSV file" in str(e):
             return []
+        if "parse error" in str(e):  # a bad row in the first block, with its number
+            raise SourceError(f"{path}: {e}") from e
         raise SourceError(f"{path}: unreadable CSV header: {e}") from e
 
 
@@ -110,7 +134,7 @@ def _read_csv_typed(path: str, types: dict, numbered: bool = True
                              f"{row.actual_columns}", row.text))
         return "skip"
 
-    with open_input(path) as f:
+    with open_input(path) as f, _invalid_row_decode_errors_muted():
         try:
             reader = pacsv.open_csv(
                 f,

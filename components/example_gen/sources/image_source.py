@@ -6,8 +6,8 @@ import os
 from typing import Iterator, Optional
 
 import pyarrow as pa
-import tensorflow as tf
 
+from components import fileio
 from components.codec import serializer
 from components.example_gen.sources.base import (
     BadRecord, FileProfile, Item, SourceError, SourceFormat)
@@ -48,16 +48,16 @@ def read_images(labels_path: str, kinds: Optional[dict] = None
             if not path.startswith(os.path.normpath(folder) + os.sep):
                 yield BadRecord(labels_path, f"filename {name!r}", "path leaves the folder")
                 continue
+            if not fileio.exists(path):
+                yield BadRecord(labels_path, f"filename {name!r}", "image file missing")
+                continue
             try:
-                with tf.io.gfile.GFile(path, "rb") as f:
+                with fileio.open_file(path, "rb") as f:
                     data = f.read()
                 with Image.open(io.BytesIO(data)) as image:
                     width, height = image.size
                     channels = _CHANNELS.get(image.mode, len(image.getbands()))
                     fmt = (image.format or "").lower()
-            except (tf.errors.NotFoundError, FileNotFoundError):
-                yield BadRecord(labels_path, f"filename {name!r}", "image file missing")
-                continue
             except (UnidentifiedImageError, OSError, SyntaxError) as e:
                 yield BadRecord(path, "offset 0", f"not a readable image: {e}")
                 continue

@@ -1,0 +1,184 @@
+"""ExampleGen's work, for any engine: one source file encoded into chunk files, and the
+schema and manifest of a whole run. It imports no Beam, TFX or TensorFlow, so Beam's DoFns
+and Spark's tasks call the same functions and write the same output.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from components import fileio, shards
+from components.codec import schema_file, serializer
+from components.example_gen import splits as splitting
+from components.example_gen.options import ExampleGenOptions
+from components.example_gen.sources import registry
+from components.example_gen.sources.base import BadRecord, FileProfile, SourceError
+from components.example_gen.sources.image_source import IMAGE_FEATURE
+
+QUARANTINE_FILE = "bad_records-{file_index:05d}.jsonl"
+
+
+class BadRecordError(SourceError):
+    """A bad record in `fail` mode: the run stops, naming the file and the row or offset."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FileResult:
+    """What one source file contributed: rows read, rows quarantined."""
+
+    file_index: int
+    path: str
+    rows_in: int
+    quarantined: int
+    lost: int = 0  # records in damaged regions, counted from the file's index
+    lost_bytes: int = 0
+    lost_count_known: bool = True
+
+
+def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: int,
+                path: str, profile: FileProfile,
+                on_rows: Optional[Callable[[int], None]] = None
+                ) -> tuple[list[shards.Chunk], FileResult]:
+    """Pass 2 for one file: typed batches -> split/partition -> tf.Example chunk files under
+    `staging`. Returns the chunks and the file's row counts; `on_rows` hears of rows read."""
+    splits = splitting.parse_splits(options.splits)
+    weights = [w for _, w in splits]
+    split_names = np.array([n for n, _ in splits], dtype=object)
+    key_columns = [options.split_key] if options.split_key else list(profile.columns)
+    writer = shards.ChunkWriter(os.path.join(staging, "_chunks"), file_index,
+                                options.sharding.chunk_bytes)
+    rows_in = quarantined = lost = lost_bytes = 0
+    lost_count_known = True
+    quarantine_path = os.path.join(staging, shards.QUARANTINE_DIR,
+                                   QUARANTINE_FILE.format(file_index=file_index))
+    quarantine = None
+    # Reading (pyarrow) and encoding (numpy and Arrow kernels) release the GIL for much of
+    # their work; one encoder thread working a batch ahead keeps both cores busy.
+    pending: list = []
+    with ThreadPoolExecutor(1) as encoder:
+        try:
+            for item in registry.read_file(path, fmt, profile.columns):
+                if isinstance(item, BadRecord):
+                    if options.on_bad_record == "fail":
+                        raise BadRecordError(item.describe())
+                    if quarantine is None:
+                        fileio.makedirs(os.path.dirname(quarantine_path))
+                        quarantine = fileio.open_file(quarantine_path, "w")
+                    quarantine.write(json.dumps(dataclasses.asdict(item)) + "\n")
+                    if item.lost_bytes:  # a damaged region: its records are lost, not kept
+                        lost += item.lost_records or 0
+                        rows_in += item.lost_records or 0
+                        lost_bytes += item.lost_bytes
+                        lost_count_known &= item.lost_records is not None
+                    else:
+                        rows_in += 1
+                        quarantined += 1
+                    continue
+                if not item.num_rows:
+                    continue
+                rows_in += item.num_rows
+                if on_rows:
+                    on_rows(item.num_rows)
+                pending.append(encoder.submit(encode_batch, options, path, item, profile,
+                                              split_names, weights, key_columns))
+                while len(pending) > 1:
+                    _write(writer, pending.pop(0).result())
+            for future in pending:
+                _write(writer, future.result())
+        finally:
+            if quarantine is not None:
+                quarantine.close()
+    return writer.close(), FileResult(file_index, path, rows_in, quarantined, lost, lost_bytes,
+                                      lost_count_known)
+
+
+def _write(writer: shards.ChunkWriter, groups) -> None:
+    for partition, split, records in groups:
+        writer.add(partition, split, records)
+
+
+def encode_batch(options: ExampleGenOptions, path: str, batch: pa.RecordBatch,
+                 profile: FileProfile, split_names, weights, key_columns) -> list:
+    """[(partition, split, serialized examples)] for one record batch, all on arrays."""
+    try:
+        split_of_row = splitting.split_index(splitting.hash_rows(
+            batch, key_columns, absent_as_null=not options.split_key), weights)
+    except SourceError as e:
+        raise SourceError(f"{path}: {e}") from e
+    if options.partition_by:
+        index = batch.schema.get_field_index(options.partition_by)
+        if index < 0:
+            raise SourceError(
+                f"{path}: --partition-by column {options.partition_by!r} is not in it")
+        column = batch.column(index)
+        partitions, partition_of_row = np.unique(
+            np.array([shards.partition_dir(options.partition_by, v)
+                      for v in column.to_pylist()], dtype=object).astype(str),
+            return_inverse=True)
+    else:
+        partitions, partition_of_row = [""], np.zeros(batch.num_rows, dtype=np.int64)
+    records = serializer.encode_examples_array(
+        serializer.to_example_batch(batch, profile.columns))
+    group_of_row = partition_of_row * len(split_names) + split_of_row
+    order = np.argsort(group_of_row, kind="stable")
+    groups, starts = np.unique(group_of_row[order], return_index=True)
+    out = []
+    for group, start, end in zip(groups, starts, list(starts[1:]) + [len(order)]):
+        partition, split = divmod(int(group), len(split_names))
+        out.append((str(partitions[partition]), split_names[split],
+                    records.take(pa.array(order[start:end]))))
+    return out
+
+
+def check_columns(profile: FileProfile, options: ExampleGenOptions) -> None:
+    for name, flag in ((options.split_key, "--split-key"), (options.partition_by,
+                                                               "--partition-by")):
+        if name and name not in profile.columns:
+            raise ValueError(f"{flag} {name!r} is not a column of {options.source}; "
+                             f"columns: {sorted(profile.columns)}")
+
+
+def merge_profiles(profiles) -> FileProfile:
+    merged = FileProfile()
+    for profile in profiles:
+        merged = merged.merge(profile)
+    return merged
+
+
+def finalize(staging: str, options: ExampleGenOptions, fmt: str, profile: FileProfile,
+             written: list, results: list[FileResult], hidden_files: Sequence[str] = (),
+             layout_files: Sequence[str] = ()) -> None:
+    """The schema, the manifest (checked: rows in = written + quarantined + lost) into
+    `staging`, from the merged profile, the shards written and every file's counts."""
+    check_columns(profile, options)
+    quarantined = sum(r.quarantined for r in results)
+    sources_info = [{"path": r.path, "rows_in": r.rows_in, "quarantined": r.quarantined,
+                     "rows_lost": r.lost, "bytes_lost": r.lost_bytes}
+                    for r in sorted(results, key=lambda r: r.file_index)]
+    good_rows = sum(r.rows_in - r.quarantined - r.lost for r in results)
+    schema = serializer.schema_from_profile(profile.columns, good_rows, profile.non_null,
+                                            profile.string_values)
+    if fmt == "images":
+        # Marks the encoded bytes as an image, so Transform passes them through untouched.
+        next(f for f in schema.feature if f.name == IMAGE_FEATURE).image_domain.SetInParent()
+    schema_file.write_schema(schema, os.path.join(staging, schema_file.SCHEMA_FILE))
+    manifest = shards.build_manifest(
+        written, sources_info, options.sharding.compression, quarantined,
+        format=fmt, split_key=options.split_key, partition_by=options.partition_by,
+        schema=schema_file.SCHEMA_FILE,
+        splits_requested=options.splits,
+        # Records in damaged regions of TFRecord sources: counted when the source's index
+        # says how many; otherwise only their bytes are known, and rows_in is a lower bound.
+        rows_lost=sum(r.lost for r in results), bytes_lost=sum(r.lost_bytes for r in results),
+        lost_count_known=all(r.lost_count_known for r in results),
+        # Named, not read: see locate.is_hidden and locate.is_layout_file.
+        hidden_files_skipped=list(hidden_files),
+        layout_files_skipped=list(layout_files))
+    shards.check_row_accounting(manifest)
+    shards.write_manifest(staging, manifest)

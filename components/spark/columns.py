@@ -1,0 +1,106 @@
+"""Spark column types to tf.Example features.
+
+Every atomic type is kept; arrays of atomic types become variable-length features; BinaryType
+stays bytes; dates become int64 epoch days and timestamps int64 epoch microseconds; decimals
+become float; struct fields are flattened to `parent.child`; nulls become absent features. A
+map, or an array of structs or of arrays, has no tf.Example form and is an error naming the
+column. The conversions run in Spark SQL before Arrow sees the rows.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+
+class UnsupportedColumnError(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedColumn:
+    name: str  # the feature name: `parent.child` for struct fields
+    path: list  # field names from the top-level column down
+    conversion: Optional[str] = None  # "date" | "timestamp" | "decimal"
+
+    @property
+    def description(self) -> Optional[str]:
+        return {"date": "int64: days since 1970-01-01 (a Spark DateType column)",
+                "timestamp": "int64: microseconds since 1970-01-01T00:00:00Z (a Spark "
+                             "TimestampType column)",
+                "decimal": "float: a Spark DecimalType column, converted to float32 "
+                           "(tf.train.FloatList), so digits beyond float precision are lost"
+                }.get(self.conversion)
+
+
+def plan_columns(schema) -> list[PlannedColumn]:
+    """The features of a Spark StructType, in column order."""
+    from pyspark.sql import types as T
+
+    planned: list[PlannedColumn] = []
+
+    def visit(field_type, path: list) -> None:
+        name = ".".join(path)
+        element = field_type.elementType if isinstance(field_type, T.ArrayType) else field_type
+        if isinstance(field_type, T.StructType):
+            for field in field_type.fields:
+                visit(field.dataType, path + [field.name])
+            return
+        if isinstance(field_type, T.MapType):
+            raise UnsupportedColumnError(
+                f"column {name!r} is a map ({field_type.simpleString()}), which has no "
+                "tf.Example form: turn it into struct fields or two array columns first")
+        if isinstance(element, (T.StructType, T.ArrayType, T.MapType)):
+            raise UnsupportedColumnError(
+                f"column {name!r} is an array of {element.typeName()}s "
+                f"({field_type.simpleString()}), which has no tf.Example form: explode it or "
+                "split it into one array column per field first")
+        conversion = ("date" if isinstance(element, T.DateType) else
+                      "timestamp" if isinstance(element, (T.TimestampType,
+                                                          T.TimestampNTZType)) else
+                      "decimal" if isinstance(element, T.DecimalType) else None)
+        if not isinstance(element, (T.NumericType, T.StringType, T.BinaryType, T.BooleanType,
+                                    T.DateType, T.TimestampType, T.TimestampNTZType,
+                                    T.NullType)):
+            raise UnsupportedColumnError(
+                f"column {name!r} has type {field_type.simpleString()}, which has no "
+                "tf.Example form")
+        planned.append(PlannedColumn(name, path, conversion))
+
+    for field in schema.fields:
+        visit(field.dataType, [field.name])
+    return planned
+
+
+def select_features(df, planned: list[PlannedColumn]):
+    """`df` with one top-level column per feature, converted as `plan_columns` says."""
+    from pyspark.sql import functions as F
+
+    def converted(column, conversion):
+        if conversion == "date":
+            return F.datediff(column, F.lit("1970-01-01").cast("date")).cast("long")
+        if conversion == "timestamp":
+            return F.unix_micros(column.cast("timestamp"))
+        if conversion == "decimal":
+            return column.cast("double")
+        return column
+
+    columns = []
+    for feature in planned:
+        column = F.col(feature.path[0])
+        for name in feature.path[1:]:
+            column = column.getField(name)
+        if feature.conversion and _is_array(df, feature):
+            column = F.transform(column, lambda v, c=feature.conversion: converted(v, c))
+        else:
+            column = converted(column, feature.conversion)
+        columns.append(column.alias(feature.name))
+    return df.select(*columns)
+
+
+def _is_array(df, feature: PlannedColumn) -> bool:
+    from pyspark.sql import types as T
+
+    field_type = df.schema[feature.path[0]].dataType
+    for name in feature.path[1:]:
+        field_type = field_type[name].dataType
+    return isinstance(field_type, T.ArrayType)

@@ -1,0 +1,42 @@
+"""A SparkSession that runs our code: executors on this interpreter, and a clear error when
+Java is missing."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import Optional
+
+JAVA_MISSING = ("Spark needs a Java runtime and `java` is not on PATH: install Java 17 "
+                "(Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless) or set JAVA_HOME")
+
+
+class SparkSetupError(RuntimeError):
+    pass
+
+
+def check_java() -> None:
+    java_home = os.environ.get("JAVA_HOME")
+    if shutil.which("java") is None and not (
+            java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
+        raise SparkSetupError(JAVA_MISSING)
+
+
+def get_session(master: Optional[str] = None, conf: Optional[dict] = None,
+                app_name: str = "tfrecord-pipeline"):
+    """The active SparkSession, or a new one on `master` (default local[*]) with `conf`.
+
+    Executors run this interpreter (PYSPARK_PYTHON), so they import the same packages; on a
+    cluster, set PYSPARK_PYTHON in `conf` (spark.pyspark.python) to the workers' Python."""
+    check_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name).master(master or "local[*]")
+    # Arrow moves batches between the JVM and Python; our tasks write files, so Spark's own
+    # result size limit never sees rows.
+    for key, value in {"spark.sql.execution.arrow.pyspark.enabled": "true",
+                       "spark.ui.enabled": "false", **(conf or {})}.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
