@@ -350,9 +350,19 @@ def schema_from_profile(columns: dict[str, tuple[str, bool]], rows: int,
             feature.int_domain.min, feature.int_domain.max = 0, 1
             feature.int_domain.is_categorical = True
         values = string_values.get(name)
-        if kind == BYTES and values and len(values) <= MAX_DOMAIN_VALUES:
+        texts = _utf8_texts(values) if kind == BYTES and values and \
+            len(values) <= MAX_DOMAIN_VALUES else None
+        if texts:
             domain = schema.string_domain.add(name=name)
-            domain.value.extend(sorted(v.decode("utf-8", "backslashreplace")
-                                       if isinstance(v, bytes) else str(v) for v in values))
+            domain.value.extend(sorted(texts))
             feature.domain = name
     return schema
+
+
+def _utf8_texts(values) -> Optional[list[str]]:
+    """The values as text, or None when one is not UTF-8: binary data (image bytes, hashes)
+    gets no string domain, which could not hold its values."""
+    try:
+        return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
+    except UnicodeDecodeError:
+        return None

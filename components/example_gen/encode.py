@@ -153,9 +153,11 @@ def merge_profiles(profiles) -> FileProfile:
 
 def finalize(staging: str, options: ExampleGenOptions, fmt: str, profile: FileProfile,
              written: list, results: list[FileResult], hidden_files: Sequence[str] = (),
-             layout_files: Sequence[str] = ()) -> None:
+             layout_files: Sequence[str] = (), comments: Optional[dict] = None) -> None:
     """The schema, the manifest (checked: rows in = written + quarantined + lost) into
-    `staging`, from the merged profile, the shards written and every file's counts."""
+    `staging`, from the merged profile, the shards written and every file's counts.
+    `comments` (feature -> text) say how a value was converted, in each feature's
+    annotation."""
     check_columns(profile, options)
     quarantined = sum(r.quarantined for r in results)
     sources_info = [{"path": r.path, "rows_in": r.rows_in, "quarantined": r.quarantined,
@@ -167,6 +169,9 @@ def finalize(staging: str, options: ExampleGenOptions, fmt: str, profile: FilePr
     if fmt == "images":
         # Marks the encoded bytes as an image, so Transform passes them through untouched.
         next(f for f in schema.feature if f.name == IMAGE_FEATURE).image_domain.SetInParent()
+    for feature in schema.feature:
+        if (comments or {}).get(feature.name):
+            feature.annotation.comment.append(comments[feature.name])
     schema_file.write_schema(schema, os.path.join(staging, schema_file.SCHEMA_FILE))
     manifest = shards.build_manifest(
         written, sources_info, options.sharding.compression, quarantined,

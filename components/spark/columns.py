@@ -72,7 +72,9 @@ def plan_columns(schema) -> list[PlannedColumn]:
 
 
 def select_features(df, planned: list[PlannedColumn]):
-    """`df` with one top-level column per feature, converted as `plan_columns` says."""
+    """`df` with one top-level column per feature, converted as `plan_columns` says. They are
+    named `_feature<i>`, since Spark reads a dot in a column name as a struct field; the
+    executors give the Arrow columns their feature names (`feature_names`)."""
     from pyspark.sql import functions as F
 
     def converted(column, conversion):
@@ -93,7 +95,7 @@ def select_features(df, planned: list[PlannedColumn]):
             column = F.transform(column, lambda v, c=feature.conversion: converted(v, c))
         else:
             column = converted(column, feature.conversion)
-        columns.append(column.alias(feature.name))
+        columns.append(column.alias(f"_feature{len(columns)}"))
     return df.select(*columns)
 
 

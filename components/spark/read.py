@@ -1,0 +1,243 @@
+"""`read_examples`: TFRecord shards of tf.Example (ours or stock ExampleGen's, gzip or plain)
+as a Spark DataFrame, with no hand-written feature spec.
+
+The columns come from `schema.pbtxt` when one is beside the shards (or given), else from a
+sample of records. Executors read whole files with the project's framing reader, so a corrupt
+record is an error naming the file and offset, and decode them to Arrow with tfx_bsl's
+decoder; packed records are unpacked into rows on Arrow arrays. `col=value/` folders become
+columns, as in Spark's partition discovery.
+"""
+from __future__ import annotations
+
+import os
+import urllib.parse
+from typing import Optional, Union
+
+from tensorflow_metadata.proto.v0 import schema_pb2
+
+from components import packing, shards, tfrecord_io
+from components.codec import parser, schema_file
+
+SAMPLE_RECORDS = 1_000
+_DECODE_RECORDS = 4_096
+
+
+def read_examples(spark, path: str,
+                  schema: Union[None, str, schema_pb2.Schema] = None):
+    """A DataFrame of the tf.Examples under `path` (a shard, a Split-* folder or an output
+    folder). `schema` is a Schema or a schema.pbtxt path; without it the stored schema is
+    used, or the types are inferred from the first records."""
+    from pyspark.sql import types as T
+
+    files = _tfrecord_files(path)
+    if not files:
+        raise FileNotFoundError(f"{path}: no TFRecord files")
+    if isinstance(schema, str):
+        schema = schema_file.load_schema(schema)
+    schema = schema or schema_file.find_schema(files[0]) or _inferred_schema(files[0])
+    root = path if os.path.isdir(path) else os.path.dirname(path)
+    # A partition column the records also hold (ExampleGen's partition_by keeps it) is read
+    # from the records.
+    stored = {f.name for f in schema.feature}
+    partition_names = [n for n in _partition_names(root, files) if n not in stored]
+    fields = [T.StructField(f.name, _spark_type(f, schema), True) for f in schema.feature]
+    fields += [T.StructField(name, T.StringType(), True) for name in partition_names]
+    spark_schema = T.StructType(fields)
+    paths = spark.createDataFrame([(f,) for f in files], "path string").repartition(len(files))
+    return paths.mapInArrow(_FileDecoder(schema, root, partition_names), spark_schema)
+
+
+def _tfrecord_files(path: str) -> list[str]:
+    from components.example_gen.sources import locate
+
+    if not os.path.isdir(path):
+        return [path]
+    return [f for f in locate.list_files(path) if
+            os.path.basename(f).startswith("data_tfrecord-") or ".tfrecord" in f]
+
+
+def _inferred_schema(path: str) -> schema_pb2.Schema:
+    """Types from the first records: a feature is a scalar when every sampled record holds
+    exactly one value, else a list."""
+    import pyarrow.compute as pc
+
+    records = []
+    for _, record in tfrecord_io.iter_records(path):
+        records.append(record)
+        if len(records) >= SAMPLE_RECORDS:
+            break
+    batch = parser.decode_examples(records)
+    schema = schema_pb2.Schema()
+    kinds = {"int64": schema_pb2.INT, "float": schema_pb2.FLOAT}
+    for name, column in zip(batch.schema.names, batch.columns):
+        # A feature with no value in the sample decodes as nulls of no type: bytes then.
+        value_type = column.type.value_type if hasattr(column.type, "value_type") else None
+        feature = schema.feature.add(name=name, type=kinds.get(str(value_type),
+                                                               schema_pb2.BYTES))
+        if value_type is not None and len(column) and column.null_count == 0 and \
+                pc.all(pc.equal(pc.list_value_length(column), 1)).as_py():
+            feature.value_count.min = feature.value_count.max = 1
+    return schema
+
+
+def _partition_names(root: str, files: list[str]) -> list[str]:
+    names: list[str] = []
+    for f in files:
+        for part in os.path.relpath(os.path.dirname(f), root).split(os.sep):
+            if "=" in part:
+                name = urllib.parse.unquote(part.split("=", 1)[0])
+                if name not in names:
+                    names.append(name)
+    return names
+
+
+def _partition_values(root: str, path: str) -> dict:
+    values = {}
+    for part in os.path.relpath(os.path.dirname(path), root).split(os.sep):
+        if "=" in part:
+            name, text = part.split("=", 1)
+            values[urllib.parse.unquote(name)] = (
+                None if text == shards.NULL_PARTITION else
+                "" if text == shards.EMPTY_PARTITION else urllib.parse.unquote(text))
+    return values
+
+
+def _is_string(feature: schema_pb2.Feature, schema: schema_pb2.Schema) -> bool:
+    """A bytes feature is text when the schema gives it a string domain of UTF-8 values;
+    any other bytes feature (images, serialized protos, hashes) stays binary."""
+    if feature.type != schema_pb2.BYTES:
+        return False
+    if feature.HasField("string_domain"):
+        values = feature.string_domain.value
+    else:
+        domain = next((d for d in schema.string_domain if d.name == feature.domain), None)
+        if domain is None:
+            return False
+        values = domain.value
+    try:
+        for value in values:
+            value.encode("utf-8", "surrogateescape").decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _spark_type(feature: schema_pb2.Feature, schema: schema_pb2.Schema):
+    from pyspark.sql import types as T
+
+    value = {schema_pb2.INT: T.LongType(), schema_pb2.FLOAT: T.FloatType()}.get(
+        feature.type, T.StringType() if _is_string(feature, schema) else T.BinaryType())
+    return value if parser.is_scalar(feature) else T.ArrayType(value, True)
+
+
+class _FileDecoder:
+    """The mapInArrow function: file paths in, decoded rows out."""
+
+    def __init__(self, schema: schema_pb2.Schema, root: str, partition_names: list[str]):
+        self._schema, self._root, self._partition_names = schema, root, partition_names
+
+    def __call__(self, batches):
+        for batch in batches:
+            for path in batch.column(0).to_pylist():
+                records = []
+                for _, record in tfrecord_io.iter_records(path):
+                    records.append(record)
+                    if len(records) >= _DECODE_RECORDS:
+                        yield self._rows(path, records)
+                        records = []
+                if records:
+                    yield self._rows(path, records)
+
+    def _rows(self, path: str, records: list[bytes]):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        schema = self._schema
+        block_rows = packing.packed_rows(schema)
+        decoded = parser.decode_examples(records)
+        if block_rows:
+            decoded = unpack_blocks(decoded, block_rows)
+        names = decoded.schema.names
+        columns = []
+        for feature in schema.feature:
+            if feature.name in names:
+                column = decoded.column(names.index(feature.name))
+            else:  # in no record of this batch
+                column = pa.nulls(decoded.num_rows, pa.list_(pa.binary()))
+            columns.append(_typed(column, feature, schema))
+        values = _partition_values(self._root, path)
+        columns += [pa.array([values.get(n)] * decoded.num_rows, pa.string())
+                    for n in self._partition_names]
+        return pa.RecordBatch.from_arrays(
+            columns, [f.name for f in schema.feature] + self._partition_names)
+
+
+def _typed(column, feature: schema_pb2.Feature, schema: schema_pb2.Schema):
+    """A decoded column (lists, or scalars after unpacking) as the Spark type's Arrow type:
+    scalars take a row's one value, an empty list is a null."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    value_type = {schema_pb2.INT: pa.int64(), schema_pb2.FLOAT: pa.float32()}.get(
+        feature.type, pa.string() if _is_string(feature, schema) else pa.binary())
+    if pa.types.is_null(column.type):
+        column = pa.nulls(len(column), pa.list_(value_type))
+    is_list = pa.types.is_list(column.type) or pa.types.is_large_list(column.type)
+    if not parser.is_scalar(feature):
+        if not is_list:
+            column = pa.ListArray.from_arrays(pa.array(range(len(column) + 1), pa.int32()),
+                                              column)
+        return column.cast(pa.list_(value_type))
+    if is_list:
+        import numpy as np
+
+        lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
+        offsets = column.offsets.to_numpy()
+        first = pa.array(offsets[:-1] - offsets[0], mask=lengths == 0)
+        column = pc.list_flatten(column).take(first)
+    return column.cast(value_type)
+
+
+def unpack_blocks(blocks, block_rows: int):
+    """Packed blocks (see `packing`) as one row per entry, on Arrow arrays: a fixed feature's
+    N*k values are cut into rows of k (k = 1: scalars), a variable one is cut by its
+    `__lengths`, and each block's padding rows are dropped."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = blocks.schema.names
+    real = pc.list_flatten(blocks.column(names.index(packing.ROWS_KEY))).to_numpy(
+        zero_copy_only=False).astype(np.int64)
+    columns, out_names = [], []
+    for name in names:
+        if name == packing.ROWS_KEY or name.endswith(packing.LENGTHS_SUFFIX):
+            continue
+        column = blocks.column(names.index(name))
+        offsets = column.offsets.to_numpy().astype(np.int64)
+        flat = pc.list_flatten(column)
+        lengths_name = name + packing.LENGTHS_SUFFIX
+        if lengths_name in names:
+            lengths = blocks.column(names.index(lengths_name))
+            per_block = lengths.offsets.to_numpy().astype(np.int64)
+            all_lengths = pc.list_flatten(lengths).to_numpy(zero_copy_only=False)
+            keep = np.concatenate([np.arange(start, start + n) for start, n in
+                                   zip(per_block[:-1], real)]) if len(real) else \
+                np.zeros(0, np.int64)
+            row_lengths = all_lengths[keep].astype(np.int64)
+            row_offsets = np.concatenate([[0], np.cumsum(row_lengths)]).astype(np.int32)
+            columns.append(pa.ListArray.from_arrays(pa.array(row_offsets), flat))
+        else:
+            sizes = np.diff(offsets)
+            k = int(sizes[0] // block_rows) if len(sizes) else 1
+            take = np.concatenate([np.arange(start, start + n * k) for start, n in
+                                   zip(offsets[:-1], real)]) if len(real) else \
+                np.zeros(0, np.int64)
+            values = flat.take(pa.array(take))
+            if k == 1:
+                columns.append(values)
+            else:
+                row_offsets = np.arange(0, len(take) + 1, k, dtype=np.int32)
+                columns.append(pa.ListArray.from_arrays(pa.array(row_offsets), values))
+        out_names.append(name)
+    return pa.RecordBatch.from_arrays(columns, out_names)

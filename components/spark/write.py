@@ -1,0 +1,119 @@
+"""`write_examples`: a Spark DataFrame to the layout ShardedExampleGen writes.
+
+Executors turn Arrow batches (`mapInArrow`) into tf.Examples with ExampleGen's own encoder
+(`example_gen.encode.encode_batch`: the same split hashing, partition folders and codec) and
+append them to chunk files in the staging folder. Each task returns one small record: its
+chunk list and its column profile. The driver plans shards from those (`shards.plan_shards`),
+executors copy and compress the shards, and the driver writes the schema and manifest and
+commits. No row passes through the driver and no row becomes a Python object.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+from typing import Optional
+
+from components import shards
+from components.codec import serializer
+from components.example_gen import encode
+from components.example_gen.options import ExampleGenOptions
+from components.example_gen.sources.base import FileProfile
+from components.example_gen.splits import DEFAULT_SPLITS, parse_splits
+from components.shards import ShardingOptions
+from components.spark import columns as spark_columns
+
+FORMAT = "spark-dataframe"
+
+
+def write_examples(df, output_dir: str, *, splits: str = DEFAULT_SPLITS,
+                   split_key: Optional[str] = None, partition_by: Optional[str] = None,
+                   num_shards: Optional[int] = None, shard_size_mb: Optional[float] = None,
+                   compression: str = "gzip", on_bad_record: str = "fail") -> dict:
+    """Writes `df` as `Split-*/data_tfrecord-…` shards with `schema.pbtxt` and
+    `manifest.json` under `output_dir` (which must be empty), and returns the manifest.
+
+    A typed DataFrame has no unparseable rows, so `on_bad_record` is recorded but nothing is
+    quarantined; rows in = rows written is checked like every run's accounting."""
+    options = ExampleGenOptions(
+        source=f"DataFrame[{', '.join(df.columns)}]", format=FORMAT, splits=splits,
+        split_key=split_key, partition_by=partition_by, on_bad_record=on_bad_record,
+        sharding=ShardingOptions(num_shards=num_shards, shard_size_mb=shard_size_mb,
+                                 compression=compression))
+    planned = spark_columns.plan_columns(df.schema)
+    features = spark_columns.select_features(df, planned)
+    kinds = _kinds(features, [c.name for c in planned])
+    profile = FileProfile(columns=kinds)
+    encode.check_columns(profile, options)
+    spark = features.sparkSession
+    with shards.staged_output(output_dir) as staging:
+        payloads = features.mapInArrow(_PartitionEncoder(options, kinds, staging),
+                                       "payload binary").collect()
+        tasks = sorted((pickle.loads(row.payload) for row in payloads), key=lambda t: t[0])
+        chunks = [chunk for _, task_chunks, _, _ in tasks for chunk in task_chunks]
+        specs = shards.plan_shards(chunks, options.sharding)
+        written = spark.sparkContext.parallelize(specs, max(1, len(specs))).map(
+            _ShardWriter(staging, compression)).collect() if specs else []
+        results = [encode.FileResult(index, f"DataFrame partition {index}", rows, 0)
+                   for index, _, _, rows in tasks]
+        for _, _, task_profile, _ in tasks:
+            profile = profile.merge(task_profile)
+        profile.columns = dict(kinds)  # every column, in the DataFrame's order
+        encode.finalize(staging, options, FORMAT, profile, written, results,
+                        comments={c.name: c.description for c in planned})
+        manifest = shards.read_manifest(staging)
+    return manifest
+
+
+def _kinds(features, names: list[str]) -> dict:
+    """Feature name -> (kind, is_list), from the Arrow types Spark will hand the tasks."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return {name: serializer.arrow_kind(field.type)
+            for name, field in zip(names, to_arrow_schema(features.schema))}
+
+
+class _PartitionEncoder:
+    """The mapInArrow function: one task's batches to chunk files, and one payload row."""
+
+    def __init__(self, options: ExampleGenOptions, kinds: dict, staging: str):
+        self._options, self._kinds, self._staging = options, kinds, staging
+
+    def __call__(self, batches):
+        import numpy as np
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        task = context.partitionId()
+        options = self._options
+        split_names = np.array([n for n, _ in parse_splits(options.splits)], dtype=object)
+        weights = [w for _, w in parse_splits(options.splits)]
+        key_columns = [options.split_key] if options.split_key else list(self._kinds)
+        # A folder per attempt: a retried or speculative task never writes over another's
+        # chunks, and only the chunks of the attempt whose payload Spark keeps are planned.
+        writer = shards.ChunkWriter(
+            os.path.join(self._staging, "_chunks", f"attempt-{context.taskAttemptId()}"),
+            task, options.sharding.chunk_bytes)
+        profile, rows = FileProfile(columns=dict(self._kinds)), 0
+        typed = FileProfile(columns=self._kinds)
+        source = f"DataFrame partition {task}"
+        names = list(self._kinds)
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            batch = pa.RecordBatch.from_arrays(batch.columns, names)
+            rows += batch.num_rows
+            profile.add_batch(batch, self._kinds)
+            for partition, split, records in encode.encode_batch(
+                    options, source, batch, typed, split_names, weights, key_columns):
+                writer.add(partition, split, records)
+        payload = pickle.dumps((task, writer.close(), profile, rows))
+        yield pa.RecordBatch.from_arrays([pa.array([payload], pa.binary())], ["payload"])
+
+
+class _ShardWriter:
+    def __init__(self, staging: str, compression: str):
+        self._staging, self._compression = staging, compression
+
+    def __call__(self, spec: shards.ShardSpec) -> shards.Shard:
+        return shards.write_shard(spec, self._staging, self._compression)

@@ -1,0 +1,255 @@
+"""Spark on local[2]: DataFrames to our shard layout and back, with no JVM jar.
+
+These tests need Java. Without it they fail with the one-line install hint; they are not
+skipped."""
+from __future__ import annotations
+
+import datetime
+import decimal
+import glob
+import os
+
+import pandas as pd
+import pytest
+import tensorflow as tf
+
+from components import shards, tfrecord_io
+from components.codec import parser, schema_file
+from components.example_gen import beam_job
+from components.example_gen.options import ExampleGenOptions
+from components.spark import session as spark_session
+from components.spark.columns import UnsupportedColumnError
+from components.spark.read import read_examples
+from components.spark.write import write_examples
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = spark_session.get_session("local[2]")
+    yield session
+    session.stop()
+
+
+def all_types_frame(spark, rows: int = 600):
+    from pyspark.sql import types as T
+
+    schema = T.StructType([
+        T.StructField("id", T.LongType()), T.StructField("small", T.IntegerType()),
+        T.StructField("tiny", T.ByteType()), T.StructField("ratio", T.FloatType()),
+        T.StructField("score", T.DoubleType()), T.StructField("word", T.StringType()),
+        T.StructField("blob", T.BinaryType()), T.StructField("flag", T.BooleanType()),
+        T.StructField("day", T.DateType()), T.StructField("at", T.TimestampType()),
+        T.StructField("price", T.DecimalType(10, 2)),
+        T.StructField("tags", T.ArrayType(T.StringType())),
+        T.StructField("nums", T.ArrayType(T.LongType())),
+        T.StructField("trip", T.StructType([T.StructField("miles", T.DoubleType()),
+                                            T.StructField("mode", T.StringType())])),
+    ])
+    data = []
+    for k in range(rows):
+        data.append((
+            k, k % 1000, k % 100, k / 4, k / 3, f"w{k % 5}", bytes([k % 256, 0xff, 0xfe]),
+            k % 2 == 0, datetime.date(1970, 1, 1) + datetime.timedelta(days=k),
+            datetime.datetime(2021, 3, 4, 5, 6, 7, k, tzinfo=datetime.timezone.utc),
+            decimal.Decimal(k) / 4, [f"t{j}" for j in range(k % 3)], list(range(k % 4)),
+            (k / 10, "walk" if k % 2 else None)))
+    data[7] = (7,) + (None,) * 13  # every other value missing
+    return spark.createDataFrame(data, schema).repartition(3)
+
+
+def test_java_missing_is_one_line_saying_how_to_install_it(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(spark_session.SparkSetupError) as error:
+        spark_session.check_java()
+    assert "\n" not in str(error.value)
+    assert "apt-get install -y openjdk-17-jre-headless" in str(error.value)
+
+
+def test_write_examples_writes_our_layout_with_every_type(spark, tmp_path):
+    out = str(tmp_path / "out")
+    manifest = write_examples(all_types_frame(spark), out, num_shards=2)
+    assert manifest["rows_in"] == manifest["rows_written"] == 600
+    assert manifest["rows_quarantined"] == 0
+    for split in ("train", "eval"):
+        assert sorted(os.listdir(os.path.join(out, f"Split-{split}"))) == [
+            f"data_tfrecord-0000{i}-of-00002.gz" for i in range(2)]
+    in_shards = sum(tfrecord_io.count_records(os.path.join(out, s["path"]))
+                    for split in manifest["splits"].values() for s in split["shards"])
+    assert in_shards == 600
+    assert all(s.get("gzip_members") for split in manifest["splits"].values()
+               for s in split["shards"])
+    schema = schema_file.load_schema(os.path.join(out, "schema.pbtxt"))
+    features = {f.name: f for f in schema.feature}
+    assert list(features) == ["id", "small", "tiny", "ratio", "score", "word", "blob", "flag",
+                              "day", "at", "price", "tags", "nums", "trip.miles", "trip.mode"]
+    assert "days since 1970-01-01" in features["day"].annotation.comment[0]
+    assert "microseconds since 1970-01-01" in features["at"].annotation.comment[0]
+    assert "DecimalType" in features["price"].annotation.comment[0]
+    assert parser.is_scalar(features["id"]) and not parser.is_scalar(features["tags"])
+
+    # TensorFlow's own parser reads the shards.
+    spec = {name: tf.io.FixedLenFeature([], tf.int64, default_value=-1)
+            for name in ("id", "day", "at")}
+    files = glob.glob(os.path.join(out, "Split-*", "*.gz"))
+    parsed = {}
+    for batch in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(1000).map(
+            lambda records: tf.io.parse_example(records, spec)):
+        for key, value in batch.items():
+            parsed.setdefault(key, []).append(value)
+    ids = tf.concat(parsed["id"], 0).numpy()
+    days = tf.concat(parsed["day"], 0).numpy()
+    at = tf.concat(parsed["at"], 0).numpy()
+    row = int(list(ids).index(10))
+    assert days[row] == 10
+    assert at[row] == int(datetime.datetime(2021, 3, 4, 5, 6, 7, 10,
+                                            tzinfo=datetime.timezone.utc).timestamp() * 1e6)
+
+
+def test_read_examples_round_trips_what_write_examples_wrote(spark, tmp_path):
+    frame = all_types_frame(spark)
+    out = str(tmp_path / "out")
+    write_examples(frame, out, compression="none", shard_size_mb=1)
+    back = {row["id"]: row for row in read_examples(spark, out).collect()}
+    assert len(back) == 600
+    types = dict(read_examples(spark, out).dtypes)
+    assert types["blob"] == "binary" and types["word"] == "string"
+    assert types["tags"] == "array<string>" and types["nums"] == "array<bigint>"
+    for original in frame.collect():
+        row = back[original["id"]]
+        if original["id"] == 7:
+            assert row["word"] is None and row["blob"] is None and row["day"] is None
+            assert row["trip.miles"] is None
+            continue
+        assert bytes(row["blob"]) == bytes(original["blob"])  # non-UTF-8 bytes kept
+        assert row["word"] == original["word"] and row["flag"] == int(original["flag"])
+        assert row["day"] == (original["day"] - datetime.date(1970, 1, 1)).days
+        assert row["price"] == pytest.approx(float(original["price"]))
+        assert row["score"] == pytest.approx(original["score"], rel=1e-6)
+        assert list(row["tags"]) == original["tags"] and list(row["nums"]) == original["nums"]
+        assert row["trip.miles"] == pytest.approx(original["trip"]["miles"], rel=1e-6)
+        assert row["trip.mode"] == original["trip"]["mode"]
+
+
+def test_maps_and_arrays_of_structs_are_errors_naming_the_column(spark, tmp_path):
+    from pyspark.sql import types as T
+
+    with_map = spark.createDataFrame([(1, {"a": 1})], T.StructType([
+        T.StructField("id", T.LongType()),
+        T.StructField("attrs", T.MapType(T.StringType(), T.LongType()))]))
+    with pytest.raises(UnsupportedColumnError, match="column 'attrs' is a map"):
+        write_examples(with_map, str(tmp_path / "a"))
+    nested = spark.createDataFrame([(1, [(1, "x")])], T.StructType([
+        T.StructField("id", T.LongType()),
+        T.StructField("stops", T.ArrayType(T.StructType([
+            T.StructField("n", T.LongType()), T.StructField("name", T.StringType())])))]))
+    with pytest.raises(UnsupportedColumnError, match="column 'stops' is an array of structs"):
+        write_examples(nested, str(tmp_path / "b"))
+    assert not os.path.exists(tmp_path / "a" / shards.MANIFEST_FILE)
+
+
+def test_a_row_lands_in_the_same_split_whichever_engine_wrote_it(spark, taxi_csv, tmp_path):
+    parquet = str(tmp_path / "taxi.parquet")
+    spark.createDataFrame(pd.read_csv(taxi_csv).head(3000)).repartition(4) \
+        .write.parquet(parquet)
+    beam_out, spark_out = str(tmp_path / "beam"), str(tmp_path / "spark")
+    beam_job.run(ExampleGenOptions(source=parquet, format="parquet"), beam_out)
+    write_examples(spark.read.parquet(parquet), spark_out)
+    for split in ("train", "eval"):
+        def records(out):
+            return sorted(record for shard in glob.glob(os.path.join(out, f"Split-{split}", "*"))
+                          for _, record in tfrecord_io.iter_records(shard))
+        beam_records, spark_records = records(beam_out), records(spark_out)
+        assert len(beam_records) > 500
+        assert beam_records == spark_records  # the same rows, byte for byte
+    assert open(os.path.join(beam_out, "schema.pbtxt")).read() == \
+        open(os.path.join(spark_out, "schema.pbtxt")).read()
+
+
+def test_partition_folders_come_back_as_a_column(spark, tmp_path):
+    frame = all_types_frame(spark, rows=90)
+    out = str(tmp_path / "out")
+    write_examples(frame, out, partition_by="word", splits="all:1")
+    assert set(os.listdir(out)) == {"manifest.json", "schema.pbtxt", "word=__null__"} | {
+        f"word=w{i}" for i in range(5)}
+    back = read_examples(spark, out)
+    assert back.count() == 90
+    for row in back.select("id", "word").collect():
+        assert row["word"] == (None if row["id"] == 7 else f"w{row['id'] % 5}")
+    # Folders named like Spark's partitions, over data that lacks the column, add it.
+    data = tmp_path / "data"
+    for region, rows in (("north", frame.where("id < 45")), ("south", frame.where("id >= 45"))):
+        write_examples(rows.drop("word"), str(data / f"region={region}"), splits="all:1")
+    back = read_examples(spark, str(data))
+    assert back.columns[-1] == "region"
+    regions = {row["id"]: row["region"] for row in back.select("id", "region").collect()}
+    assert regions == {i: "north" if i < 45 else "south" for i in range(90)}
+
+
+def test_reads_packed_transform_output_and_stock_example_gen(spark, stock_taxi_examples,
+                                                            tmp_path):
+    stock, stock_schema = stock_taxi_examples
+    stock_rows = read_examples(spark, stock, schema=stock_schema)
+    assert stock_rows.count() == 2000
+    assert dict(stock_rows.dtypes)["fare"] == "float"
+    # Without a schema, types are inferred from a sample; bytes stay binary.
+    inferred = read_examples(spark, os.path.join(stock, "Split-train"))
+    assert dict(inferred.dtypes)["payment_type"] == "binary"
+
+    from components import packing
+    import pyarrow as pa
+
+    schema = schema_file.load_schema(stock_schema)
+    table = pa.table({"fare": pa.array([float(i) for i in range(2500)], pa.float32()),
+                      "trip_start_hour": pa.array(list(range(2500)), pa.int64())})
+    row_schema = type(schema)()
+    row_schema.CopyFrom(schema)
+    del row_schema.feature[:]
+    for name in ("fare", "trip_start_hour"):
+        feature = row_schema.feature.add()
+        feature.CopyFrom(next(f for f in schema.feature if f.name == name))
+        feature.ClearField("presence")
+        feature.presence.min_fraction = 1.0
+        feature.ClearField("value_count")
+        feature.ClearField("shape")
+        feature.shape.dim.add(size=1)
+    blocks = packing.pack_batch(table, row_schema, 1024)
+    folder = tmp_path / "packed" / "Split-train"
+    folder.mkdir(parents=True)
+    with tf.io.TFRecordWriter(str(folder / "data_tfrecord-00000-of-00001")) as writer:
+        for block in blocks:
+            writer.write(block)
+    schema_file.write_schema(packing.annotate(row_schema, 1024),
+                             str(tmp_path / "packed" / "schema.pbtxt"))
+    rows = read_examples(spark, str(tmp_path / "packed")).collect()
+    assert len(rows) == 2500  # three blocks, the last one short
+    assert sorted(r["trip_start_hour"] for r in rows) == list(range(2500))
+    assert all(r["fare"] == float(r["trip_start_hour"]) for r in rows)
+
+
+def test_a_corrupt_record_is_an_error_naming_the_file_and_offset(spark, tmp_path):
+    out = str(tmp_path / "out")
+    write_examples(all_types_frame(spark, rows=200), out, compression="none", splits="all:1",
+                   num_shards=1)
+    shard = glob.glob(os.path.join(out, "Split-all", "*"))[0]
+    with open(shard, "r+b") as f:
+        f.seek(os.path.getsize(shard) // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xff]))
+    with pytest.raises(Exception) as error:
+        read_examples(spark, out).collect()
+    assert f"{shard}: corrupt TFRecord at byte offset" in str(error.value)
+
+
+def test_executors_encode_without_importing_tensorflow(spark, tmp_path):
+    write_examples(all_types_frame(spark, rows=50), str(tmp_path / "out"))
+
+    def tensorflow_loaded(_):
+        import sys
+
+        return "tensorflow" in sys.modules
+
+    # Python workers are reused across tasks, so the writer's workers answer.
+    answers = spark.sparkContext.parallelize(range(4), 4).map(tensorflow_loaded).collect()
+    assert answers == [False] * 4
