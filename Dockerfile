@@ -5,6 +5,12 @@ FROM gcr.io/tfx-oss-public/tfx:1.16.0
 ENV TF_USE_LEGACY_KERAS=1 \
     PYTHONUNBUFFERED=1
 
+# Java for ExampleGen's Spark engine (pyspark runs its JVM in the container); Spark 3.5
+# supports Java 8, 11 and 17.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && rm -rf /var/lib/apt/lists/*
+
 WORKDIR /pipeline
 COPY constraints.txt setup.py README.md ./
 COPY components ./components

@@ -197,15 +197,21 @@ def submit(template, project, region, pipeline_root, service_account, dry_run) -
               help="Default: gzip.")
 @click.option("--on-bad-record", default=None, type=click.Choice(["fail", "quarantine"]),
               help="Default: fail, naming the file and row.")
+@click.option("--engine", default=None, type=click.Choice(["beam", "spark"]),
+              help="Default: beam.")
+@click.option("--spark-master", default=None,
+              help="With --engine spark: local[N], spark://host:7077, yarn (default local[*]).")
+@click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
+              help="With --engine spark: a Spark setting; repeat for more.")
 @click.pass_context
 def examplegen(ctx, source, output_dir, fmt, num_shards, shard_size_mb, splits, split_key,
-               partition_by, compression, on_bad_record) -> None:
+               partition_by, compression, on_bad_record, engine, spark_master,
+               spark_conf) -> None:
     """Convert SOURCE into sharded TFRecords in OUTPUT_DIR (no TFX orchestration).
 
     Extra arguments go to Beam, e.g. --runner=DataflowRunner --direct_num_workers=2.
     Options left out take ExampleGenOptions' defaults.
     """
-    from components.example_gen import beam_job
     from components.example_gen.options import ExampleGenOptions
     from components.shards import ShardingOptions
 
@@ -217,14 +223,29 @@ def examplegen(ctx, source, output_dir, fmt, num_shards, shard_size_mb, splits, 
             source=source, sharding=ShardingOptions(**given(
                 num_shards=num_shards, shard_size_mb=shard_size_mb, compression=compression)),
             **given(format=fmt, splits=splits, split_key=split_key, partition_by=partition_by,
-                    on_bad_record=on_bad_record))
-        manifest = beam_job.run(options, output_dir, beam_pipeline_args=ctx.args,
-                                progress=True)
-    except Exception as e:
-        line = beam_job.input_error_line(e)
-        if line is None:
-            raise
-        raise click.ClickException(line)
+                    on_bad_record=on_bad_record, engine=engine, spark_master=spark_master,
+                    spark_conf=dict(item.split("=", 1) for item in spark_conf) or None))
+    except ValueError as e:
+        raise click.ClickException(str(e))
+    if options.engine == "spark":
+        from components.spark import example_gen_job
+        from components.spark.session import SparkSetupError
+
+        try:
+            manifest = example_gen_job.run(options, output_dir)
+        except (ValueError, FileExistsError, SparkSetupError) as e:
+            raise click.ClickException(str(e))
+    else:
+        from components.example_gen import beam_job
+
+        try:
+            manifest = beam_job.run(options, output_dir, beam_pipeline_args=ctx.args,
+                                    progress=True)
+        except Exception as e:
+            line = beam_job.input_error_line(e)
+            if line is None:
+                raise
+            raise click.ClickException(line)
     for split, info in sorted(manifest["splits"].items()):
         click.echo(f"{split}: {info['rows']:,} rows in {len(info['shards'])} shard(s), "
                    f"{info['bytes'] / 2**20:.1f} MiB")

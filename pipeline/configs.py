@@ -63,6 +63,12 @@ class PipelineConfig:
     shard_size_mb: Optional[float] = None
     compression: str = ShardingOptions.compression
     on_bad_record: str = ExampleGenOptions.on_bad_record
+    # ExampleGen's engine: "beam" (beam_runner and the Beam flags below) or "spark"
+    # (spark_master, e.g. spark://host:7077 or yarn; unset: local[*]). The other components
+    # keep their Beam args.
+    engine: str = ExampleGenOptions.engine
+    spark_master: Optional[str] = ExampleGenOptions.spark_master
+    spark_conf: Optional[dict] = ExampleGenOptions.spark_conf
     # "infer" (SchemaGen), "import" (ImportSchemaGen from schemas/<dataset>/schema.pbtxt),
     # or the path of a schema.pbtxt to import.
     schema: Optional[str] = None

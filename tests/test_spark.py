@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import glob
+import json
 import os
 
 import pandas as pd
@@ -21,6 +22,7 @@ from components.spark import session as spark_session
 from components.spark.columns import UnsupportedColumnError
 from components.spark.read import read_examples
 from components.spark.write import write_examples
+from conftest import tfrp
 
 
 @pytest.fixture(scope="module")
@@ -242,8 +244,12 @@ def test_a_corrupt_record_is_an_error_naming_the_file_and_offset(spark, tmp_path
     assert f"{shard}: corrupt TFRecord at byte offset" in str(error.value)
 
 
-def test_executors_encode_without_importing_tensorflow(spark, tmp_path):
+def test_executors_encode_without_importing_tensorflow(spark, taxi_slice_dir, tmp_path):
+    from components.spark import example_gen_job
+
     write_examples(all_types_frame(spark, rows=50), str(tmp_path / "out"))
+    example_gen_job.run(ExampleGenOptions(source=os.path.join(taxi_slice_dir, "data.csv")),
+                        str(tmp_path / "gen"), spark=spark)
 
     def tensorflow_loaded(_):
         import sys
@@ -253,3 +259,79 @@ def test_executors_encode_without_importing_tensorflow(spark, tmp_path):
     # Python workers are reused across tasks, so the writer's workers answer.
     answers = spark.sparkContext.parallelize(range(4), 4).map(tensorflow_loaded).collect()
     assert answers == [False] * 4
+
+
+def test_examplegen_engine_spark_writes_what_the_beam_job_writes(taxi_slice_dir,
+                                                                  taxi_examples, tmp_path):
+    out = str(tmp_path / "spark")
+    result = tfrp("examplegen", os.path.join(taxi_slice_dir, "data.csv"), out,
+                  "--engine", "spark", "--spark-master", "local[2]",
+                  "--spark-conf", "spark.sql.shuffle.partitions=4")
+    assert "train: " in result.stdout
+    for name in ("schema.pbtxt",) + tuple(
+            os.path.relpath(p, taxi_examples)
+            for p in glob.glob(os.path.join(taxi_examples, "Split-*", "*"))):
+        with open(os.path.join(out, name), "rb") as ours, \
+                open(os.path.join(taxi_examples, name), "rb") as beams:
+            assert ours.read() == beams.read(), name
+
+
+def test_examplegen_engine_spark_names_a_bad_row_in_one_line(taxi_slice_dir, tmp_path):
+    source = tmp_path / "bad.csv"
+    with open(os.path.join(taxi_slice_dir, "data.csv")) as f:
+        lines = f.readlines()[:300]
+    lines[120] = lines[120].rstrip("\n") + ",extra\n"
+    source.write_text("".join(lines))
+    result = tfrp("examplegen", str(source), str(tmp_path / "out"), "--engine", "spark",
+                  "--spark-master", "local[2]", check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == \
+        f"Error: {source}: row 121: expected 18 fields, got 19"
+    assert not os.path.exists(tmp_path / "out" / shards.MANIFEST_FILE)
+
+
+def test_pipeline_runs_example_gen_on_spark_and_compiles_the_engine(spark, taxi_slice_dir,
+                                                                    tmp_path):
+    from tfx import v1 as tfx
+
+    from components.example_gen.component import ShardedExampleGen
+
+    gen = ShardedExampleGen(options=ExampleGenOptions(
+        source=os.path.join(taxi_slice_dir, "data.csv"), engine="spark",
+        spark_master="local[2]"))
+    tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
+        pipeline_name="spark-gen", pipeline_root=str(tmp_path / "root"), components=[gen],
+        metadata_connection_config=tfx.orchestration.metadata
+        .sqlite_metadata_connection_config(str(tmp_path / "m.db"))))
+    [manifest_path] = glob.glob(str(tmp_path / "root" / "**" / "manifest.json"),
+                                recursive=True)
+    manifest = shards.read_manifest(os.path.dirname(manifest_path))
+    assert manifest["rows_written"] == 2000 and set(manifest["splits"]) == {"train", "eval"}
+
+    settings = tmp_path / "spark.yaml"
+    settings.write_text("engine: spark\nspark_master: spark://sparkhost:7077\n"
+                        "spark_conf:\n  spark.executor.memory: 4g\n")
+    output = tmp_path / "pipeline.json"
+    tfrp("compile", "--target", "kubeflow", "--output", str(output), "--config", str(settings))
+    spec = json.loads(output.read_text())
+    options = {}
+
+    def find(node, task=None):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "options_json" and task:
+                    options[task] = json.loads(
+                        value["runtimeValue"]["constantValue"]["stringValue"])
+                find(value, key if key in spec["root"]["dag"]["tasks"] else task)
+        elif isinstance(node, list):
+            for value in node:
+                find(value, task)
+
+    find(spec["root"]["dag"]["tasks"])
+    example_gen = options["ShardedExampleGen"]
+    assert example_gen["engine"] == "spark"
+    assert example_gen["spark_master"] == "spark://sparkhost:7077"
+    assert example_gen["spark_conf"] == {"spark.executor.memory": "4g"}
+    transform_args = spec["deploymentSpec"]["executors"]["ShardedTransform_executor"][
+        "container"]["args"]
+    assert "--runner=DirectRunner" in transform_args  # the other components keep Beam

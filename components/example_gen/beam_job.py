@@ -134,14 +134,7 @@ def run(options: ExampleGenOptions, output_dir: str,
     `make_pipeline` lets the TFX executor supply its own configured Beam pipeline; `progress`
     shows progress bars on a terminal (the CLI's default).
     """
-    source = locate.resolve_source(options.source)
-    fmt = locate.detect_format(source) if options.format == "auto" else options.format
-    if fmt not in registry.FORMATS:
-        raise ValueError(f"--format must be one of {tuple(registry.FORMATS)} or auto, "
-                         f"not {fmt!r}")
-    files = locate.list_files(source, fmt)
-    if not files:
-        raise SourceError(f"{source}: no source files")
+    source, fmt, files = locate.source_files(options.source, options.format)
     shards.check_output_dir(output_dir)  # before any work, not after
     Progress.current = Progress(len(files)) if progress else None
     try:

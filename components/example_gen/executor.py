@@ -1,4 +1,5 @@
-"""ShardedExampleGen's TFX executor: a thin adapter from TFX's artifacts to the Beam job."""
+"""ShardedExampleGen's TFX executor: a thin adapter from TFX's artifacts to the Beam job, or
+to the Spark job with `engine="spark"`."""
 from __future__ import annotations
 
 from typing import Any
@@ -20,7 +21,13 @@ class Executor(base_beam_executor.BaseBeamExecutor):
            exec_properties: dict[str, Any]) -> None:
         options = ExampleGenOptions.from_json(exec_properties[OPTIONS_KEY])
         examples = artifact_utils.get_single_instance(output_dict["examples"])
-        manifest = beam_job.run(options, examples.uri, make_pipeline=self._make_beam_pipeline)
+        if options.engine == "spark":
+            from components.spark import example_gen_job
+
+            manifest = example_gen_job.run(options, examples.uri)
+        else:
+            manifest = beam_job.run(options, examples.uri,
+                                    make_pipeline=self._make_beam_pipeline)
         tfx_artifacts.set_examples_properties(examples, shards.split_names(manifest))
         examples.set_string_custom_property(
             example_gen_utils.FINGERPRINT_PROPERTY_NAME,

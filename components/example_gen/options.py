@@ -18,6 +18,11 @@ class ExampleGenOptions(JsonOptions):
     partition_by: Optional[str] = None
     on_bad_record: str = "fail"  # "fail" | "quarantine"
     sharding: ShardingOptions = ShardingOptions()
+    # Where the work runs: "beam" (the pipeline's Beam args) or "spark" (a Spark cluster, or
+    # local[*] without a master). spark_conf: Spark settings, such as spark.executor.memory.
+    engine: str = "beam"
+    spark_master: Optional[str] = None
+    spark_conf: Optional[dict] = None
     # Sizes and modification times of local source files, taken when the pipeline is built:
     # an edited source changes the component's parameters, so a cached run re-reads it.
     source_fingerprint: Optional[str] = None
@@ -25,4 +30,6 @@ class ExampleGenOptions(JsonOptions):
     def __post_init__(self):
         if self.on_bad_record not in ("fail", "quarantine"):
             raise ValueError("--on-bad-record must be fail or quarantine")
+        if self.engine not in ("beam", "spark"):
+            raise ValueError(f"--engine must be beam or spark, not {self.engine!r}")
         parse_splits(self.splits)

@@ -50,9 +50,8 @@ def write_examples(df, output_dir: str, *, splits: str = DEFAULT_SPLITS,
                                        "payload binary").collect()
         tasks = sorted((pickle.loads(row.payload) for row in payloads), key=lambda t: t[0])
         chunks = [chunk for _, task_chunks, _, _ in tasks for chunk in task_chunks]
-        specs = shards.plan_shards(chunks, options.sharding)
-        written = spark.sparkContext.parallelize(specs, max(1, len(specs))).map(
-            _ShardWriter(staging, compression)).collect() if specs else []
+        written = write_shards(spark, shards.plan_shards(chunks, options.sharding), staging,
+                               compression)
         results = [encode.FileResult(index, f"DataFrame partition {index}", rows, 0)
                    for index, _, _, rows in tasks]
         for _, _, task_profile, _ in tasks:
@@ -109,6 +108,14 @@ class _PartitionEncoder:
                 writer.add(partition, split, records)
         payload = pickle.dumps((task, writer.close(), profile, rows))
         yield pa.RecordBatch.from_arrays([pa.array([payload], pa.binary())], ["payload"])
+
+
+def write_shards(spark, specs: list, staging: str, compression: str) -> list:
+    """Writes each planned shard in a Spark task of its own; returns the Shards."""
+    if not specs:
+        return []
+    return spark.sparkContext.parallelize(specs, len(specs)).map(
+        _ShardWriter(staging, compression)).collect()
 
 
 class _ShardWriter:

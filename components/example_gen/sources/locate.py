@@ -151,3 +151,15 @@ def list_files(path: str, fmt: Optional[str] = None) -> list[str]:
 def taxi_csv_path() -> str:
     """The Chicago taxi sample (15,002 trips) bundled in the tfx wheel."""
     return resolve_source(TAXI_SOURCE)
+
+
+def source_files(source: str, fmt: str) -> tuple[str, str, list[str]]:
+    """(resolved source, format, files) of a run, checked: a known format, at least one file."""
+    source = resolve_source(source)
+    fmt = detect_format(source) if fmt == "auto" else fmt
+    if fmt not in FORMATS:
+        raise ValueError(f"--format must be one of {tuple(FORMATS)} or auto, not {fmt!r}")
+    files = list_files(source, fmt)
+    if not files:
+        raise SourceError(f"{source}: no source files")
+    return source, fmt, files

@@ -1,0 +1,87 @@
+"""ShardedExampleGen's work on Spark (`engine="spark"`): the Beam job's steps, as Spark tasks.
+
+One task per source file profiles it (pass 1); the driver merges the small profiles; one task
+per file encodes it into chunk files (`example_gen.encode.encode_file`, the function Beam's
+DoFn calls); the driver plans shards; one task per shard writes it; the driver writes the
+schema and manifest and commits. The output is the one the Beam job writes.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from typing import Optional
+
+from components import shards
+from components.example_gen import encode
+from components.example_gen.options import ExampleGenOptions
+from components.example_gen.sources import registry
+from components.example_gen.sources.base import FileProfile, SourceError
+from components.spark import session as spark_session
+from components.spark.write import write_shards
+
+# A task's error reaches the driver as Spark's exception, with the Python traceback inside.
+_TASK_ERROR = re.compile(r"(?:SourceError|BadRecordError|UnsupportedColumnError): (.+)")
+
+
+def run(options: ExampleGenOptions, output_dir: str, spark=None) -> dict:
+    """Runs ExampleGen on Spark into `output_dir` and returns the manifest. `spark`: a
+    session to use; by default one on `options.spark_master` with `options.spark_conf`."""
+    # Only the driver lists files (locate uses TensorFlow's gfile); the tasks' classes below
+    # live in a module that imports no TensorFlow, so executors start light.
+    from components.example_gen.sources import locate
+
+    source, fmt, files = locate.source_files(options.source, options.format)
+    shards.check_output_dir(output_dir)
+    spark = spark or spark_session.get_session(options.spark_master, options.spark_conf)
+    context = spark.sparkContext
+    indexed = list(enumerate(files))
+    try:
+        with shards.staged_output(output_dir) as staging:
+            profiles = context.parallelize(indexed, len(indexed)).map(
+                _ProfileFile(fmt)).collect()
+            profile = encode.merge_profiles(profiles)
+            encoded = context.parallelize(indexed, len(indexed)).map(
+                _EncodeFile(options, fmt, staging, profile)).collect()
+            chunks = [chunk for file_chunks, _ in encoded for chunk in file_chunks]
+            written = write_shards(spark, shards.plan_shards(chunks, options.sharding),
+                                   staging, options.sharding.compression)
+            encode.finalize(staging, options, fmt, profile, written,
+                            [result for _, result in encoded], locate.hidden_files(source),
+                            locate.layout_files(source))
+            manifest = shards.read_manifest(staging)
+    except Exception as error:
+        line = task_error_line(error)
+        if line is None:
+            raise
+        raise SourceError(line) from error
+    logging.info("ExampleGen (Spark) wrote %d rows (%d quarantined) to %s",
+                 manifest["rows_written"], manifest["rows_quarantined"], output_dir)
+    return manifest
+
+
+def task_error_line(error: BaseException) -> Optional[str]:
+    """The bad-input line inside a failed Spark job's error, or None for other errors."""
+    if isinstance(error, SourceError):
+        return str(error)
+    found = _TASK_ERROR.findall(str(error))
+    return found[-1].strip() if found else None
+
+
+class _ProfileFile:
+    def __init__(self, fmt: str):
+        self._fmt = fmt
+
+    def __call__(self, indexed_path) -> FileProfile:
+        return registry.profile_file(indexed_path[1], self._fmt)[0]
+
+
+class _EncodeFile:
+    def __init__(self, options: ExampleGenOptions, fmt: str, staging: str,
+                 profile: FileProfile):
+        self._options, self._fmt, self._staging, self._profile = (options, fmt, staging,
+                                                                  profile)
+
+    def __call__(self, indexed_path):
+        file_index, path = indexed_path
+        return encode.encode_file(self._options, self._fmt, self._staging, file_index, path,
+                                  self._profile)
