@@ -411,6 +411,27 @@ def _report_processes(result: dict, as_json: bool) -> None:
              (f"vs {result['baseline']}", "vs_baseline", "{:.2f}x")])
 
 
+@bench.command("spark")
+@click.option("--rows", default=300_000, show_default=True, type=int)
+@click.option("--spark-master", default="local[2]", show_default=True)
+@_bench_options
+def bench_spark(rows, spark_master, repeats, work_dir, as_json) -> None:
+    """On one cached taxi-like DataFrame: our Spark writer vs Spark's Parquet writer and the
+    per-row TFRecordWriter recipe, read_examples vs Spark's Parquet read; and ExampleGen on
+    Spark vs on Beam, each a whole `tfrp examplegen` process on the same CSV files."""
+    from bench import spark as bench_lib
+
+    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats, spark_master,
+                                     log=_log)
+    ratios = result["ratios"]
+    _report(result, as_json, result["paths"], [RATE, MEDIAN], (
+        f"SparkSession start: {result['session_start_seconds']:.1f} s; per-row recipe / our "
+        f"write: {ratios['per_row_over_ours_write']:.2f}x; our write / Parquet write: "
+        f"{ratios['ours_over_parquet_write']:.2f}x; read_examples / Parquet read: "
+        f"{ratios['ours_over_parquet_read']:.2f}x; Beam / Spark ExampleGen (whole "
+        f"processes): {ratios['beam_over_spark_examplegen']:.2f}x"))
+
+
 @bench.command("images")
 @click.option("--count", default=20_000, show_default=True, type=int)
 @_bench_options

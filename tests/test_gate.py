@@ -3,7 +3,10 @@ pipeline says to go on (fail_on_anomalies=false)."""
 from __future__ import annotations
 
 import csv
+import glob
+import json
 import os
+import re
 
 import numpy as np
 import pyarrow.csv as pacsv
@@ -68,12 +71,21 @@ def test_a_new_string_value_in_eval_stops_the_run_before_transform(new_payment_t
 
 
 def test_with_fail_on_anomalies_false_the_run_goes_on_and_lists_them(new_payment_type):
+    """This run also puts ExampleGen on Spark (local[2]), so the one whole-pipeline run
+    checks both: stock StatisticsGen and the rest read the Spark engine's output through
+    to a pushed model."""
     data_root, root = new_payment_type
-    result = run(data_root, str(root / "out"), "--set", "fail_on_anomalies=false")
+    result = run(data_root, str(root / "out"), "--set", "fail_on_anomalies=false",
+                 "--set", "engine=spark", "--set", "spark_master=local[2]")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Anomalies found: 1" in result.stdout
     assert "  eval: payment_type: Unexpected string values" in result.stdout
-    assert "Pusher" in result.stdout
+    assert re.search(r"StatisticsGen +ran .* statistics of eval, train", result.stdout)
+    assert re.search(r"Pusher +ran .* pushed", result.stdout), result.stdout
+    manifests = [json.load(open(path)) for path in glob.glob(
+        str(root / "out" / "pipelines" / "**" / "ShardedExampleGen" / "**" / "manifest.json"),
+        recursive=True)]
+    assert sorted(m["engine"] for m in manifests) == ["beam", "spark"]
 
 
 def test_a_type_flip_stops_the_run(taxi_slice_dir, tmp_path):

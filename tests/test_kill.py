@@ -111,3 +111,30 @@ def test_transform_killed_at_random_moments(taxi_examples, tmp_path):
     fresh = str(tmp_path / "fresh")
     timed_run(command(fresh))
     assert looks_complete(fresh) and shards.read_manifest(fresh)["rows_written"] == 2000
+
+
+SPARK_WRITE = """
+import sys
+from components.spark.session import get_session
+from components.spark.write import write_examples
+source, out = sys.argv[1], sys.argv[2]
+spark = get_session("local[2]")
+write_examples(spark.read.csv(source, header=True, inferSchema=True), out, num_shards=4)
+"""
+
+
+def test_spark_writer_killed_at_random_moments(tmp_path_factory, tmp_path):
+    """SIGKILL takes the driver and, with its process group, Spark's JVM and Python workers:
+    a preempted driver machine."""
+    from bench.data import write_taxi_csv
+
+    source = write_taxi_csv(60_000, str(tmp_path_factory.mktemp("kill_spark") / "csv"))
+
+    def command(out: str) -> list[str]:
+        return [sys.executable, "-c", SPARK_WRITE, source, out]
+
+    fresh = str(tmp_path / "fresh")
+    full = timed_run(command(fresh))
+    manifest = shards.read_manifest(fresh)
+    assert manifest["rows_in"] == manifest["rows_written"] == 60_000
+    check_killed_runs(command, tmp_path, full)

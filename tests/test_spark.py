@@ -55,7 +55,8 @@ def all_types_frame(spark, rows: int = 600):
             datetime.datetime(2021, 3, 4, 5, 6, 7, k, tzinfo=datetime.timezone.utc),
             decimal.Decimal(k) / 4, [f"t{j}" for j in range(k % 3)], list(range(k % 4)),
             (k / 10, "walk" if k % 2 else None)))
-    data[7] = (7,) + (None,) * 13  # every other value missing
+    if rows > 7:
+        data[7] = (7,) + (None,) * 13  # every other value missing
     return spark.createDataFrame(data, schema).repartition(3)
 
 
@@ -290,24 +291,8 @@ def test_examplegen_engine_spark_names_a_bad_row_in_one_line(taxi_slice_dir, tmp
     assert not os.path.exists(tmp_path / "out" / shards.MANIFEST_FILE)
 
 
-def test_pipeline_runs_example_gen_on_spark_and_compiles_the_engine(spark, taxi_slice_dir,
-                                                                    tmp_path):
-    from tfx import v1 as tfx
-
-    from components.example_gen.component import ShardedExampleGen
-
-    gen = ShardedExampleGen(options=ExampleGenOptions(
-        source=os.path.join(taxi_slice_dir, "data.csv"), engine="spark",
-        spark_master="local[2]"))
-    tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
-        pipeline_name="spark-gen", pipeline_root=str(tmp_path / "root"), components=[gen],
-        metadata_connection_config=tfx.orchestration.metadata
-        .sqlite_metadata_connection_config(str(tmp_path / "m.db"))))
-    [manifest_path] = glob.glob(str(tmp_path / "root" / "**" / "manifest.json"),
-                                recursive=True)
-    manifest = shards.read_manifest(os.path.dirname(manifest_path))
-    assert manifest["rows_written"] == 2000 and set(manifest["splits"]) == {"train", "eval"}
-
+def test_the_kubeflow_compile_carries_the_spark_engine(tmp_path):
+    """The whole pipeline with ExampleGen on Spark runs in tests/test_gate.py."""
     settings = tmp_path / "spark.yaml"
     settings.write_text("engine: spark\nspark_master: spark://sparkhost:7077\n"
                         "spark_conf:\n  spark.executor.memory: 4g\n")
@@ -335,3 +320,43 @@ def test_pipeline_runs_example_gen_on_spark_and_compiles_the_engine(spark, taxi_
     transform_args = spec["deploymentSpec"]["executors"]["ShardedTransform_executor"][
         "container"]["args"]
     assert "--runner=DirectRunner" in transform_args  # the other components keep Beam
+
+
+def test_empty_partitions_write_and_read_back(spark, tmp_path):
+    frame = all_types_frame(spark, rows=5).repartition(8)  # most partitions are empty
+    out = str(tmp_path / "out")
+    manifest = write_examples(frame, out)
+    assert manifest["rows_in"] == manifest["rows_written"] == 5
+    assert sorted(r["id"] for r in read_examples(spark, out).collect()) == list(range(5))
+
+
+def test_hostile_partition_values_stay_inside_the_output(spark, tmp_path):
+    values = ["../x", "a/b", "..", "", None, "__null__", "ok"]
+    frame = spark.createDataFrame([(i, v) for i, v in enumerate(values)], "id long, key string")
+    out = tmp_path / "out"
+    write_examples(frame, str(out), partition_by="key", splits="all:1")
+    inside = os.path.realpath(out)
+    for root, dirs, files in os.walk(out):
+        for name in dirs + files:
+            assert os.path.realpath(os.path.join(root, name)).startswith(inside + os.sep)
+    assert len([d for d in os.listdir(out) if d.startswith("key=")]) == len(values)
+    back = {r["id"]: r["key"] for r in read_examples(spark, str(out)).collect()}
+    assert back == dict(enumerate(values))
+
+
+def test_a_task_that_fails_mid_write_leaves_nothing_that_looks_complete(spark, tmp_path):
+    from pyspark.sql import functions as F
+
+    @F.udf("long")
+    def explode_at_500(value):
+        if value == 500:
+            raise RuntimeError("a task dies here")
+        return value
+
+    frame = spark.range(0, 1000, numPartitions=2).select(explode_at_500("id").alias("id"))
+    out = tmp_path / "out"
+    with pytest.raises(Exception, match="a task dies here"):
+        write_examples(frame, str(out))
+    assert not os.path.exists(out / shards.MANIFEST_FILE)
+    assert not glob.glob(str(out / "Split-*"))
+    assert not os.path.exists(out) or os.listdir(out) == []

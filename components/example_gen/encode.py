@@ -177,7 +177,7 @@ def finalize(staging: str, options: ExampleGenOptions, fmt: str, profile: FilePr
         written, sources_info, options.sharding.compression, quarantined,
         format=fmt, split_key=options.split_key, partition_by=options.partition_by,
         schema=schema_file.SCHEMA_FILE,
-        splits_requested=options.splits,
+        splits_requested=options.splits, engine=options.engine,
         # Records in damaged regions of TFRecord sources: counted when the source's index
         # says how many; otherwise only their bytes are known, and rows_in is a lower bound.
         rows_lost=sum(r.lost for r in results), bytes_lost=sum(r.lost_bytes for r in results),

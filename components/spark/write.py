@@ -37,6 +37,7 @@ def write_examples(df, output_dir: str, *, splits: str = DEFAULT_SPLITS,
     options = ExampleGenOptions(
         source=f"DataFrame[{', '.join(df.columns)}]", format=FORMAT, splits=splits,
         split_key=split_key, partition_by=partition_by, on_bad_record=on_bad_record,
+        engine="spark",
         sharding=ShardingOptions(num_shards=num_shards, shard_size_mb=shard_size_mb,
                                  compression=compression))
     planned = spark_columns.plan_columns(df.schema)

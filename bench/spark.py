@@ -1,0 +1,167 @@
+"""`tfrp bench spark`: our Spark writer and reader against Spark's own Parquet and the per-row
+TFRecord recipe, and ExampleGen on Spark against ExampleGen on Beam.
+
+One taxi-like DataFrame (from `bench.data`, fixed seed) is cached once; every write and read
+works on it in the same SparkSession (local[2] by default), interleaved repeat by repeat.
+Session start-up is timed on its own. The ExampleGen comparison runs each engine as a whole
+`tfrp examplegen` process on the same CSV files (imports and JVM start included).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable
+
+CSV_FILES = 8
+
+
+def per_row_recipe(df, out: str) -> None:
+    """The usual hand-written writer: foreachPartition, one tf.train.Example per row, one
+    TFRecordWriter per partition (gzip at our level, 1)."""
+    def write_partition(rows) -> None:
+        import tensorflow as tf
+        from pyspark import TaskContext
+
+        path = os.path.join(out, f"part-{TaskContext.get().partitionId():05d}.tfrecord.gz")
+        options = tf.io.TFRecordOptions(compression_type="GZIP", compression_level=1)
+        with tf.io.TFRecordWriter(path, options) as writer:
+            for row in rows:
+                feature = {}
+                for name, value in row.asDict().items():
+                    if value is None:
+                        continue
+                    if isinstance(value, (bool, int)):
+                        feature[name] = tf.train.Feature(
+                            int64_list=tf.train.Int64List(value=[int(value)]))
+                    elif isinstance(value, float):
+                        feature[name] = tf.train.Feature(
+                            float_list=tf.train.FloatList(value=[value]))
+                    else:
+                        feature[name] = tf.train.Feature(
+                            bytes_list=tf.train.BytesList(value=[str(value).encode()]))
+                writer.write(tf.train.Example(
+                    features=tf.train.Features(feature=feature)).SerializeToString())
+
+    os.makedirs(out, exist_ok=True)
+    df.foreachPartition(write_partition)
+
+
+def _timed(action: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def _bytes(folder: str) -> int:
+    return sum(os.path.getsize(os.path.join(root, n)) for root, _, names in os.walk(folder)
+               for n in names)
+
+
+def _write_inputs(rows: int, folder: str) -> tuple[str, str]:
+    """(parquet file, folder of CSV files) holding the same rows, written once."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from bench.data import taxi_like_table
+
+    parquet, csv_folder = os.path.join(folder, "source.parquet"), os.path.join(folder, "csv")
+    stamp = os.path.join(folder, "done")
+    if os.path.exists(stamp):
+        return parquet, csv_folder
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(csv_folder)
+    table = taxi_like_table(rows)
+    pq.write_table(table, parquet)
+    step = -(-rows // CSV_FILES)
+    for index in range(CSV_FILES):
+        pacsv.write_csv(table.slice(index * step, step),
+                        os.path.join(csv_folder, f"part-{index}.csv"))
+    open(stamp, "w").close()
+    return parquet, csv_folder
+
+
+def _examplegen_process(csv_folder: str, out: str, engine: str, master: str) -> float:
+    shutil.rmtree(out, ignore_errors=True)
+    command = [sys.executable, "-m", "pipeline.cli", "examplegen", csv_folder, out]
+    if engine == "spark":
+        command += ["--engine", "spark", "--spark-master", master]
+    else:
+        command += ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+    start = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    if result.returncode != 0:
+        raise RuntimeError(f"examplegen --engine {engine} failed:\n{result.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def run_benchmark(rows: int, work_root: str, repeats: int = 3, master: str = "local[2]",
+                  log: Callable[[str], None] = print) -> dict:
+    from components.shards import read_manifest
+    from components.spark.read import read_examples
+    from components.spark.write import write_examples
+
+    parquet, csv_folder = _write_inputs(rows, os.path.join(work_root, f"spark-{rows}"))
+    start = time.perf_counter()
+    from components.spark.session import get_session
+
+    spark = get_session(master)
+    session_seconds = time.perf_counter() - start
+    df = spark.read.parquet(parquet).repartition(4).cache()
+    if df.count() != rows:
+        raise RuntimeError("the cached DataFrame lost rows")
+    outputs = {name: os.path.join(work_root, f"spark-{rows}-out", name)
+               for name in ("ours", "parquet", "per-row")}
+
+    def fresh(name: str) -> str:
+        shutil.rmtree(outputs[name], ignore_errors=True)
+        return outputs[name]
+
+    writers = {
+        "ours": lambda: write_examples(df, fresh("ours")),
+        "parquet": lambda: df.write.parquet(fresh("parquet")),
+        "per-row": lambda: per_row_recipe(df, fresh("per-row")),
+    }
+    readers = {
+        "ours": lambda: read_examples(spark, outputs["ours"]).write.format("noop")
+        .mode("overwrite").save(),
+        "parquet": lambda: spark.read.parquet(outputs["parquet"]).write.format("noop")
+        .mode("overwrite").save(),
+    }
+    engines = {"spark": lambda: _examplegen_process(
+        csv_folder, os.path.join(work_root, f"spark-{rows}-gen", "spark"), "spark", master),
+               "beam": lambda: _examplegen_process(
+        csv_folder, os.path.join(work_root, f"spark-{rows}-gen", "beam"), "beam", master)}
+    runs: dict[str, list[float]] = {}
+    for repeat in range(repeats):
+        for group, actions in (("write", writers), ("read", readers),
+                               ("examplegen", engines)):
+            for name, action in actions.items():
+                runs.setdefault(f"{group}:{name}", []).append(_timed(action))
+        log(f"repeat {repeat + 1}/{repeats}: " + ", ".join(
+            f"{key} {values[-1]:.1f}s" for key, values in runs.items()))
+    if read_manifest(outputs["ours"])["rows_written"] != rows:
+        raise RuntimeError("our writer did not write every row")
+    if read_examples(spark, outputs["ours"]).count() != rows:
+        raise RuntimeError("read_examples did not read every row")
+    medians = {key: statistics.median(values) for key, values in runs.items()}
+    paths = {key: {"median_seconds": seconds, "rows_per_second": rows / seconds,
+                   "seconds": runs[key],
+                   "bytes": _bytes(outputs[key.split(":")[1]]) if key.startswith("write:")
+                   else None}
+             for key, seconds in medians.items()}
+    spark.stop()
+    return {
+        "rows": rows, "repeats": repeats, "master": master,
+        "session_start_seconds": session_seconds, "paths": paths,
+        "ratios": {
+            "per_row_over_ours_write": medians["write:per-row"] / medians["write:ours"],
+            "ours_over_parquet_write": medians["write:ours"] / medians["write:parquet"],
+            "ours_over_parquet_read": medians["read:ours"] / medians["read:parquet"],
+            "beam_over_spark_examplegen": medians["examplegen:beam"] /
+            medians["examplegen:spark"]},
+    }
