@@ -99,6 +99,15 @@ def _examplegen_process(csv_folder: str, out: str, engine: str, master: str) -> 
     return time.perf_counter() - start
 
 
+def import_seconds(modules: str) -> float:
+    """Wall time of a fresh Python importing `modules`: what an executor's Python worker pays
+    before its first task."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", f"import {modules}"], check=True,
+                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), capture_output=True)
+    return time.perf_counter() - start
+
+
 def run_benchmark(rows: int, work_root: str, repeats: int = 3, master: str = "local[2]",
                   log: Callable[[str], None] = print) -> dict:
     from components.shards import read_manifest
@@ -149,6 +158,10 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3, master: str = "lo
     if read_examples(spark, outputs["ours"]).count() != rows:
         raise RuntimeError("read_examples did not read every row")
     medians = {key: statistics.median(values) for key, values in runs.items()}
+    executor_imports = {
+        name: statistics.median(import_seconds(modules) for _ in range(repeats))
+        for name, modules in (("encode path", "components.spark.write, pyarrow"),
+                              ("tensorflow", "tensorflow"))}
     paths = {key: {"median_seconds": seconds, "rows_per_second": rows / seconds,
                    "seconds": runs[key],
                    "bytes": _bytes(outputs[key.split(":")[1]]) if key.startswith("write:")
@@ -158,6 +171,7 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3, master: str = "lo
     return {
         "rows": rows, "repeats": repeats, "master": master,
         "session_start_seconds": session_seconds, "paths": paths,
+        "executor_import_seconds": executor_imports,
         "ratios": {
             "per_row_over_ours_write": medians["write:per-row"] / medians["write:ours"],
             "ours_over_parquet_write": medians["write:ours"] / medians["write:parquet"],

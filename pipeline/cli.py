@@ -425,7 +425,9 @@ def bench_spark(rows, spark_master, repeats, work_dir, as_json) -> None:
                                      log=_log)
     ratios = result["ratios"]
     _report(result, as_json, result["paths"], [RATE, MEDIAN], (
-        f"SparkSession start: {result['session_start_seconds']:.1f} s; per-row recipe / our "
+        f"SparkSession start: {result['session_start_seconds']:.1f} s; executor imports: "
+        f"encode path {result['executor_import_seconds']['encode path']:.1f} s, tensorflow "
+        f"{result['executor_import_seconds']['tensorflow']:.1f} s; per-row recipe / our "
         f"write: {ratios['per_row_over_ours_write']:.2f}x; our write / Parquet write: "
         f"{ratios['ours_over_parquet_write']:.2f}x; read_examples / Parquet read: "
         f"{ratios['ours_over_parquet_read']:.2f}x; Beam / Spark ExampleGen (whole "
