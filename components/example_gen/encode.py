@@ -47,10 +47,7 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
                 ) -> tuple[list[shards.Chunk], FileResult]:
     """Pass 2 for one file: typed batches -> split/partition -> tf.Example chunk files under
     `staging`. Returns the chunks and the file's row counts; `on_rows` hears of rows read."""
-    splits = splitting.parse_splits(options.splits)
-    weights = [w for _, w in splits]
-    split_names = np.array([n for n, _ in splits], dtype=object)
-    key_columns = [options.split_key] if options.split_key else list(profile.columns)
+    split_names, weights, key_columns = split_plan(options, profile.columns)
     writer = shards.ChunkWriter(os.path.join(staging, "_chunks"), file_index,
                                 options.sharding.chunk_bytes)
     rows_in = quarantined = lost = lost_bytes = 0
@@ -88,9 +85,9 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
                 pending.append(encoder.submit(encode_batch, options, path, item, profile,
                                               split_names, weights, key_columns))
                 while len(pending) > 1:
-                    _write(writer, pending.pop(0).result())
+                    write_groups(writer, pending.pop(0).result())
             for future in pending:
-                _write(writer, future.result())
+                write_groups(writer, future.result())
         finally:
             if quarantine is not None:
                 quarantine.close()
@@ -98,7 +95,16 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
                                       lost_count_known)
 
 
-def _write(writer: shards.ChunkWriter, groups) -> None:
+def split_plan(options: ExampleGenOptions, columns) -> tuple[np.ndarray, list[int], list[str]]:
+    """(split names, weights, key columns) that every batch of a run is split with: the
+    split key, or else every column."""
+    splits = splitting.parse_splits(options.splits)
+    return (np.array([n for n, _ in splits], dtype=object), [w for _, w in splits],
+            [options.split_key] if options.split_key else list(columns))
+
+
+def write_groups(writer: shards.ChunkWriter, groups) -> None:
+    """Appends `encode_batch`'s (partition, split, records) groups to the chunk files."""
     for partition, split, records in groups:
         writer.add(partition, split, records)
 

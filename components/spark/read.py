@@ -150,7 +150,6 @@ class _FileDecoder:
 
     def _rows(self, path: str, records: list[bytes]):
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         schema = self._schema
         block_rows = packing.packed_rows(schema)

@@ -18,7 +18,7 @@ from components.codec import serializer
 from components.example_gen import encode
 from components.example_gen.options import ExampleGenOptions
 from components.example_gen.sources.base import FileProfile
-from components.example_gen.splits import DEFAULT_SPLITS, parse_splits
+from components.example_gen.splits import DEFAULT_SPLITS
 from components.shards import ShardingOptions
 from components.spark import columns as spark_columns
 
@@ -57,7 +57,6 @@ def write_examples(df, output_dir: str, *, splits: str = DEFAULT_SPLITS,
                    for index, _, _, rows in tasks]
         for _, _, task_profile, _ in tasks:
             profile = profile.merge(task_profile)
-        profile.columns = dict(kinds)  # every column, in the DataFrame's order
         encode.finalize(staging, options, FORMAT, profile, written, results,
                         comments={c.name: c.description for c in planned})
         manifest = shards.read_manifest(staging)
@@ -79,23 +78,21 @@ class _PartitionEncoder:
         self._options, self._kinds, self._staging = options, kinds, staging
 
     def __call__(self, batches):
-        import numpy as np
         import pyarrow as pa
         from pyspark import TaskContext
 
         context = TaskContext.get()
         task = context.partitionId()
         options = self._options
-        split_names = np.array([n for n, _ in parse_splits(options.splits)], dtype=object)
-        weights = [w for _, w in parse_splits(options.splits)]
-        key_columns = [options.split_key] if options.split_key else list(self._kinds)
+        split_names, weights, key_columns = encode.split_plan(options, self._kinds)
         # A folder per attempt: a retried or speculative task never writes over another's
         # chunks, and only the chunks of the attempt whose payload Spark keeps are planned.
         writer = shards.ChunkWriter(
             os.path.join(self._staging, "_chunks", f"attempt-{context.taskAttemptId()}"),
             task, options.sharding.chunk_bytes)
+        # Kinds come from the DataFrame's schema, so the profile starts with every column
+        # and only counts presence and string values.
         profile, rows = FileProfile(columns=dict(self._kinds)), 0
-        typed = FileProfile(columns=self._kinds)
         source = f"DataFrame partition {task}"
         names = list(self._kinds)
         for batch in batches:
@@ -104,9 +101,8 @@ class _PartitionEncoder:
             batch = pa.RecordBatch.from_arrays(batch.columns, names)
             rows += batch.num_rows
             profile.add_batch(batch, self._kinds)
-            for partition, split, records in encode.encode_batch(
-                    options, source, batch, typed, split_names, weights, key_columns):
-                writer.add(partition, split, records)
+            encode.write_groups(writer, encode.encode_batch(
+                options, source, batch, profile, split_names, weights, key_columns))
         payload = pickle.dumps((task, writer.close(), profile, rows))
         yield pa.RecordBatch.from_arrays([pa.array([payload], pa.binary())], ["payload"])
 
