@@ -230,10 +230,12 @@ def test_reads_packed_transform_output_and_stock_example_gen(spark, stock_taxi_e
     assert all(r["fare"] == float(r["trip_start_hour"]) for r in rows)
 
 
-def test_a_corrupt_record_is_an_error_naming_the_file_and_offset(spark, tmp_path):
+@pytest.mark.parametrize("compression", ["gzip", "none"])
+def test_a_corrupt_record_is_an_error_naming_the_file_and_offset(spark, tmp_path,
+                                                                 compression):
     out = str(tmp_path / "out")
-    write_examples(all_types_frame(spark, rows=200), out, compression="none", splits="all:1",
-                   num_shards=1)
+    write_examples(all_types_frame(spark, rows=200), out, compression=compression,
+                   splits="all:1", num_shards=1)
     shard = glob.glob(os.path.join(out, "Split-all", "*"))[0]
     with open(shard, "r+b") as f:
         f.seek(os.path.getsize(shard) // 2)
