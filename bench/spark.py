@@ -17,6 +17,7 @@ import time
 from typing import Callable
 
 CSV_FILES = 8
+SHARDS = 4
 
 
 def per_row_recipe(df, out: str) -> None:
@@ -59,6 +60,27 @@ def _timed(action: Callable[[], None]) -> float:
 def _bytes(folder: str) -> int:
     return sum(os.path.getsize(os.path.join(root, n)) for root, _, names in os.walk(folder)
                for n in names)
+
+
+def _gunzip_seconds(folder: str) -> float:
+    """One core's time to decompress every gzip shard under `folder`, reading nothing else."""
+    import zlib
+
+    from components.tfrecord_io import gzip_member_index
+
+    seconds = 0.0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            if name.endswith(".gz"):
+                path = os.path.join(root, name)
+                with open(path, "rb") as f:
+                    data = memoryview(f.read())
+                starts = [offset for offset, _ in gzip_member_index(path)] + [len(data)]
+                start = time.perf_counter()
+                for begin, end in zip(starts, starts[1:]):
+                    zlib.decompress(data[begin:end], wbits=31)
+                seconds += time.perf_counter() - start
+    return seconds
 
 
 def _write_inputs(rows: int, folder: str) -> tuple[str, str]:
@@ -120,23 +142,28 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3, master: str = "lo
 
     spark = get_session(master)
     session_seconds = time.perf_counter() - start
-    df = spark.read.parquet(parquet).repartition(4).cache()
+    df = spark.read.parquet(parquet).repartition(SHARDS).cache()
     if df.count() != rows:
         raise RuntimeError("the cached DataFrame lost rows")
     outputs = {name: os.path.join(work_root, f"spark-{rows}-out", name)
-               for name in ("ours", "parquet", "per-row")}
+               for name in ("ours", "ours-plain", "parquet", "per-row")}
 
     def fresh(name: str) -> str:
         shutil.rmtree(outputs[name], ignore_errors=True)
         return outputs[name]
 
     writers = {
-        "ours": lambda: write_examples(df, fresh("ours")),
+        # As many shards as the DataFrame has partitions, the files Parquet writes.
+        "ours": lambda: write_examples(df, fresh("ours"), num_shards=SHARDS),
+        "ours-plain": lambda: write_examples(df, fresh("ours-plain"), num_shards=SHARDS,
+                                             compression="none"),
         "parquet": lambda: df.write.parquet(fresh("parquet")),
         "per-row": lambda: per_row_recipe(df, fresh("per-row")),
     }
     readers = {
         "ours": lambda: read_examples(spark, outputs["ours"]).write.format("noop")
+        .mode("overwrite").save(),
+        "ours-plain": lambda: read_examples(spark, outputs["ours-plain"]).write.format("noop")
         .mode("overwrite").save(),
         "parquet": lambda: spark.read.parquet(outputs["parquet"]).write.format("noop")
         .mode("overwrite").save(),
@@ -167,15 +194,22 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3, master: str = "lo
                    "bytes": _bytes(outputs[key.split(":")[1]]) if key.startswith("write:")
                    else None}
              for key, seconds in medians.items()}
+    cores = spark.sparkContext.defaultParallelism
     spark.stop()
+    gunzip = statistics.median(_gunzip_seconds(outputs["ours"]) for _ in range(repeats))
     return {
         "rows": rows, "repeats": repeats, "master": master,
         "session_start_seconds": session_seconds, "paths": paths,
         "executor_import_seconds": executor_imports,
+        # The floor under any reader of gzip shards: zlib alone, shared by the cores.
+        "gunzip_seconds_per_core": gunzip / cores, "cores": cores,
         "ratios": {
             "per_row_over_ours_write": medians["write:per-row"] / medians["write:ours"],
             "ours_over_parquet_write": medians["write:ours"] / medians["write:parquet"],
             "ours_over_parquet_read": medians["read:ours"] / medians["read:parquet"],
+            "ours_plain_over_parquet_read": medians["read:ours-plain"] /
+            medians["read:parquet"],
+            "gunzip_floor_over_parquet_read": gunzip / cores / medians["read:parquet"],
             "beam_over_spark_examplegen": medians["examplegen:beam"] /
             medians["examplegen:spark"]},
     }

@@ -430,7 +430,9 @@ def bench_spark(rows, spark_master, repeats, work_dir, as_json) -> None:
         f"{result['executor_import_seconds']['tensorflow']:.1f} s; per-row recipe / our "
         f"write: {ratios['per_row_over_ours_write']:.2f}x; our write / Parquet write: "
         f"{ratios['ours_over_parquet_write']:.2f}x; read_examples / Parquet read: "
-        f"{ratios['ours_over_parquet_read']:.2f}x; Beam / Spark ExampleGen (whole "
+        f"{ratios['ours_over_parquet_read']:.2f}x (plain shards "
+        f"{ratios['ours_plain_over_parquet_read']:.2f}x; gunzip alone per core "
+        f"{ratios['gunzip_floor_over_parquet_read']:.2f}x); Beam / Spark ExampleGen (whole "
         f"processes): {ratios['beam_over_spark_examplegen']:.2f}x"))
 
 
