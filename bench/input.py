@@ -23,7 +23,7 @@ BATCH_SIZE = 256
 NUM_FILES = 8
 LABEL = "tips"
 PACKED_ROWS = 1024
-PATHS = ("packed", "ours", "ours-cached", "stock", "csv", "naive")
+PATHS = ("packed", "service", "ours", "ours-cached", "stock", "csv", "naive")
 
 
 def write_data(rows: int, folder: str) -> dict:
@@ -132,6 +132,44 @@ def _packed(files, schema, rows) -> list[float]:
     return _time_epochs(build_dataset(files, schema, LABEL, config=config), rows)
 
 
+def _service(files, schema, rows, address: str) -> list[float]:
+    """The packed path with its reading and parsing on tf.data service workers."""
+    from components.trainer.input import build_dataset
+    from components.trainer.options import InputConfig
+
+    config = InputConfig(batch_size=BATCH_SIZE, num_epochs=1, service=address)
+    return _time_epochs(build_dataset(files, schema, LABEL, config=config), rows)
+
+
+def checkpoint_costs(files, schema, steps: int = 50, repeats: int = 3) -> dict:
+    """What saving the training iterator costs (tf.train.Checkpoint(iterator=...)) after
+    `steps` batches: median seconds and bytes of one save. The shuffle buffers are most of
+    it, and packed data buffers whole blocks, not rows."""
+    import tempfile
+
+    import tensorflow as tf
+
+    from components.trainer.input import build_dataset
+    from components.trainer.options import InputConfig
+
+    iterator = iter(build_dataset(files, schema, LABEL, config=InputConfig(
+        batch_size=BATCH_SIZE)))
+    for _ in range(steps):
+        next(iterator)
+    checkpoint = tf.train.Checkpoint(iterator=iterator)
+    seconds, sizes = [], []
+    with tempfile.TemporaryDirectory() as folder:
+        for repeat in range(repeats):
+            start = time.perf_counter()
+            prefix = checkpoint.write(os.path.join(folder, f"ckpt-{repeat}"))
+            seconds.append(time.perf_counter() - start)
+            sizes.append(sum(os.path.getsize(os.path.join(folder, n))
+                             for n in os.listdir(folder)
+                             if n.startswith(os.path.basename(prefix) + ".")))
+    return {"median_seconds": statistics.median(seconds), "bytes": statistics.median(sizes),
+            "after_steps": steps, "shuffle_buffer": InputConfig.shuffle_buffer}
+
+
 def _stock(files, schema, rows) -> list[float]:
     from tfx_bsl.public import tfxio
 
@@ -177,8 +215,15 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3,
                 pass
     seconds = {p: [] for p in PATHS}
     packed_schema = schema_file.load_schema(paths["packed_schema"])
+    from components.trainer import data_service
+
+    # A dispatcher and two workers in this process, on loopback ports.
+    dispatcher = data_service.start_dispatcher(port=0)
+    workers = [data_service.start_worker(dispatcher.target) for _ in range(2)]
     for repeat in range(repeats):
         seconds["packed"].append(_packed(paths["packed"], packed_schema, rows)[0])
+        seconds["service"].append(_service(paths["packed"], packed_schema, rows,
+                                           dispatcher.target)[0])
         first, cached = _ours(paths["tfrecords"], schema, rows)
         seconds["ours"].append(first)
         seconds["ours-cached"].append(cached)
@@ -194,6 +239,12 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3,
         result["paths"][path] = {"median_seconds": median, "rows_per_second": rows / median,
                                  "vs_stock": stock / median, "seconds": values}
     result["ours_vs_csv"] = statistics.median(seconds["csv"]) / statistics.median(seconds["ours"])
+    result["service_overhead"] = statistics.median(seconds["service"]) / \
+        statistics.median(seconds["packed"])
+    result["checkpoint"] = {"per-row": checkpoint_costs(paths["tfrecords"], schema),
+                            "packed": checkpoint_costs(paths["packed"], packed_schema)}
+    for server in workers + [dispatcher]:
+        server.stop()
     return result
 
 

@@ -159,20 +159,23 @@ def block_spec(schema: schema_pb2.Schema, feature_names) -> dict:
     return out
 
 
-def unpack(parsed: dict, schema: schema_pb2.Schema, feature_names, shuffle: bool = False,
-           seed: Optional[int] = None) -> dict[str, Union[tf.Tensor, tf.RaggedTensor]]:
+def unpack(parsed: dict, schema: schema_pb2.Schema, feature_names,
+           shuffle_seed: Optional["tf.Tensor"] = None
+           ) -> dict[str, Union[tf.Tensor, tf.RaggedTensor]]:
     """Parsed blocks [B, ...] -> the real rows of all B blocks: fixed features [R, k] (k=1 for
     scalars), variable ones ragged [R, None]. Padding rows of short blocks are dropped and, with
-    `shuffle`, the rows come out in random order: one index serves every feature, so dropping
-    and shuffling cost one gather per feature."""
+    a `shuffle_seed` (an int64 [2] tensor), the rows come out in an order drawn from it: one
+    index serves every feature, so dropping and shuffling cost one gather per feature. The
+    shuffle is stateless, so an iterator over it can be checkpointed."""
     import tensorflow as tf
 
     rows = packed_rows(schema)
     spec = parser.feature_spec_from_schema(schema)
     real = tf.reshape(tf.sequence_mask(parsed[ROWS_KEY][:, 0], rows), [-1])
     index = tf.where(real)[:, 0]
-    if shuffle:
-        index = tf.random.shuffle(index, seed=seed)
+    if shuffle_seed is not None:
+        order = tf.argsort(tf.random.stateless_uniform(tf.shape(index), seed=shuffle_seed))
+        index = tf.gather(index, order)
     out = {}
     for name in feature_names:
         size = _fixed_size(spec[name])

@@ -12,7 +12,7 @@ PREPROCESSING_FN = "components.taxi.preprocessing_fn"
 
 # The Trainer settings (components/trainer/options.py) that train on taxi rows.
 TRAINER_SETTINGS: dict[str, Any] = {
-    "label_key": TAXI_LABEL, "label_fn": "components.taxi.taxi_label",
+    "label_key": TAXI_LABEL, "label_fn": "components.taxi.taxi_label", "task": "binary",
     "label_inputs": LABEL_INPUTS, "exclude": TAXI_EXCLUDED}
 
 

@@ -9,6 +9,8 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import click  # noqa: E402
 
+from components.trainer.options import DATA_SERVICE_PORT  # noqa: E402
+
 # Libraries whose INFO and WARNING lines are about their own internals (TFX's metadata queries,
 # Beam's missing snappy, TF's deprecation notices), not about the user's data or model.
 _LIBRARY_LOGGERS = ("absl", "tensorflow", "apache_beam", "tfx", "tfx_bsl", "ml_metadata",
@@ -56,9 +58,11 @@ def _config_options(command):
             click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE",
                          help="Any setting, e.g. --set packed_rows=0 --set beam_runner="
                               "DataflowRunner. Repeatable."),
-            click.option("--dataset", type=click.Choice(["taxi", "digits", "images"]),
-                         default=None, help="taxi (default) or digits, both bundled, or "
-                         "images: your folder of images and labels.csv as --data-root."),
+            click.option("--dataset", type=click.Choice(["taxi", "digits", "images", "table"]),
+                         default=None, help="taxi (default) or digits, both bundled; images: "
+                         "your folder of images and labels.csv as --data-root; table: your "
+                         "CSV, Parquet, JSONL or TFRecord data as --data-root, with "
+                         "--set label_key=COLUMN."),
             click.option("--data-root", default=None,
                          help="A file or folder to read instead of the bundled dataset."),
             click.option("--pipeline-name", default=None),
@@ -306,9 +310,52 @@ def fuzz(cases, seed, jobs, as_json) -> None:
         raise SystemExit(1)
 
 
+@main.group("data-service")
+def data_service() -> None:
+    """tf.data service servers, for a Trainer run with --set data_service=grpc://HOST:PORT."""
+
+
+@data_service.command("dispatcher")
+@click.option("--port", default=DATA_SERVICE_PORT, show_default=True, type=int)
+@click.option("--work-dir", default=None,
+              help="A shared folder where the dispatcher journals its state (fault tolerance).")
+def data_service_dispatcher(port, work_dir) -> None:
+    """Run a dispatcher until interrupted."""
+    from components.trainer import data_service as service
+
+    server = service.start_dispatcher(port, work_dir)
+    click.echo(f"tf.data service dispatcher at {server.target}", err=True)
+    server.join()
+
+
+@data_service.command("worker")
+@click.option("--dispatcher", required=True, help="The dispatcher's host:port.")
+@click.option("--port", default=0, show_default=True, type=int, help="0: any free port.")
+@click.option("--host", default="localhost", show_default=True,
+              help="The name the dispatcher and trainers reach this worker by.")
+def data_service_worker(dispatcher, port, host) -> None:
+    """Run a worker until interrupted."""
+    from components.trainer import data_service as service
+
+    server = service.start_worker(dispatcher, port, host)
+    click.echo(f"tf.data service worker registered with {dispatcher}", err=True)
+    server.join()
+
+
 @main.group()
 def bench() -> None:
     """Benchmarks; write their results into bench/RESULTS.md."""
+
+
+def _plot_option(command):
+    """`--plot FILE.png`: _report also draws the table's first column as a bar chart."""
+    def remember(ctx: click.Context, _, value):
+        ctx.meta["plot"] = value
+
+    return click.option("--plot", default=None, metavar="FILE.png", expose_value=False,
+                        callback=remember,
+                        help="Also draw a bar chart of rows/s per path (PNG), each bar "
+                             "labelled with its ratio to the slowest.")(command)
 
 
 def _bench_options(command):
@@ -316,7 +363,7 @@ def _bench_options(command):
     for option in reversed([
             click.option("--repeats", default=3, show_default=True, type=int),
             click.option("--work-dir", default="tfrp_runs/bench", show_default=True),
-            click.option("--json", "as_json", is_flag=True)]):
+            click.option("--json", "as_json", is_flag=True), _plot_option]):
         command = option(command)
     return command
 
@@ -328,7 +375,17 @@ RATE, MEDIAN = ("rows/s", "rows_per_second", "{:,.0f}"), ("median s", "median_se
 
 def _report(result: dict, as_json: bool, rows: dict[str, dict], columns: list[Column],
             summary: str = "") -> None:
-    """The result as JSON, or as a table of one line per measured path plus a summary."""
+    """The result as JSON, or as a table of one line per measured path plus a summary; with
+    --plot, also a bar chart of the first column."""
+    plot = click.get_current_context().meta.get("plot")
+    if plot:
+        from bench.chart import bar_chart
+
+        heading, key, _ = columns[0]
+        command = click.get_current_context().command_path
+        bar_chart({name: row[key] for name, row in rows.items()}, plot,
+                  title=command, ylabel=heading, ratios=key == RATE[1])
+        click.echo(f"Chart: {plot}", err=True)
     if as_json:
         import json
 
@@ -365,21 +422,27 @@ def bench_examplegen(rows, repeats, work_dir, as_json, only) -> None:
 @click.option("--rows", default=300_000, show_default=True, type=int)
 @_bench_options
 def bench_input(rows, repeats, work_dir, as_json) -> None:
-    """Training input paths on the same rows: ours (first and cached epoch), the TFX stock
-    tfx_bsl path, make_csv_dataset and naive parse_single_example."""
+    """Training input paths on the same rows: packed (direct, and through a tf.data service of
+    two local workers), ours (first and cached epoch), the TFX stock tfx_bsl path,
+    make_csv_dataset and naive parse_single_example; and what an iterator checkpoint costs."""
     from bench import input as bench_lib
 
     result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats,
                                      log=lambda line: click.echo(line, err=True))
+    saves = "; ".join(f"{name} iterator checkpoint {c['bytes']:,} bytes in "
+                      f"{c['median_seconds'] * 1000:.0f} ms"
+                      for name, c in result["checkpoint"].items())
     _report(result, as_json, result["paths"],
             [RATE, MEDIAN, ("vs stock", "vs_stock", "{:.2f}x")],
-            f"ours (first epoch) vs csv: {result['ours_vs_csv']:.2f}x")
+            f"ours (first epoch) vs csv: {result['ours_vs_csv']:.2f}x; service / packed: "
+            f"{result['service_overhead']:.2f}x; {saves}")
 
 
 @bench.command("encoder")
 @click.option("--rows", default=1_000_000, show_default=True, type=int)
 @click.option("--repeats", default=3, show_default=True, type=int)
 @click.option("--json", "as_json", is_flag=True)
+@_plot_option
 def bench_encoder(rows, repeats, as_json) -> None:
     """Our columnar tf.Example encoder vs tfx_bsl's, same batches, one core, whole processes."""
     from bench import encoder as bench_lib
@@ -432,7 +495,8 @@ def bench_spark(rows, spark_master, repeats, work_dir, as_json) -> None:
         f"{ratios['ours_over_parquet_write']:.2f}x; read_examples / Parquet read: "
         f"{ratios['ours_over_parquet_read']:.2f}x (plain shards "
         f"{ratios['ours_plain_over_parquet_read']:.2f}x; gunzip alone per core "
-        f"{ratios['gunzip_floor_over_parquet_read']:.2f}x); Beam / Spark ExampleGen (whole "
+        f"{ratios['gunzip_floor_over_parquet_read']:.2f}x; Parquet read in Python executors "
+        f"{ratios['python_floor_over_parquet_read']:.2f}x); Beam / Spark ExampleGen (whole "
         f"processes): {ratios['beam_over_spark_examplegen']:.2f}x"))
 
 
@@ -455,6 +519,7 @@ def bench_images(count, repeats, work_dir, as_json) -> None:
 @click.option("--train-steps", default=1000, show_default=True, type=int)
 @click.option("--work-dir", default="tfrp_runs/bench/accuracy", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
+@_plot_option
 def bench_accuracy(seeds, train_steps, work_dir, as_json) -> None:
     """The same model trained on packed and on per-row records of the taxi sample, with the
     same steps and seed, scored on the same raw eval Examples."""

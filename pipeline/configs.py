@@ -20,6 +20,7 @@ from components import taxi
 from components.example_gen.options import ExampleGenOptions
 from components.options import settings_for
 from components.shards import ShardingOptions
+from components.trainer import tasks
 from components.trainer.options import TrainerOptions
 from components.transform.options import TransformOptions
 
@@ -41,12 +42,19 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "taxi": {"schema": "import", "preprocessing_fn": taxi.PREPROCESSING_FN,
              **taxi.TRAINER_SETTINGS},
     "digits": {"label_key": "label", "image_shape": [8, 8, 1], "num_classes": 10,
+               "task": "multiclass",
                "schema": "import", "preprocessing_fn": SCHEMA_PREPROCESSING},
     # Your own folder of images with a labels.csv (filename,label): set data_root,
     # image_shape (images are resized to it) and num_classes.
-    "images": {"label_key": "label", "schema": "infer",
+    "images": {"label_key": "label", "schema": "infer", "task": "multiclass",
                "preprocessing_fn": SCHEMA_PREPROCESSING},
+    # Your own table (CSV, Parquet, JSON Lines, TFRecord): set data_root and label_key. The
+    # schema is inferred, Transform derives from it, and the task from the label's values.
+    "table": {"schema": "infer", "preprocessing_fn": SCHEMA_PREPROCESSING},
 }
+# The settings a dataset with no bundled data cannot go without.
+REQUIRED_SETTINGS = {"images": ("data_root", "image_shape", "num_classes"),
+                     "table": ("data_root", "label_key")}
 
 
 @dataclasses.dataclass
@@ -85,6 +93,9 @@ class PipelineConfig:
     label_inputs: Optional[list[str]] = None
     # Features the model must not see (default: an image dataset's size and format columns).
     exclude: Optional[list[str]] = None
+    # binary | multiclass | regression; unset (or auto): inferred from the label's values in
+    # the first source file (components/trainer/tasks.py has the rules).
+    task: Optional[str] = None
     # [height, width, channels] of the "image" feature; set for image datasets.
     image_shape: Optional[list[int]] = None
     image_dtype: str = TrainerOptions.image_dtype
@@ -100,9 +111,19 @@ class PipelineConfig:
     # Read damaged training shards past their bad records (logged and counted).
     skip_corrupt: bool = TrainerOptions.skip_corrupt
     shuffle_buffer: int = TrainerOptions.shuffle_buffer
+    # "grpc://host:port" of a tf.data service dispatcher: the Trainer's input parsing runs on
+    # the service's workers (`tfrp data-service dispatcher|worker`). Unset: in the trainer.
+    data_service: Optional[str] = TrainerOptions.data_service
+    # Checkpoint model, optimizer and input position every N steps (0: never), into
+    # checkpoint_dir (default: the Trainer's model_run_dir); a restart resumes mid-epoch.
+    checkpoint_every: int = TrainerOptions.checkpoint_every
+    checkpoint_dir: Optional[str] = TrainerOptions.checkpoint_dir
     # Evaluator blesses the model only when every metric reaches its bound (AUC: binary only).
     min_accuracy: float = 0.8
     min_auc: Optional[float] = 0.85
+    # Regression: blessed when the eval MSE is at most this; unset, the MSE of predicting the
+    # label's mean (its variance in the rows the task was inferred from).
+    max_mse: Optional[float] = None
     # Beam: DirectRunner here; DataflowRunner, FlinkRunner or SparkRunner on a cluster.
     beam_runner: str = "DirectRunner"
     # DirectRunner in worker processes (0: one per core); unset runs in this process.
@@ -135,11 +156,11 @@ class PipelineConfig:
         for name, value in DATASET_DEFAULTS[self.dataset].items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
-        if self.dataset == "images":
-            missing = [name for name in ("data_root", "image_shape", "num_classes")
-                       if getattr(self, name) is None]
-            if missing:
-                raise ValueError(f"dataset images needs {', '.join(missing)}")
+        missing = [name for name in REQUIRED_SETTINGS.get(self.dataset, ())
+                   if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"dataset {self.dataset} needs {', '.join(missing)}")
+        tasks.check_task(self.task)
         if self.image_shape is not None and len(self.image_shape) != 3:
             raise ValueError(f"image_shape is [height, width, channels], not {self.image_shape}")
         if self.beam_runner == "DataflowRunner":

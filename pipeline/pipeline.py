@@ -12,6 +12,8 @@ from ml_metadata.proto import metadata_store_pb2
 from tfx import v1 as tfx
 
 from components.example_gen.component import ShardedExampleGen
+from components.example_gen import encode
+from components.trainer import tasks
 from components.trainer.options import TRANSFORM_SIGNATURE
 from components.transform.component import ShardedTransform
 from pipeline import datasets
@@ -20,16 +22,46 @@ from pipeline.configs import PipelineConfig
 TRAINER_RUN_FN = "components.trainer.module.run_fn"
 
 
-def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
-    """Bless the model only if it reaches min_accuracy (and min_auc for a binary label) on the
-    eval split of the raw examples, scored through the exported serving signature."""
-    def bound(value: float) -> tfma.MetricThreshold:
-        return tfma.MetricThreshold(value_threshold=tfma.GenericValueThreshold(
-            lower_bound={"value": value}))
+def settle_task(config: PipelineConfig, source: str) -> PipelineConfig:
+    """`config` with its task settled, and a regression's default max_mse: what the label's
+    values in the first source file say (components/trainer/tasks.py), unless both are set."""
+    task = None if config.task == tasks.AUTO else config.task
+    if task and (task != tasks.REGRESSION or config.max_mse is not None):
+        return config
+    path, values = encode.sample_column(source, config.data_format, config.label_key)
+    if values is None:
+        raise tasks.TaskError(
+            f"{path}: no column {config.label_key!r} to infer the task from; set label_key, "
+            f"or set task=binary|multiclass|regression when preprocessing_fn computes the label")
+    summary = tasks.summarize_label(values, config.label_key, path)
+    task = task or summary.task
+    max_mse = config.max_mse
+    if task == tasks.REGRESSION and max_mse is None:
+        if summary.variance is None:
+            raise tasks.TaskError(f"{path}: the label {config.label_key!r} is not numeric; "
+                                  f"it cannot be a regression target")
+        max_mse = summary.variance
+    return config.replace(task=task, max_mse=max_mse)
 
-    if (config.num_classes or 2) > 2:
+
+def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
+    """Bless the model only if it reaches the bounds of its task on the eval split of the raw
+    examples, scored through the exported serving signature: min_accuracy (and min_auc) for a
+    binary label, min_accuracy for multiclass, max_mse for regression."""
+    def bound(lower: Optional[float] = None, upper: Optional[float] = None
+              ) -> tfma.MetricThreshold:
+        return tfma.MetricThreshold(value_threshold=tfma.GenericValueThreshold(
+            **({"lower_bound": {"value": lower}} if lower is not None else {}),
+            **({"upper_bound": {"value": upper}} if upper is not None else {})))
+
+    prediction_key = ""
+    if config.task == tasks.MULTICLASS:
         metrics = [tfma.MetricConfig(class_name="SparseCategoricalAccuracy",
                                      threshold=bound(config.min_accuracy))]
+        prediction_key = tasks.PROBABILITIES
+    elif config.task == tasks.REGRESSION:
+        metrics = [tfma.MetricConfig(class_name="MeanSquaredError",
+                                     threshold=bound(upper=config.max_mse))]
     else:
         metrics = [tfma.MetricConfig(class_name="BinaryAccuracy",
                                      threshold=bound(config.min_accuracy))]
@@ -39,6 +71,7 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
     return tfma.EvalConfig(
         model_specs=[tfma.ModelSpec(signature_name="serving_default",
                                     label_key=config.label_key,
+                                    prediction_key=prediction_key,
                                     preprocessing_function_names=[TRANSFORM_SIGNATURE])],
         slicing_specs=[tfma.SlicingSpec()],
         metrics_specs=[tfma.MetricsSpec(metrics=metrics)])
@@ -52,6 +85,7 @@ def create_pipeline(
     """The pipeline for `config`. It reads `source` (a path or a bundled source name), by
     default the configured data_root or the dataset's bundled data."""
     source = source or datasets.source_for(config)
+    config = settle_task(config, source)
     example_gen = ShardedExampleGen(config.example_gen_options(source))
     statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
     if config.schema_file:

@@ -33,6 +33,7 @@ class RunSummary:
     blessed: Optional[bool] = None
     # Overall metrics of the Evaluator on the eval split, name -> value.
     evaluation: dict[str, float] = dataclasses.field(default_factory=dict)
+    task: Optional[str] = None  # what the Trainer was told to learn (components/trainer/tasks.py)
 
     def format(self) -> str:
         lines = [f"Run {self.run_id}"]
@@ -46,6 +47,8 @@ class RunSummary:
         lines.append(f"Anomalies found: {found}")
         for split, items in self.anomalies.items():
             lines += [f"  {split}: {item}" for item in items]
+        if self.task:
+            lines.append(f"Task: {self.task}")
         if self.evaluation:
             lines.append("Evaluation (eval split): " + ", ".join(
                 f"{name}={value:.4g}" for name, value in sorted(self.evaluation.items())))
@@ -88,7 +91,22 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
         pushed_model=_pushed_model(artifacts),
         blessed=_blessed(artifacts),
         evaluation=evaluation(artifacts),
+        task=trainer_task(executions),
     )
+
+
+def trainer_task(executions) -> Optional[str]:
+    """The task in the Trainer's custom_config, as the pipeline settled it."""
+    for execution in executions:
+        for properties in (execution.properties, execution.custom_properties):
+            if "custom_config" in properties:
+                try:
+                    config = json.loads(properties["custom_config"].string_value or "{}")
+                except ValueError:
+                    continue
+                if isinstance(config, dict) and config.get("task"):
+                    return config["task"]
+    return None
 
 
 def node_name(store: metadata_store.MetadataStore, execution) -> str:

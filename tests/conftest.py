@@ -34,6 +34,23 @@ def tfrp(*args, check: bool = True, cwd=None, as_user: bool = False
     return result
 
 
+def tfrp_concurrently(*commands: tuple) -> list[subprocess.CompletedProcess]:
+    """Runs several `tfrp` command lines at once (whole pipelines spend much of their time
+    waiting, so two share the machine's cores well) and checks each, as `tfrp` does."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    processes = [(args, subprocess.Popen([sys.executable, "-W", "ignore", "-m", "pipeline.cli",
+                                          *args], stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True, env=env))
+                 for args in commands]
+    results = []
+    for args, process in processes:
+        stdout, stderr = process.communicate()
+        if process.returncode != 0:
+            raise AssertionError(f"tfrp {' '.join(args)}:\n{stderr[-3000:]}")
+        results.append(subprocess.CompletedProcess(args, process.returncode, stdout, stderr))
+    return results
+
+
 @pytest.fixture(scope="session")
 def taxi_csv() -> str:
     return taxi_csv_path()
@@ -103,13 +120,46 @@ def digits_examples(tmp_path_factory) -> str:
 REACHABLE = {"min_accuracy": 0.5, "min_auc": 0.5}
 
 
+def taxi_run_args(config) -> list[str]:
+    """The `tfrp run` arguments that build `config` (the taxi_run settings)."""
+    return ["--data-root", config.data_root, "--output-root", config.output_root,
+            "--train-steps", str(config.train_steps), "--eval-steps", str(config.eval_steps),
+            "--set", f"pipeline_name={config.pipeline_name}",
+            "--set", f"batch_size={config.batch_size}",
+            *(arg for name, value in REACHABLE.items() for arg in ("--set", f"{name}={value}"))]
+
+
 @pytest.fixture(scope="session")
-def taxi_run(taxi_slice_dir, tmp_path_factory):
-    """The whole pipeline on LocalDagRunner over the 2,000-trip slice: (config, summary)."""
-    from pipeline import local_runner
+def taxi_cli_run(taxi_slice_dir, tmp_path_factory):
+    """The whole pipeline on LocalDagRunner over the 2,000-trip slice, run as a user runs it
+    (`tfrp run`, output as a shell shows it): (config, summary, the command's result)."""
+    from pipeline import local_runner, run_summary
     from pipeline.configs import PipelineConfig
 
     config = PipelineConfig(pipeline_name="test-taxi", data_root=taxi_slice_dir,
                             output_root=str(tmp_path_factory.mktemp("runs")),
                             train_steps=100, eval_steps=5, batch_size=64, **REACHABLE)
-    return config, local_runner.run(config)
+    result = tfrp("run", *taxi_run_args(config), as_user=True)
+    summary = run_summary.summarize(local_runner.local_config(config).metadata_path,
+                                    config.pipeline_name)
+    return config, summary, result
+
+
+@pytest.fixture(scope="session")
+def taxi_cli_rerun(taxi_cli_run):
+    """The same `tfrp run` again, with -v, into the same store: every component cached.
+    (summary, the command's result)."""
+    from pipeline import local_runner, run_summary
+
+    config, _, _ = taxi_cli_run
+    result = tfrp("-v", "run", *taxi_run_args(config), as_user=True)
+    summary = run_summary.summarize(local_runner.local_config(config).metadata_path,
+                                    config.pipeline_name)
+    return summary, result
+
+
+@pytest.fixture(scope="session")
+def taxi_run(taxi_cli_run):
+    """(config, summary) of the taxi_cli_run."""
+    config, summary, _ = taxi_cli_run
+    return config, summary

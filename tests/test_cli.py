@@ -92,3 +92,20 @@ def test_examplegen_shows_progress_bars_on_a_terminal_only(taxi_slice_dir, tmp_p
     assert re.search(r"encode: 100%.*2\.00k/2\.00k", shown), shown[-2000:]
     piped = tfrp("examplegen", source, str(tmp_path / "piped"))
     assert "encode:" not in piped.stdout + piped.stderr
+
+
+def test_bench_plot_draws_one_labelled_bar_per_path(tmp_path):
+    """`--plot` on a real (small) benchmark: a PNG with a bar per measured path."""
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    chart = tmp_path / "encoder.png"
+    result = tfrp("bench", "encoder", "--rows", "2000", "--repeats", "1", "--plot", str(chart))
+    assert f"Chart: {chart}" in result.stderr
+    pixels = mpimg.imread(str(chart))[..., :3]
+    assert pixels.shape[0] > 200 and pixels.shape[1] > 300
+    # The bars are the chart's one fill colour (#4878a8): two paths, two separate bars.
+    bar = np.all(np.abs(pixels - np.array([0x48, 0x78, 0xa8]) / 255) < 0.02, axis=-1)
+    columns = bar.any(axis=0)
+    starts = np.flatnonzero(columns[1:] & ~columns[:-1])
+    assert len(starts) == 2, starts

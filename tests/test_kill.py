@@ -37,29 +37,38 @@ def child_env() -> dict:
     return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore"}
 
 
-def kill_after(command: list[str], seconds: float) -> None:
+def kill_after(command: list[str], seconds: float) -> bool:
     """Starts `command`, SIGKILLs it after `seconds` (as the OOM killer or a preempted VM
-    would: no handler runs), then kills any Beam worker it left behind."""
+    would: no handler runs), then kills any Beam worker it left behind. False when the run
+    finished first (this run was quicker than the one timed), with exit status 0."""
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              env=child_env(), start_new_session=True)
+    killed = False
     try:
-        child.wait(timeout=seconds)
+        assert child.wait(timeout=seconds) == 0, "the run failed before it was killed"
     except subprocess.TimeoutExpired:
         child.send_signal(signal.SIGKILL)
         child.wait()
+        killed = True
     try:
         os.killpg(child.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    return killed
 
 
 def check_killed_runs(make_command, tmp_path, full_seconds: float) -> None:
     """Kills the run at seeded random moments across its length; each folder left behind
     must not look complete, and a rerun into it must refuse, naming what to delete."""
     moments = random.Random(SEED).sample(range(5, 95), KILLS)
+    landed = 0
     for moment in moments:
         out = str(tmp_path / f"killed_at_{moment}")
-        kill_after(make_command(out), full_seconds * moment / 100)
+        if not kill_after(make_command(out), full_seconds * moment / 100):
+            # Finished before the kill: then its output is complete, as it should be.
+            assert looks_complete(out), f"a finished run left {os.listdir(out)}"
+            continue
+        landed += 1
         assert not looks_complete(out), f"killed at {moment}% of the run: {os.listdir(out)}"
         if os.path.isdir(out) and os.listdir(out):
             rerun = subprocess.run(make_command(out), capture_output=True, text=True,
@@ -67,6 +76,7 @@ def check_killed_runs(make_command, tmp_path, full_seconds: float) -> None:
             assert rerun.returncode != 0
             assert f"rm -r {out}" in rerun.stderr and "is not empty" in rerun.stderr, \
                 rerun.stderr[-2000:]
+    assert landed >= KILLS - 1, f"only {landed} of {KILLS} kills came before the run ended"
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import re
 
 import pytest
 
-from conftest import tfrp
 
 COMPONENTS = ("ShardedExampleGen", "StatisticsGen", "ImportSchemaGen", "ExampleValidator",
               "ShardedTransform", "Trainer", "Evaluator", "Pusher")
@@ -14,14 +13,10 @@ NOISE = ("cuFFT", "property_predicate", "payload_format", "FutureWarning")
 
 
 @pytest.fixture(scope="module")
-def runs(taxi_slice_dir, tmp_path_factory):
-    """The 2,000-trip slice run quietly, then again with -v into the same store (cached)."""
-    root = str(tmp_path_factory.mktemp("run_output"))
-    settings = ["--data-root", taxi_slice_dir, "--output-root", root, "--train-steps", "40",
-                "--eval-steps", "2", "--set", "min_accuracy=0", "--set", "min_auc=0"]
-    quiet = tfrp("run", *settings, as_user=True)
-    verbose = tfrp("-v", "run", *settings, as_user=True)
-    return quiet, verbose
+def runs(taxi_cli_run, taxi_cli_rerun):
+    """The 2,000-trip slice run quietly (the shared taxi run), then again with -v into the
+    same store (cached)."""
+    return taxi_cli_run[2], taxi_cli_rerun[1]
 
 
 def test_run_prints_a_line_per_component_with_state_seconds_and_output(runs):
@@ -36,6 +31,7 @@ def test_run_prints_a_line_per_component_with_state_seconds_and_output(runs):
     assert re.search(r"ExampleValidator\s+ran\s+\S+ s  0 anomalies", quiet.stdout)
     assert re.search(r"Evaluator\s+ran\s+\S+ s  .*accuracy=[\d.]+.*; blessed", quiet.stdout)
     assert re.search(r"Pusher\s+ran\s+\S+ s  pushed", quiet.stdout)
+    assert re.search(r"^Task: binary$", quiet.stdout, re.M)  # the taxi dataset's setting
 
 
 def test_library_noise_is_hidden_by_default_and_back_with_verbose(runs):

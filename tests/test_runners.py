@@ -11,7 +11,7 @@ import socket
 import pytest
 import tensorflow as tf
 
-from conftest import tfrp
+from conftest import tfrp, tfrp_concurrently
 from pipeline import local_runner, vertex_runner
 from pipeline.configs import (CONTAINER_WORKDIR, DEFAULT_IMAGE, DEFAULT_IMAGE_TAG,
                               PipelineConfig)
@@ -26,9 +26,8 @@ BEAM_ARGS = ["--runner=DataflowRunner", "--project=test-project", "--region=euro
 
 # -- LocalDagRunner: Evaluator, Pusher, cache ----------------------------------------------------
 @pytest.fixture(scope="module")
-def taxi_rerun(taxi_run):
-    config, _ = taxi_run
-    return local_runner.run(config)
+def taxi_rerun(taxi_cli_rerun):
+    return taxi_cli_rerun[0]
 
 
 @pytest.fixture(scope="module")
@@ -158,11 +157,24 @@ def raw_example(**features: bytes) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def digits_run(tmp_path_factory):
-    output_root = tmp_path_factory.mktemp("digits_runs")
-    result = tfrp("run", "--dataset", "digits", "--output-root", str(output_root),
-                  "--train-steps", "200", "--set", "batch_size=64")
-    return output_root, result.stdout
+def image_runs(tmp_path_factory):
+    """The digits pipeline and a folder of JPEGs given by path, run at the same time."""
+    digits_root = tmp_path_factory.mktemp("digits_runs")
+    folder = photo_folder(tmp_path_factory)
+    photo_root = tmp_path_factory.mktemp("photo_runs")
+    digits, photos = tfrp_concurrently(
+        ("run", "--dataset", "digits", "--output-root", str(digits_root),
+         "--train-steps", "200", "--set", "batch_size=64"),
+        ("run", "--dataset", "images", "--data-root", str(folder),
+         "--output-root", str(photo_root), "--train-steps", "150",
+         "--set", "image_shape=[16,16,3]", "--set", "num_classes=10",
+         "--set", "batch_size=32", "--set", "min_accuracy=0.5"))
+    return (digits_root, digits.stdout), (folder, photos.stdout)
+
+
+@pytest.fixture(scope="module")
+def digits_run(image_runs):
+    return image_runs[0]
 
 
 def test_digits_pipeline_trains_blesses_and_pushes(digits_run):
@@ -195,8 +207,7 @@ def test_pushed_digits_model_classifies_raw_png_examples(digits_run):
 DIGIT_NAMES = "zero one two three four five six seven eight nine".split()
 
 
-@pytest.fixture(scope="module")
-def photo_folder_run(tmp_path_factory):
+def photo_folder(tmp_path_factory):
     """A folder given by path: 24x24 colour JPEGs named by word labels, trained at 16x16."""
     import numpy as np
     from PIL import Image
@@ -213,12 +224,12 @@ def photo_folder_run(tmp_path_factory):
             colour = np.stack([pixels, pixels // 2, 255 - pixels], axis=-1)
             Image.fromarray(colour).resize((24, 24)).save(folder / "img" / f"{i}.jpg")
             writer.writerow([f"img/{i}.jpg", DIGIT_NAMES[digits.target[i]]])
-    output_root = tmp_path_factory.mktemp("photo_runs")
-    result = tfrp("run", "--dataset", "images", "--data-root", str(folder),
-                  "--output-root", str(output_root), "--train-steps", "150",
-                  "--set", "image_shape=[16,16,3]", "--set", "num_classes=10",
-                  "--set", "batch_size=32", "--set", "min_accuracy=0.5")
-    return folder, result.stdout
+    return folder
+
+
+@pytest.fixture(scope="module")
+def photo_folder_run(image_runs):
+    return image_runs[1]
 
 
 def test_image_folder_by_path_trains_and_serves_resized_jpegs(photo_folder_run):

@@ -207,7 +207,7 @@ def test_distributed_input_and_training_on_cpu(taxi_examples, tmp_path, mirrored
     assert strategy.experimental_local_results(label)[0].shape == (64, 1)
     with strategy.scope():
         model = module.build_tabular_model(schema, keys, dataset_fn(
-            tf.distribute.InputContext()).take(2))
+            tf.distribute.InputContext()).take(2), module.Head("binary"))
     result = fit.train(model, strategy, data, steps=6, steps_per_epoch=3,
                        log_dir=str(tmp_path), global_batch_size=64)
     assert [e.steps for e in result.epochs] == [3, 3]

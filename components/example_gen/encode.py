@@ -193,3 +193,26 @@ def finalize(staging: str, options: ExampleGenOptions, fmt: str, profile: FilePr
         layout_files_skipped=list(layout_files))
     shards.check_row_accounting(manifest)
     shards.write_manifest(staging, manifest)
+
+
+def sample_column(source: str, fmt: str, column: str, max_rows: int = 100_000
+                  ) -> tuple[str, Optional[pa.Array]]:
+    """(first file, up to `max_rows` values of `column` from it): what the pipeline looks at
+    to settle a label's task before anything runs. None when the file has no such column;
+    bad rows are skipped here (ExampleGen's own pass counts them)."""
+    from components.example_gen.sources import locate
+
+    _, fmt, files = locate.source_files(source, fmt)
+    chunks, rows = [], 0
+    for item in registry.read_file(files[0], fmt, None):
+        if isinstance(item, BadRecord) or not item.num_rows:
+            continue
+        if column not in item.schema.names:
+            return files[0], None
+        chunks.append(item.column(item.schema.get_field_index(column)))
+        rows += item.num_rows
+        if rows >= max_rows:
+            break
+    if not chunks:
+        return files[0], None
+    return files[0], pa.concat_arrays(chunks)[:max_rows]

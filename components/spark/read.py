@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from typing import Optional, Union
+from typing import Union
 
 from tensorflow_metadata.proto.v0 import schema_pb2
 
@@ -239,8 +239,6 @@ def _typed(column, feature: schema_pb2.Feature, schema: schema_pb2.Schema):
                                               column)
         return column.cast(pa.list_(value_type))
     if is_list:
-        import numpy as np
-
         lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
         offsets = column.offsets.to_numpy()
         first = pa.array(offsets[:-1] - offsets[0], mask=lengths == 0)

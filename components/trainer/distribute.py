@@ -1,22 +1,58 @@
 """Distribution strategy and device-side input, written for a multi-GPU box, correct on CPU."""
 from __future__ import annotations
 
+import json
 import logging
-from typing import Callable
+import os
+from typing import Callable, Optional
 
 import tensorflow as tf
 
 
+def cluster_workers(tf_config: Optional[str] = None) -> int:
+    """How many training processes TF_CONFIG names (chief and workers), 1 without one."""
+    raw = os.environ.get("TF_CONFIG", "") if tf_config is None else tf_config
+    cluster = json.loads(raw).get("cluster", {}) if raw.strip() else {}
+    return max(1, len(cluster.get("chief", [])) + len(cluster.get("worker", [])))
+
+
 def make_strategy() -> tf.distribute.Strategy:
-    """MirroredStrategy over every visible GPU; TF's default (single-device) strategy otherwise."""
-    gpus = tf.config.list_logical_devices("GPU")
-    if gpus:
-        strategy = tf.distribute.MirroredStrategy([g.name for g in gpus])
+    """MultiWorkerMirroredStrategy when TF_CONFIG names more than one worker (each worker runs
+    run_fn; the strategy all-reduces over the network, NCCL on GPUs); else MirroredStrategy
+    over every visible GPU, or over several logical CPU devices when they were configured
+    (tests); else TF's default, single-device strategy."""
+    if cluster_workers() > 1:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
     else:
-        strategy = tf.distribute.get_strategy()
-    logging.info("Training with %s on %d replica(s)", type(strategy).__name__,
+        devices = tf.config.list_logical_devices("GPU") or \
+            tf.config.list_logical_devices("CPU")
+        strategy = tf.distribute.MirroredStrategy([d.name for d in devices]) \
+            if len(devices) > 1 or tf.config.list_logical_devices("GPU") else \
+            tf.distribute.get_strategy()
+    logging.info("Training with %s on %d replica(s)", strategy_name(strategy),
                  strategy.num_replicas_in_sync)
     return strategy
+
+
+def strategy_name(strategy: tf.distribute.Strategy) -> str:
+    """The public name: TF's MultiWorkerMirroredStrategy is a class named
+    CollectiveAllReduceStrategy."""
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return "MultiWorkerMirroredStrategy"
+    return type(strategy).__name__
+
+
+def worker_index(strategy: tf.distribute.Strategy) -> Optional[int]:
+    """None on the process that writes the outputs (one process, or the multi-worker chief);
+    else this worker's index, whose outputs go to a folder of its own."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or cluster_workers() == 1:
+        return None
+    if resolver.task_type == "chief" or (
+            resolver.task_type == "worker" and resolver.task_id == 0 and
+            "chief" not in resolver.cluster_spec().as_dict()):
+        return None
+    return int(resolver.task_id)
 
 
 def input_options(prefetch_to_device: bool = True,

@@ -130,8 +130,8 @@ def decode_images(encoded: tf.Tensor, spec: ImageSpec) -> tf.Tensor:
 
 
 def example_parser(schema: schema_pb2.Schema, feature_names: Sequence[str],
-                   images: Mapping[str, ImageSpec] = {}, shuffle_rows: bool = False
-                   ) -> Callable[[tf.Tensor], dict]:
+                   images: Mapping[str, ImageSpec] = {}, shuffle_rows: bool = False,
+                   shuffle_seed: int = 0) -> Callable[[tf.Tensor], dict]:
     """A function from a batch of serialized tf.Examples to model-ready tensors: parsed with
     the schema's spec, gaps filled with the schema default, images decoded. Training and the
     serving signature both use it, so they cannot drift apart.
@@ -148,8 +148,12 @@ def example_parser(schema: schema_pb2.Schema, feature_names: Sequence[str],
         spec = packing.block_spec(schema, names)
 
         def to_rows(serialized: tf.Tensor) -> dict:
+            # The group's own first record seeds its row order: a different order for every
+            # group and epoch, and no random state a checkpoint would have to hold.
+            seed = tf.stack([tf.constant(shuffle_seed, tf.int64),
+                             tf.strings.to_hash_bucket_fast(serialized[0], 1 << 62)])
             return packing.unpack(tf.io.parse_example(serialized, spec), schema, names,
-                                  shuffle=shuffle_rows)
+                                  shuffle_seed=seed if shuffle_rows else None)
     else:
         spec = {k: v for k, v in parser.feature_spec_from_schema(schema).items() if k in names}
 
@@ -211,6 +215,41 @@ def _cache(where: str, training: bool, seed: Optional[int]):
     return apply
 
 
+def input_share(files: list[str], input_context: Optional[tf.distribute.InputContext]
+                ) -> tuple[list[str], Optional[tuple[int, int]]]:
+    """(the files this input pipeline reads, None) when there are files enough for each
+    pipeline to read its own; else (every file, (pipelines, this pipeline's id)): each
+    pipeline reads all files and keeps every n-th record, rather than some reading nothing."""
+    pipelines = input_context.num_input_pipelines if input_context else 1
+    if pipelines <= 1:
+        return files, None
+    if len(files) >= pipelines:
+        return files[input_context.input_pipeline_id::pipelines], None
+    logging.warning("%d input pipelines but %d file(s): sharding by record; write at least "
+                    "%d shards to let each pipeline read its own files", pipelines, len(files),
+                    pipelines)
+    return files, (pipelines, input_context.input_pipeline_id)
+
+
+def _on_data_service(service: Optional[str]):
+    """Everything above this point (reading, shuffling, parsing, batching) runs on the tf.data
+    service's workers. Dynamic sharding hands each file to one worker at a time, so each row
+    arrives once per epoch however many workers there are."""
+    def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        if not service:
+            return dataset
+        return dataset.apply(tf.data.experimental.service.distribute(
+            processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC,
+            service=service))
+    return apply
+
+
+def _record_share(share: Optional[tuple[int, int]]):
+    def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        return dataset if share is None else dataset.shard(*share)
+    return apply
+
+
 def build_dataset(
     file_patterns: Union[str, Sequence[str]],
     schema: schema_pb2.Schema,
@@ -238,18 +277,23 @@ def build_dataset(
         its own share of the files.
     """
     config = config or InputConfig()
-    files = resolve_files(file_patterns)
-    if input_context and input_context.num_input_pipelines > 1:
-        files = files[input_context.input_pipeline_id::input_context.num_input_pipelines]
+    if config.service and config.skip_corrupt:
+        raise ValueError("skip_corrupt reads damaged files in this process, which tf.data "
+                         "service workers cannot run; use one or the other")
+    files, record_share = input_share(resolve_files(file_patterns), input_context)
+    if config.service:  # the service hands out the files; each trainer gets its share
+        files, record_share = resolve_files(file_patterns), None
     compression = _compression_type(files, config.compression)
     damaged = scan_for_corruption(files) if config.skip_corrupt else {}
-    deterministic = not config.training
+    # Record-level sharding needs every pipeline to see the records in the same order.
+    deterministic = not config.training or record_share is not None
 
     features_by_name = parser.feature_by_name(schema)
     keep = list(feature_keys) if feature_keys is not None else [
         k for k in features_by_name if k != label_key]
     parse = example_parser(schema, list(keep) + list(label_inputs) + (
-        [label_key] if label_key else []), config.images, shuffle_rows=config.training)
+        [label_key] if label_key else []), config.images, shuffle_rows=config.training,
+        shuffle_seed=config.seed or 0)
 
     # Packed data (components/packing.py) holds blocks of rows: the records shuffled are whole
     # blocks, one map parses a group of about `shuffle_buffer` rows (shuffled among
@@ -293,11 +337,13 @@ def build_dataset(
                     block_length=records_per_turn, num_parallel_calls=AUTOTUNE,
                     deterministic=deterministic)
         .apply(_with_salvaged_records(sorted(damaged), config.seed))
+        .apply(_record_share(record_share))
         .apply(_shuffle_if(config.training, record_shuffle_buffer, config.seed))
         .batch(records_per_parse,
                drop_remainder=config.drop_remainder and not rows_per_block)
         .map(to_features_and_label, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
         .apply(to_batches)
+        .apply(_on_data_service(config.service))
         .apply(_cache(config.cache, config.training, config.seed))
         .repeat(config.num_epochs)
         .prefetch(AUTOTUNE)

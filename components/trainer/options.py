@@ -14,6 +14,8 @@ DEFAULT_SEED = 42
 TRANSFORM_SIGNATURE = "transform_features"
 # Image datasets carry these beside the pixels; a model must not learn from them.
 IMAGE_METADATA = ("height", "width", "channels", "format")
+# Where `tfrp data-service dispatcher` listens unless told otherwise.
+DATA_SERVICE_PORT = 5050
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +60,9 @@ class InputConfig:
     # 0 keeps TF's global pool; a private pool isolates input work from the model's ops.
     private_threadpool_size: int = 0
     ram_budget_bytes: Optional[int] = None
+    # "grpc://host:port" of a tf.data service dispatcher (`tfrp data-service`): reading and
+    # parsing then run on the service's workers, so CPU machines can feed one trainer.
+    service: Optional[str] = None
     images: Mapping[str, ImageSpec] = dataclasses.field(default_factory=dict)
 
 
@@ -76,7 +81,11 @@ class TrainerOptions(JsonOptions):
     # {"image": [height, width, channels]}: decode these features and train a small CNN.
     images: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     image_dtype: str = ImageSpec.dtype
-    # Classes of an image label; None takes the label's int_domain, else 10.
+    # binary | multiclass | regression (components/trainer/tasks.py); auto: from the
+    # transformed label's schema (a float is regression, a vocabulary's ids are classes).
+    task: str = "auto"
+    # Classes of a multiclass label; None takes the label's int_domain (a vocabulary's size),
+    # else the largest label in the first batches plus one.
     num_classes: Optional[int] = None
     batch_size: int = InputConfig.batch_size  # global: split across replicas
     epochs: int = 10  # reporting windows of train_steps
@@ -84,6 +93,13 @@ class TrainerOptions(JsonOptions):
     cache: str = InputConfig.cache
     skip_corrupt: bool = InputConfig.skip_corrupt
     shuffle_buffer: int = InputConfig.shuffle_buffer
+    data_service: Optional[str] = InputConfig.service  # see InputConfig.service
+    # Save model, optimizer, step and the input iterator's position every N steps (0: never);
+    # a Trainer restarted with the same checkpoint_dir goes on from the last save, mid-epoch.
+    checkpoint_every: int = 0
+    # Default: <model_run_dir>/checkpoints. TFX gives each execution a new model_run_dir, so
+    # set a stable path for a restarted pipeline run to find the checkpoints.
+    checkpoint_dir: Optional[str] = None
 
     @classmethod
     def from_custom_config(cls, custom: Optional[Mapping[str, Any]]) -> "TrainerOptions":
@@ -108,4 +124,5 @@ class TrainerOptions(JsonOptions):
     def input_config(self, per_replica_batch_size: int, training: bool) -> InputConfig:
         return InputConfig(batch_size=per_replica_batch_size, training=training,
                            shuffle_buffer=self.shuffle_buffer, seed=self.seed, cache=self.cache,
-                           skip_corrupt=self.skip_corrupt, images=self.image_specs())
+                           skip_corrupt=self.skip_corrupt, images=self.image_specs(),
+                           service=self.data_service)

@@ -48,7 +48,7 @@ def load_preprocessing_fn(options: TransformOptions, raw_schema: schema_pb2.Sche
         module_name, _, name = options.preprocessing_fn.rpartition(".")
         fn = getattr(importlib.import_module(module_name), name)
     else:
-        return default_preprocessing_fn(raw_schema)
+        return default_preprocessing_fn(raw_schema, options.label_key)
     if len(pyinspect.signature(fn).parameters) >= 2:
         return lambda inputs: fn(inputs, {"raw_schema": raw_schema})
     return fn

@@ -8,7 +8,7 @@ transformed examples carry exactly one value per feature; list features pass thr
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Optional
 
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -25,8 +25,11 @@ def dense_scalar(value, feature: schema_pb2.Feature) -> tf.Tensor:
 
 
 def transform_features(inputs: dict, schema: schema_pb2.Schema,
-                       exclude: Iterable[str] = ()) -> dict:
-    """The default transforms for every input feature not in `exclude`."""
+                       exclude: Iterable[str] = (), label_key: Optional[str] = None) -> dict:
+    """The default transforms for every input feature not in `exclude`. The label is kept in
+    its own units (a regression target is not z-scored; an int label keeps its ids), except a
+    string label, which becomes ids of a vocabulary with no OOV bucket: its size is the
+    number of classes, and an eval label never seen in training maps to -1."""
     features = parser.feature_by_name(schema)
     outputs = {}
     for name, value in inputs.items():
@@ -37,7 +40,11 @@ def transform_features(inputs: dict, schema: schema_pb2.Schema,
             outputs[name] = value
             continue
         dense = dense_scalar(value, feature)
-        if feature.type == schema_pb2.FLOAT:
+        if name == label_key:
+            outputs[name] = tft.compute_and_apply_vocabulary(
+                dense, num_oov_buckets=0, vocab_filename=name) \
+                if feature.type == schema_pb2.BYTES else dense
+        elif feature.type == schema_pb2.FLOAT:
             outputs[name] = tft.scale_to_z_score(dense)
         elif feature.HasField("image_domain"):
             outputs[name] = dense
@@ -49,7 +56,8 @@ def transform_features(inputs: dict, schema: schema_pb2.Schema,
     return outputs
 
 
-def default_preprocessing_fn(schema: schema_pb2.Schema) -> Callable[[dict], dict]:
+def default_preprocessing_fn(schema: schema_pb2.Schema, label_key: Optional[str] = None
+                             ) -> Callable[[dict], dict]:
     def preprocessing_fn(inputs: dict) -> dict:
-        return transform_features(inputs, schema)
+        return transform_features(inputs, schema, label_key=label_key)
     return preprocessing_fn

@@ -13,6 +13,9 @@ from components.shards import ShardingOptions
 class TransformOptions(JsonOptions):
     module_file: Optional[str] = None  # a .py file defining preprocessing_fn
     preprocessing_fn: Optional[str] = None  # or "package.module.function"
+    # The schema-derived preprocessing_fn keeps this feature in its own units (a string label
+    # becomes vocabulary ids); see components/transform/defaults.py.
+    label_key: Optional[str] = None
     # Rows per packed tf.Example (components/packing.py); 0 writes one tf.Example per row,
     # the layout stock components read.
     packed_rows: int = 1024

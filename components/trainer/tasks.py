@@ -1,0 +1,120 @@
+"""What a label asks of the model: binary, multiclass or regression. No TensorFlow here, so
+the pipeline can settle the task (and the Evaluator's metrics) before anything trains.
+
+The rules, from the label's values or its schema:
+- a float label is regression;
+- an int label whose values are all 0 or 1 is binary, any other int label is multiclass;
+- a string label with two values is binary, with more it is multiclass (Transform maps the
+  strings to ids through a vocabulary, whose size is the number of classes).
+The `task` setting overrides them: a float label holding 0.0 and 1.0 is regression unless
+`task=binary` says otherwise.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from tensorflow_metadata.proto.v0 import schema_pb2
+
+AUTO = "auto"
+BINARY = "binary"
+MULTICLASS = "multiclass"
+REGRESSION = "regression"
+TASKS = (BINARY, MULTICLASS, REGRESSION)
+
+# The serving signature's outputs. Binary: the positive class's probability. Multiclass: every
+# class's probability, the top class's id and its name (the label's value: a vocabulary
+# string, or the int). Regression: the predicted value.
+PROBABILITY = "probability"
+PROBABILITIES = "probabilities"
+CLASS_IDS = "class_ids"
+CLASSES = "classes"
+PREDICTION = "prediction"
+
+
+class TaskError(ValueError):
+    """A label the task cannot be settled from; the message says which setting fixes it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelSummary:
+    """What a sample of the label says: its task, and the numbers the Evaluator's default
+    bounds come from (regression: the MSE of predicting the sample's mean)."""
+
+    task: str
+    rows: int
+    distinct: Optional[int] = None
+    mean: Optional[float] = None
+    variance: Optional[float] = None
+
+
+def check_task(task: Optional[str]) -> None:
+    if task not in (None, AUTO) + TASKS:
+        raise ValueError(f"task must be one of {(AUTO,) + TASKS}, not {task!r}")
+
+
+def summarize_label(values, label_key: str, source: str) -> LabelSummary:
+    """The task of a label from a pyarrow array of its values (CSV text included: text that
+    parses as numbers is numbers)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
+        values = pc.list_flatten(values)
+    values = values.drop_null()
+    if not len(values):
+        raise TaskError(f"{source}: the label {label_key!r} has no values in the rows sampled; "
+                        f"set label_key to a column of the data, or set task="
+                        f"binary|multiclass|regression when preprocessing_fn computes it")
+    if pa.types.is_binary(values.type) or pa.types.is_string(values.type) or \
+            pa.types.is_large_binary(values.type):
+        values = _as_numbers(values)
+    if pa.types.is_boolean(values.type):
+        values = values.cast(pa.int64())
+    if pa.types.is_integer(values.type):
+        distinct = pc.unique(values)
+        binary = set(distinct.to_pylist()) <= {0, 1}
+        return LabelSummary(BINARY if binary else MULTICLASS, len(values), len(distinct))
+    if pa.types.is_floating(values.type) or pa.types.is_decimal(values.type):
+        numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        return LabelSummary(REGRESSION, len(values), None, float(numbers.mean()),
+                            float(numbers.var()))
+    distinct = len(pc.unique(values))
+    if distinct < 2:
+        raise TaskError(f"{source}: the label {label_key!r} holds one value in the rows "
+                        f"sampled; a model cannot learn from it")
+    return LabelSummary(BINARY if distinct == 2 else MULTICLASS, len(values), distinct)
+
+
+def _as_numbers(values):
+    """Text that is all ints becomes int64, all numbers float64; anything else stays text."""
+    import pyarrow as pa
+
+    for number_type in (pa.int64(), pa.float64()):
+        try:
+            return values.cast(pa.string()).cast(number_type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    return values
+
+
+def task_from_schema(label: Optional[schema_pb2.Feature]) -> Optional[str]:
+    """The task a (transformed) label's schema implies, or None when it does not say: a float
+    is regression, an int with a categorical domain (a vocabulary) is binary for two ids and
+    multiclass for more."""
+    if label is None:
+        return None
+    if label.type == schema_pb2.FLOAT:
+        return REGRESSION
+    if label.type == schema_pb2.INT and label.HasField("int_domain") and \
+            label.int_domain.max > 0:
+        return BINARY if label.int_domain.max == 1 else MULTICLASS
+    return None
+
+
+def classes_from_schema(label: Optional[schema_pb2.Feature]) -> Optional[int]:
+    """Classes of an int label whose domain gives its range (Transform's vocabulary ids)."""
+    if label is not None and label.type == schema_pb2.INT and label.HasField("int_domain") \
+            and label.int_domain.max > 0:
+        return int(label.int_domain.max) + 1
+    return None

@@ -1,0 +1,223 @@
+"""Training beyond one replica, on CPU as CI has it: MirroredStrategy over two logical CPU
+devices in one process, and MultiWorkerMirroredStrategy over two worker processes on
+127.0.0.1, each running run_fn as the Trainer does on every replica of a cluster."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import tensorflow as tf
+
+from components import taxi
+from components.example_gen import beam_job
+from components.example_gen.options import ExampleGenOptions
+from components.shards import ShardingOptions
+from components.trainer.input import build_dataset
+from components.trainer.options import InputConfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# What each training process runs: run_fn with real FnArgs, as TFX's Trainer calls it.
+RUN_FN = textwrap.dedent("""
+    import json, os, sys
+    import tensorflow as tf
+    if os.environ.get("LOGICAL_CPUS"):
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * int(os.environ["LOGICAL_CPUS"]))
+    from tfx.components.trainer.fn_args_utils import FnArgs
+    from components.trainer import module
+    examples, out, settings = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    module.run_fn(FnArgs(
+        train_files=[os.path.join(examples, "Split-train", "*")],
+        eval_files=[os.path.join(examples, "Split-eval", "*")],
+        schema_path=os.path.join(examples, "schema.pbtxt"),
+        model_run_dir=os.path.join(out, "model_run"),
+        serving_model_dir=os.path.join(out, "serving"),
+        train_steps=60, eval_steps=2, custom_config=settings))
+""")
+SETTINGS = {**taxi.TRAINER_SETTINGS, "batch_size": 64, "epochs": 3}
+
+
+@pytest.fixture(scope="module")
+def four_shard_examples(taxi_slice_dir, tmp_path_factory) -> str:
+    out = str(tmp_path_factory.mktemp("four_shards") / "examples")
+    beam_job.run(ExampleGenOptions(source=os.path.join(taxi_slice_dir, "data.csv"),
+                                   sharding=ShardingOptions(num_shards=4)), out)
+    return out
+
+
+def start(examples: str, out: str, env: dict) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-W", "ignore", "-c", RUN_FN, examples, out, json.dumps(SETTINGS)],
+        cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": REPO, **env},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(process: subprocess.Popen, timeout: float = 300) -> None:
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output[-4000:]
+
+
+def losses(report: dict) -> list[float]:
+    return [epoch["metrics"]["loss"] for epoch in report["epochs"]]
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.fixture(scope="module")
+def training_runs(four_shard_examples, tmp_path_factory) -> dict:
+    """At once: one process with MirroredStrategy over two logical CPUs, and two worker
+    processes of one MultiWorkerMirroredStrategy cluster on 127.0.0.1."""
+    mirrored, cluster = (tmp_path_factory.mktemp(n) for n in ("mirrored", "workers"))
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    processes = [start(four_shard_examples, str(mirrored), {"LOGICAL_CPUS": "2"})] + [
+        start(four_shard_examples, str(cluster), {"TF_CONFIG": json.dumps({
+            "cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})})
+        for index in range(2)]
+    for process in processes:
+        finish(process)
+    return {"mirrored": mirrored, "workers": cluster}
+
+
+def test_mirrored_strategy_over_two_logical_cpus_reduces_loss(training_runs):
+    out = training_runs["mirrored"]
+    with open(out / "model_run" / "input_report.json") as f:
+        report = json.load(f)
+    assert (report["strategy"], report["replicas"]) == ("MirroredStrategy", 2)
+    assert report["global_batch_size"] == 64  # global: 32 per replica
+    assert losses(report)[-1] < losses(report)[0], losses(report)
+    assert os.path.exists(out / "serving" / "saved_model.pb")
+
+
+def test_two_workers_train_on_different_files_and_reduce_loss(training_runs):
+    out = training_runs["workers"]
+    reports = []
+    for folder in ("model_run", os.path.join("model_run", "worker-1")):
+        with open(out / folder / "input_report.json") as f:
+            reports.append(json.load(f))
+    for report in reports:
+        assert (report["strategy"], report["workers"]) == ("MultiWorkerMirroredStrategy", 2)
+        assert losses(report)[-1] < losses(report)[0], losses(report)
+    chief_files, other_files = (set(r["input_files"]) for r in reports)
+    assert len(chief_files) == len(other_files) == 2 and not chief_files & other_files
+    # Only the chief exports the model.
+    assert os.path.exists(out / "serving" / "saved_model.pb")
+    assert not os.path.exists(out / "model_run" / "worker-1" / "model_copy")
+
+
+def eval_rows(examples: str, context=None) -> list[tuple[float, float]]:
+    """(trip_seconds, fare) of every eval row one input pipeline yields."""
+    from components.codec import schema_file
+
+    dataset = build_dataset(os.path.join(examples, "Split-eval", "*"),
+                            schema_file.load_schema(examples), None,
+                            feature_keys=["trip_seconds", "fare"],
+                            config=InputConfig(batch_size=50, training=False, num_epochs=1),
+                            input_context=context)
+    return [(float(s), float(f)) for batch in dataset
+            for s, f in zip(batch["trip_seconds"].numpy().ravel(),
+                            batch["fare"].numpy().ravel())]
+
+
+def test_fewer_files_than_pipelines_shards_by_record(taxi_examples):
+    """One file, two input pipelines: each keeps every other record, none is read twice."""
+    assert len(os.listdir(os.path.join(taxi_examples, "Split-eval"))) == 1
+    first, second = (eval_rows(taxi_examples, tf.distribute.InputContext(
+        num_input_pipelines=2, input_pipeline_id=pipeline)) for pipeline in (0, 1))
+    everything = eval_rows(taxi_examples)
+    assert abs(len(first) - len(second)) <= 1
+    assert sorted(first + second) == sorted(everything)
+
+
+# --- tf.data service ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def data_service():
+    """A dispatcher and two workers on loopback ports, each its own `tfrp data-service`
+    process; yields the dispatcher's grpc:// address."""
+    import time
+
+    dispatcher_port, first, second = free_ports(3)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": REPO}
+    command = [sys.executable, "-W", "ignore", "-m", "pipeline.cli", "data-service"]
+    servers = [subprocess.Popen(command + ["dispatcher", "--port", str(dispatcher_port)],
+                                cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)]
+    time.sleep(3)
+    servers += [subprocess.Popen(command + ["worker", "--dispatcher",
+                                            f"localhost:{dispatcher_port}", "--port",
+                                            str(port)], cwd=REPO, env=env,
+                                 stderr=subprocess.PIPE, text=True) for port in (first, second)]
+    for server in servers:  # each says it started, on stderr
+        line = server.stderr.readline()
+        assert "tf.data service" in line, line
+    yield f"grpc://localhost:{dispatcher_port}"
+    for server in servers:
+        server.kill()
+        server.wait()
+
+
+@pytest.fixture(scope="module")
+def row_id_examples(tmp_path_factory) -> str:
+    """3,000 rows with a row_id, in 4 shards per split."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path_factory.mktemp("row_ids")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=3000)
+    pq.write_table(pa.table({"row_id": np.arange(3000), "x": x, "label": (x > 0).astype(int)}),
+                   folder / "rows.parquet")
+    out = str(folder / "examples")
+    beam_job.run(ExampleGenOptions(source=str(folder / "rows.parquet"),
+                                   sharding=ShardingOptions(num_shards=4)), out)
+    return out
+
+
+def epoch_row_ids(examples: str, service=None) -> list[int]:
+    from components.codec import schema_file
+
+    dataset = build_dataset(os.path.join(examples, "Split-train", "*"),
+                            schema_file.load_schema(examples), None, feature_keys=["row_id"],
+                            config=InputConfig(batch_size=64, num_epochs=1, service=service))
+    return [int(v) for batch in dataset for v in batch["row_id"].numpy().ravel()]
+
+
+def test_the_data_service_yields_every_row_of_an_epoch_once(row_id_examples, data_service):
+    direct = epoch_row_ids(row_id_examples)
+    served = epoch_row_ids(row_id_examples, data_service)
+    assert len(direct) > 1000 and len(set(direct)) == len(direct)
+    assert sorted(served) == sorted(direct)
+
+
+def test_training_through_the_data_service_reduces_loss(row_id_examples, data_service,
+                                                       tmp_path):
+    from components.codec import schema_file
+    from components.trainer import fit, module
+
+    schema = schema_file.load_schema(row_id_examples)
+    files = os.path.join(row_id_examples, "Split-train", "*")
+    data = build_dataset(files, schema, "label", feature_keys=["x"],
+                         config=InputConfig(batch_size=64, service=data_service))
+    sample = build_dataset(files, schema, "label", feature_keys=["x"],
+                           config=InputConfig(batch_size=64, training=False)).take(2)
+    model = module.build_tabular_model(schema, ["x"], sample, module.Head("binary"))
+    result = fit.train(model, tf.distribute.get_strategy(), data, steps=60, steps_per_epoch=20,
+                       log_dir=str(tmp_path), global_batch_size=64)
+    report = result.report()
+    assert losses(report)[-1] < losses(report)[0], losses(report)
+    # The input-wait report still times each step's wait for its batch.
+    assert all(epoch["wait_seconds"] > 0 for epoch in report["epochs"])

@@ -1,0 +1,166 @@
+"""Every tabular task on real data: the rules that settle a label's task, and `tfrp run` on
+scikit-learn's iris (a string label, 3 classes) and diabetes (a float target)."""
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import tensorflow as tf
+from sklearn import datasets as sk
+
+from components.example_gen import encode
+from components.trainer import tasks
+from conftest import tfrp, tfrp_concurrently
+
+
+# --- the rules ------------------------------------------------------------------------------
+def test_the_task_follows_the_labels_values():
+    iris = sk.load_iris()
+    species = pa.array([str(iris.target_names[t]) for t in iris.target])
+    assert tasks.summarize_label(species, "species", "iris").task == tasks.MULTICLASS
+    target = sk.load_diabetes().target
+    summary = tasks.summarize_label(pa.array(target), "target", "diabetes")
+    assert summary.task == tasks.REGRESSION
+    assert summary.mean == pytest.approx(target.mean())
+    assert summary.variance == pytest.approx(target.var())
+    cancer = sk.load_breast_cancer().target
+    assert tasks.summarize_label(pa.array(cancer), "y", "cancer").task == tasks.BINARY
+    wine = sk.load_wine().target
+    assert tasks.summarize_label(pa.array(wine), "y", "wine").task == tasks.MULTICLASS
+    two = pa.array(["yes", "no", None, "yes"])
+    assert tasks.summarize_label(two, "y", "f").task == tasks.BINARY
+    with pytest.raises(tasks.TaskError, match="f: the label 'y' holds one value"):
+        tasks.summarize_label(pa.array(["a", "a"]), "y", "f")
+    with pytest.raises(tasks.TaskError, match="f: the label 'y' has no values"):
+        tasks.summarize_label(pa.array([None, None], pa.string()), "y", "f")
+
+
+def test_csv_text_is_typed_before_the_rules(taxi_csv):
+    """The CSV reader's first pass gives text; text that is all numbers is numbers."""
+    for column, task in (("tips", tasks.REGRESSION), ("trip_start_hour", tasks.MULTICLASS),
+                         ("payment_type", tasks.MULTICLASS)):
+        path, values = encode.sample_column(taxi_csv, "auto", column, max_rows=5_000)
+        assert path == taxi_csv and len(values) == 5_000
+        assert tasks.summarize_label(values, column, path).task == task
+    assert encode.sample_column(taxi_csv, "auto", "no_such_column")[1] is None
+
+
+# --- whole runs -----------------------------------------------------------------------------
+def table_run_args(folder, table: pa.Table, label: str, *settings: str) -> tuple:
+    """`tfrp run --dataset table` on `table`, written once as Parquet under `folder`."""
+    data = os.path.join(folder, "data")
+    if not os.path.exists(data):  # written once: a rerun finds the same file and its cache
+        os.makedirs(data)
+        pq.write_table(table, os.path.join(data, "part-0.parquet"))
+    return ("run", "--dataset", "table", "--data-root", data, "--output-root", str(folder),
+            "--pipeline-name", f"test-{label}", "--set", f"label_key={label}",
+            "--set", "batch_size=32", "--eval-steps", "5", *settings)
+
+
+def summary_of(folder, label: str):
+    from pipeline import run_summary
+
+    name = f"test-{label}"
+    return run_summary.summarize(os.path.join(str(folder), "metadata", name, "metadata.db"),
+                                 name)
+
+
+def iris_frame():
+    iris = sk.load_iris(as_frame=True)
+    frame = iris.frame.rename(columns=lambda c: c.replace(" (cm)", "").replace(" ", "_"))
+    frame["species"] = [str(iris.target_names[t]) for t in frame.pop("target")]
+    return frame
+
+
+@pytest.fixture(scope="module")
+def table_runs(tmp_path_factory):
+    """iris (a string label) and diabetes (a float target) through `tfrp run`, at once."""
+    iris, diabetes = iris_frame(), sk.load_diabetes(as_frame=True).frame
+    iris_folder, diabetes_folder = (tmp_path_factory.mktemp(n) for n in ("iris", "diabetes"))
+    diabetes_table = pa.Table.from_pandas(diabetes, preserve_index=False)
+    iris_result, diabetes_result = tfrp_concurrently(
+        table_run_args(iris_folder, pa.Table.from_pandas(iris, preserve_index=False),
+                       "species", "--train-steps", "300", "--set", "min_accuracy=0.9"),
+        table_run_args(diabetes_folder, diabetes_table, "target", "--train-steps", "400"))
+    return {"iris": (iris, iris_result.stdout, summary_of(iris_folder, "species")),
+            "diabetes": (diabetes, diabetes_folder, diabetes_table, diabetes_result.stdout,
+                         summary_of(diabetes_folder, "target"))}
+
+
+@pytest.fixture(scope="module")
+def iris_run(table_runs):
+    return table_runs["iris"]
+
+
+@pytest.fixture(scope="module")
+def diabetes_run(table_runs):
+    return table_runs["diabetes"]
+
+
+def score(model_dir: str, rows: list[dict]) -> dict:
+    """The pushed model's serving signature on raw tf.Examples built from `rows`."""
+    def feature(value):
+        if isinstance(value, str):
+            return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode()]))
+        return tf.train.Feature(float_list=tf.train.FloatList(value=[float(value)]))
+
+    examples = [tf.train.Example(features=tf.train.Features(
+        feature={k: feature(v) for k, v in row.items()})).SerializeToString() for row in rows]
+    serve = tf.saved_model.load(model_dir).signatures["serving_default"]
+    return {k: v.numpy() for k, v in serve(examples=tf.constant(examples)).items()}
+
+
+def split_values(summary, column: str, split: str) -> np.ndarray:
+    """`column` of every row ExampleGen wrote to `split`, read back with TensorFlow."""
+    examples = next(a.uri for a in summary.artifacts["Examples"]
+                    if "ShardedExampleGen" in a.uri)
+    files = glob.glob(os.path.join(examples, f"Split-{split}", "*"))
+    spec = {column: tf.io.FixedLenFeature([], tf.float32)}
+    data = tf.data.TFRecordDataset(files, compression_type="GZIP").batch(1024).map(
+        lambda records: tf.io.parse_example(records, spec)[column])
+    return np.concatenate([batch.numpy() for batch in data])
+
+
+def test_iris_string_label_trains_a_multiclass_model_that_names_its_classes(iris_run):
+    frame, stdout, summary = iris_run
+    assert "Task: multiclass" in stdout
+    assert summary.evaluation["sparse_categorical_accuracy"] >= 0.9
+    assert summary.blessed and summary.pushed_model  # min_accuracy=0.9 is the bound
+    scored = score(summary.pushed_model, frame.drop(columns=["species"]).to_dict("records"))
+    assert scored[tasks.PROBABILITIES].shape == (150, 3)
+    assert np.allclose(scored[tasks.PROBABILITIES].sum(axis=1), 1, atol=1e-4)
+    names = [n.decode() for n in scored[tasks.CLASSES]]
+    assert set(names) <= {"setosa", "versicolor", "virginica"}
+    assert np.mean(np.array(names) == frame["species"].to_numpy()) >= 0.9
+
+
+def test_diabetes_regression_beats_predicting_the_train_mean(diabetes_run):
+    frame, _, _, stdout, summary = diabetes_run
+    assert "Task: regression" in stdout
+    train, evaluation = split_values(summary, "target", "train"), \
+        split_values(summary, "target", "eval")
+    assert len(train) + len(evaluation) == len(frame)
+    baseline = float(np.mean((evaluation - train.mean()) ** 2))
+    mse = summary.evaluation["mean_squared_error"]
+    assert mse < baseline, (mse, baseline)
+    # The default bound is the MSE of predicting the label's mean, so this model passes it.
+    assert summary.blessed and summary.pushed_model
+    scored = score(summary.pushed_model, frame.drop(columns=["target"]).head(4).to_dict("records"))
+    prediction = scored[tasks.PREDICTION]
+    assert prediction.dtype == np.float32 and prediction.shape == (4, 1)
+    # In the target's own units (25..346), not standardised ones.
+    assert 25 < prediction.mean() < 346
+
+
+def test_a_regression_model_above_max_mse_is_not_blessed(diabetes_run):
+    _, folder, table, _, _ = diabetes_run
+    tfrp(*table_run_args(folder, table, "target", "--train-steps", "400",
+                         "--set", "max_mse=1"))
+    summary = summary_of(folder, "target")
+    assert summary.components["Trainer"] == "cached"  # only the bound changed
+    assert summary.evaluation["mean_squared_error"] > 1
+    assert summary.blessed is False and not summary.pushed_model
