@@ -80,13 +80,14 @@ def free_ports(count: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def training_runs(four_shard_examples, tmp_path_factory) -> dict:
-    """At once: one process with MirroredStrategy over two logical CPUs, and two worker
-    processes of one MultiWorkerMirroredStrategy cluster on 127.0.0.1."""
+    """One process with MirroredStrategy over two logical CPUs; then the two worker processes
+    of one MultiWorkerMirroredStrategy cluster on 127.0.0.1 (all three at once would be
+    three trainers on this machine's two cores)."""
     mirrored, cluster = (tmp_path_factory.mktemp(n) for n in ("mirrored", "workers"))
+    finish(start(four_shard_examples, str(mirrored), {"LOGICAL_CPUS": "2"}))
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-    processes = [start(four_shard_examples, str(mirrored), {"LOGICAL_CPUS": "2"})] + [
-        start(four_shard_examples, str(cluster), {"TF_CONFIG": json.dumps({
-            "cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})})
+    processes = [start(four_shard_examples, str(cluster), {"TF_CONFIG": json.dumps({
+        "cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})})
         for index in range(2)]
     for process in processes:
         finish(process)
