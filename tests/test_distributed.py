@@ -25,6 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What each training process runs: run_fn with real FnArgs, as TFX's Trainer calls it.
 RUN_FN = textwrap.dedent("""
     import json, os, sys
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
     if os.environ.get("LOGICAL_CPUS"):
         cpu = tf.config.list_physical_devices("CPU")[0]

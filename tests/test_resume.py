@@ -28,6 +28,7 @@ STEPS = -(-ROWS // BATCH)  # one epoch
 # when it fetches the batch after that step.
 TRAIN = textwrap.dedent("""
     import json, os, signal, sys
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
     from components.codec import schema_file
     from components.trainer import fit, module
