@@ -120,6 +120,14 @@ def digits_examples(tmp_path_factory) -> str:
 REACHABLE = {"min_accuracy": 0.5, "min_auc": 0.5}
 
 
+def latest_summary(config):
+    """The summary of the latest run of `config`'s pipeline, from its metadata store."""
+    from pipeline import local_runner, run_summary
+
+    return run_summary.summarize(local_runner.local_config(config).metadata_path,
+                                 config.pipeline_name)
+
+
 def taxi_run_args(config) -> list[str]:
     """The `tfrp run` arguments that build `config` (the taxi_run settings)."""
     return ["--data-root", config.data_root, "--output-root", config.output_root,
@@ -133,29 +141,22 @@ def taxi_run_args(config) -> list[str]:
 def taxi_cli_run(taxi_slice_dir, tmp_path_factory):
     """The whole pipeline on LocalDagRunner over the 2,000-trip slice, run as a user runs it
     (`tfrp run`, output as a shell shows it): (config, summary, the command's result)."""
-    from pipeline import local_runner, run_summary
     from pipeline.configs import PipelineConfig
 
     config = PipelineConfig(pipeline_name="test-taxi", data_root=taxi_slice_dir,
                             output_root=str(tmp_path_factory.mktemp("runs")),
                             train_steps=100, eval_steps=5, batch_size=64, **REACHABLE)
     result = tfrp("run", *taxi_run_args(config), as_user=True)
-    summary = run_summary.summarize(local_runner.local_config(config).metadata_path,
-                                    config.pipeline_name)
-    return config, summary, result
+    return config, latest_summary(config), result
 
 
 @pytest.fixture(scope="session")
 def taxi_cli_rerun(taxi_cli_run):
     """The same `tfrp run` again, with -v, into the same store: every component cached.
     (summary, the command's result)."""
-    from pipeline import local_runner, run_summary
-
     config, _, _ = taxi_cli_run
     result = tfrp("-v", "run", *taxi_run_args(config), as_user=True)
-    summary = run_summary.summarize(local_runner.local_config(config).metadata_path,
-                                    config.pipeline_name)
-    return summary, result
+    return latest_summary(config), result
 
 
 @pytest.fixture(scope="session")

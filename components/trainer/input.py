@@ -225,9 +225,6 @@ def input_share(files: list[str], input_context: Optional[tf.distribute.InputCon
         return files, None
     if len(files) >= pipelines:
         return files[input_context.input_pipeline_id::pipelines], None
-    logging.warning("%d input pipelines but %d file(s): sharding by record; write at least "
-                    "%d shards to let each pipeline read its own files", pipelines, len(files),
-                    pipelines)
     return files, (pipelines, input_context.input_pipeline_id)
 
 
@@ -280,9 +277,13 @@ def build_dataset(
     if config.service and config.skip_corrupt:
         raise ValueError("skip_corrupt reads damaged files in this process, which tf.data "
                          "service workers cannot run; use one or the other")
-    files, record_share = input_share(resolve_files(file_patterns), input_context)
-    if config.service:  # the service hands out the files; each trainer gets its share
-        files, record_share = resolve_files(file_patterns), None
+    files, record_share = resolve_files(file_patterns), None
+    if not config.service:  # else the service hands out the files
+        files, record_share = input_share(files, input_context)
+    if record_share:
+        logging.warning("%d input pipelines but %d file(s): sharding by record; write at "
+                        "least %d shards to let each pipeline read its own files",
+                        record_share[0], len(files), record_share[0])
     compression = _compression_type(files, config.compression)
     damaged = scan_for_corruption(files) if config.skip_corrupt else {}
     # Record-level sharding needs every pipeline to see the records in the same order.

@@ -281,6 +281,11 @@ def run_fn(fn_args: Any) -> None:
     # the model, which saving under MultiWorkerMirroredStrategy needs) in a folder of its own.
     run_dir = fn_args.model_run_dir if worker is None else os.path.join(
         fn_args.model_run_dir, f"worker-{worker}")
+    # Each worker saves its own input position, beside the chief's.
+    checkpoint_dir = options.checkpoint_dir or os.path.join(fn_args.model_run_dir,
+                                                            "checkpoints")
+    if worker is not None:
+        checkpoint_dir = os.path.join(checkpoint_dir, f"worker-{worker}")
     read_files: list[str] = []
 
     def dataset_fn(files, training: bool):
@@ -288,7 +293,7 @@ def run_fn(fn_args: Any) -> None:
             config = options.input_config(context.get_per_replica_batch_size(global_batch),
                                           training)
             if training:
-                read_files.extend(input_share(resolve_files(files), context)[0])
+                read_files.extend(input_share(train_files, context)[0])
             return build_dataset(files, data_schema, None if label_fn else label_key,
                                  feature_keys=feature_keys, label_fn=label_fn,
                                  label_inputs=label_inputs if label_fn else (),
@@ -315,9 +320,8 @@ def run_fn(fn_args: Any) -> None:
                            log_dir=run_dir, global_batch_size=global_batch,
                            eval_data=evaluation, eval_steps=fn_args.eval_steps or 0,
                            checkpointing=fit.Checkpointing(
-                               options.checkpoint_dir if worker is None and
-                               options.checkpoint_dir else os.path.join(run_dir, "checkpoints"),
-                               options.checkpoint_every) if options.checkpoint_every else None)
+                               checkpoint_dir, options.checkpoint_every)
+                           if options.checkpoint_every else None)
     report = result.report()
     report.update(task=head.task, strategy=distribute.strategy_name(strategy),
                   replicas=strategy.num_replicas_in_sync,

@@ -97,8 +97,9 @@ class TrainerOptions(JsonOptions):
     # Save model, optimizer, step and the input iterator's position every N steps (0: never);
     # a Trainer restarted with the same checkpoint_dir goes on from the last save, mid-epoch.
     checkpoint_every: int = 0
-    # Default: <model_run_dir>/checkpoints. TFX gives each execution a new model_run_dir, so
-    # set a stable path for a restarted pipeline run to find the checkpoints.
+    # Default: <model_run_dir>/checkpoints (worker i of a cluster: its worker-i/ there). TFX
+    # gives each execution a new model_run_dir, so set a stable path for a restarted
+    # pipeline run to find the checkpoints.
     checkpoint_dir: Optional[str] = None
 
     @classmethod

@@ -102,13 +102,11 @@ def task_from_schema(label: Optional[schema_pb2.Feature]) -> Optional[str]:
     """The task a (transformed) label's schema implies, or None when it does not say: a float
     is regression, an int with a categorical domain (a vocabulary) is binary for two ids and
     multiclass for more."""
-    if label is None:
-        return None
-    if label.type == schema_pb2.FLOAT:
+    if label is not None and label.type == schema_pb2.FLOAT:
         return REGRESSION
-    if label.type == schema_pb2.INT and label.HasField("int_domain") and \
-            label.int_domain.max > 0:
-        return BINARY if label.int_domain.max == 1 else MULTICLASS
+    classes = classes_from_schema(label)
+    if classes:
+        return BINARY if classes == 2 else MULTICLASS
     return None
 
 
