@@ -26,6 +26,7 @@ setup(
         "kfp",
         "google-cloud-aiplatform",
         "pyspark",
+        "numba",
     ],
     extras_require={"dev": ["pytest", "hypothesis", "torch", "tfrecord"]},
     entry_points={"console_scripts": ["tfrp=pipeline.cli:main"]},

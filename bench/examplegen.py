@@ -1,8 +1,15 @@
-"""`tfrp bench examplegen`: ours vs stock CsvExampleGen, each as a one-component LocalDagRunner
-pipeline with the same Beam settings, on the same seeded taxi-like CSV.
+"""`tfrp bench examplegen`: ours vs stock CsvExampleGen on the same seeded taxi-like CSV, each
+run as a user runs it, in a whole fresh process (imports included) with the same Beam settings.
 
-Each measurement runs in a fresh subprocess so its peak RSS is its own and no import or cache
-from an earlier run helps it. Timing covers `LocalDagRunner.run`, not interpreter start-up.
+- `stock`: CsvExampleGen in a one-component LocalDagRunner pipeline (gzip at zlib's level 6,
+  which Beam's TFRecord sink uses).
+- `ours`: `tfrp examplegen SOURCE OUT`, our command line (gzip level 1, our default).
+- `ours-gzip6`: the same at stock's gzip level.
+- `ours-tfx`: ShardedExampleGen in a one-component LocalDagRunner pipeline, like stock.
+
+Each child reports its in-run time (the run call alone), its output's bytes on disk, its peak
+RSS and its RSS right after its imports (so memory can be compared without ~1 GB of imports);
+the parent adds the whole process's wall time, the figure the headline ratio uses.
 """
 from __future__ import annotations
 
@@ -10,15 +17,30 @@ import json
 import os
 import resource
 import shutil
-import statistics
-import subprocess
 import sys
 import time
+from typing import Callable
 
-IMPLEMENTATIONS = ("stock", "ours")
+from bench import processes
+
+IMPLEMENTATIONS = ("stock", "ours", "ours-gzip6", "ours-tfx")  # the first is the baseline
 
 
-def _one_run(impl: str, data_dir: str, work_dir: str, beam_args: list[str]) -> dict:
+def _rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def _data_bytes(folder: str) -> int:
+    """Bytes of the Split-* data files below `folder` (schema and manifest left out)."""
+    return sum(os.path.getsize(os.path.join(root, name))
+               for root, _, names in os.walk(folder) if "Split-" in root for name in names)
+
+
+def _tfx_pipeline(impl: str, data_dir: str, work_dir: str, beam_args: list[str]):
     from tfx import v1 as tfx
 
     if impl == "stock":
@@ -27,56 +49,74 @@ def _one_run(impl: str, data_dir: str, work_dir: str, beam_args: list[str]) -> d
         from components.example_gen.component import ShardedExampleGen
 
         component = ShardedExampleGen(source=data_dir, format="csv")
-    shutil.rmtree(work_dir, ignore_errors=True)
-    os.makedirs(work_dir)
-    pipeline = tfx.dsl.Pipeline(
+    return tfx.dsl.Pipeline(
         pipeline_name=f"bench-{impl}", pipeline_root=os.path.join(work_dir, "root"),
         components=[component], enable_cache=False, beam_pipeline_args=beam_args,
         metadata_connection_config=tfx.orchestration.metadata
         .sqlite_metadata_connection_config(os.path.join(work_dir, "metadata.db")))
-    start = time.perf_counter()
-    tfx.orchestration.LocalDagRunner().run(pipeline)
-    seconds = time.perf_counter() - start
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _child(impl: str, data_dir: str, work_dir: str, beam_args: list[str]) -> dict:
     shutil.rmtree(work_dir, ignore_errors=True)
-    return {"impl": impl, "seconds": seconds, "peak_rss_mb": peak_kb / 1024}
+    os.makedirs(work_dir)
+    if impl in ("stock", "ours-tfx"):
+        from tfx import v1 as tfx
 
+        # The executor's imports happen inside the run; done here, they count as imports.
+        if impl == "stock":
+            from tfx.components.example_gen.csv_example_gen import executor
+        else:
+            from components.example_gen import executor
+        assert executor
+        pipeline = _tfx_pipeline(impl, data_dir, work_dir, beam_args)
+        rss_after_imports = _rss_mb()
+        start = time.perf_counter()
+        tfx.orchestration.LocalDagRunner().run(pipeline)
+        output = os.path.join(work_dir, "root")
+    else:
+        from components.example_gen import beam_job  # what the command imports
+        from pipeline import cli
 
-def measure(impl: str, data_dir: str, work_dir: str, beam_args: list[str]) -> dict:
-    """Runs one measurement in a child interpreter and returns its JSON line."""
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
-    out = subprocess.run(
-        [sys.executable, "-W", "ignore", "-m", "bench.examplegen", impl, data_dir, work_dir,
-         json.dumps(beam_args)],
-        capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        raise RuntimeError(f"{impl} run failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        assert beam_job
+        output = os.path.join(work_dir, "out")
+        level = ["--compression-level", "6"] if impl == "ours-gzip6" else []
+        rss_after_imports = _rss_mb()
+        start = time.perf_counter()
+        cli.main(["examplegen", data_dir, output, *level, *beam_args], standalone_mode=False)
+    seconds = time.perf_counter() - start
+    result = {"impl": impl, "seconds": seconds, "data_bytes": _data_bytes(output),
+              "rss_after_imports_mb": rss_after_imports,
+              "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    shutil.rmtree(work_dir, ignore_errors=True)
+    return result
 
 
 def run_benchmark(rows: int, work_root: str, repeats: int = 3,
-                  beam_args: list[str] | None = None, impls=IMPLEMENTATIONS) -> dict:
+                  beam_args: list[str] | None = None, impls=IMPLEMENTATIONS,
+                  log: Callable[[str], None] = print) -> dict:
     from bench import data
 
     data_dir = os.path.join(work_root, f"taxi-{rows}")
     data.write_taxi_csv(rows, data_dir)
     beam_args = beam_args or []
-    runs = {impl: [] for impl in impls}
-    for _ in range(repeats):
-        for impl in impls:  # interleaved so drift in the machine hits both alike
-            runs[impl].append(measure(impl, data_dir, os.path.join(work_root, "work"),
-                                      beam_args))
-    result = {"rows": rows, "repeats": repeats, "beam_args": beam_args}
-    for impl, items in runs.items():
-        seconds = statistics.median(r["seconds"] for r in items)
-        result[impl] = {"median_seconds": seconds, "rows_per_second": rows / seconds,
-                        "median_peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in items),
-                        "seconds": [r["seconds"] for r in items]}
-    if "stock" in result and "ours" in result:
-        result["speedup"] = result["stock"]["median_seconds"] / result["ours"]["median_seconds"]
-    return result
+    samples: dict[str, list[dict]] = {impl: [] for impl in impls}
+
+    def measure(impl: str) -> dict:
+        sample = processes.run_child("bench.examplegen", [
+            impl, data_dir, os.path.join(work_root, "work"), json.dumps(beam_args)])
+        samples[impl].append(sample)
+        return dict(sample, rows=rows)
+
+    result = processes.interleaved(impls, repeats, rows, measure, log, by="process_seconds")
+    for impl, entry in result["paths"].items():
+        entry.update(processes.medians(samples[impl], [
+            "seconds", "data_bytes", "peak_rss_mb", "rss_after_imports_mb"]))
+        entry["median_peak_rss_over_imports_mb"] = processes.medians(
+            [{"d": s["peak_rss_mb"] - s["rss_after_imports_mb"]} for s in samples[impl]],
+            ["d"])["median_d"]
+    return dict(result, beam_args=beam_args)
 
 
 if __name__ == "__main__":
     impl, data_dir, work_dir, beam_args = sys.argv[1:5]
-    print(json.dumps(_one_run(impl, data_dir, work_dir, json.loads(beam_args))))
+    print(json.dumps(_child(impl, data_dir, work_dir, json.loads(beam_args))))

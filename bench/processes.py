@@ -28,10 +28,16 @@ def run_child(module: str, args: Sequence[str]) -> dict:
     return dict(json.loads(out.stdout.strip().splitlines()[-1]), process_seconds=whole)
 
 
+def medians(samples: list[dict], keys: Sequence[str]) -> dict:
+    """{"median_<key>": median of the samples' values} for each key."""
+    return {f"median_{key}": statistics.median(s[key] for s in samples) for key in keys}
+
+
 def interleaved(names: Sequence[str], repeats: int, rows: int, measure: Callable[[str], dict],
-                log: Callable[[str], None]) -> dict:
+                log: Callable[[str], None], by: str = "seconds") -> dict:
     """Runs `measure(name)` for every name, `repeats` times, checks each handled `rows` rows,
-    and returns medians per name with the ratio to the first name (the baseline)."""
+    and returns medians per name with the ratio to the first name (the baseline). Rates and
+    ratios come from the `by` time: in-run `seconds` or the whole `process_seconds`."""
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for repeat in range(repeats):
         for name in names:
@@ -39,14 +45,14 @@ def interleaved(names: Sequence[str], repeats: int, rows: int, measure: Callable
             if runs[name][-1]["rows"] != rows:
                 raise RuntimeError(f"{name} handled {runs[name][-1]['rows']} rows, not {rows}")
         log(f"repeat {repeat + 1}/{repeats}: " + ", ".join(
-            f"{n} {runs[n][-1]['seconds']:.2f}s" for n in names))
+            f"{n} {runs[n][-1][by]:.2f}s" for n in names))
     paths = {}
     for name, items in runs.items():
-        seconds = statistics.median(r["seconds"] for r in items)
-        paths[name] = {
-            "rows_per_second": rows / seconds, "median_seconds": seconds,
-            "median_process_seconds": statistics.median(r["process_seconds"] for r in items),
-            "seconds": [r["seconds"] for r in items]}
+        paths[name] = dict(
+            medians(items, ["seconds", "process_seconds"]),
+            rows_per_second=rows / statistics.median(r[by] for r in items), rate_from=by,
+            seconds=[r["seconds"] for r in items],
+            process_seconds=[r["process_seconds"] for r in items])
     base = paths[names[0]]["rows_per_second"]
     for entry in paths.values():
         entry["vs_baseline"] = entry["rows_per_second"] / base

@@ -26,5 +26,5 @@ class WriteShards(beam.PTransform):
             | "AllChunks" >> beam.combiners.ToList()
             | "Plan" >> beam.FlatMap(shards.plan_shards, self._sharding)
             | "Spread" >> beam.Reshuffle()
-            | "Write" >> beam.Map(shards.write_shard, self._staging, self._sharding.compression)
+            | "Write" >> beam.Map(shards.write_shard, self._staging, self._sharding)
         )

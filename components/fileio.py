@@ -42,6 +42,12 @@ def walk(path: str):
     return _gfile().walk(path) if _remote(path) else os.walk(path)
 
 
+def glob(pattern: str) -> list[str]:
+    import glob as local_glob
+
+    return _gfile().glob(pattern) if _remote(pattern) else local_glob.glob(pattern)
+
+
 def makedirs(path: str) -> None:
     _gfile().makedirs(path) if _remote(path) else os.makedirs(path, exist_ok=True)
 

@@ -44,6 +44,9 @@ class ShardingOptions(JsonOptions):
     num_shards: Optional[int] = None
     shard_size_mb: Optional[float] = None
     compression: str = "gzip"  # "gzip" | "none"
+    # Level 1: gzip's higher levels cost 3-4x the CPU for a few percent of size (bench/RESULTS.md
+    # measures both). Stock ExampleGen writes through Beam at zlib's default, 6.
+    compression_level: int = 1
 
     def __post_init__(self):
         if self.num_shards is not None and self.shard_size_mb is not None:
@@ -54,6 +57,8 @@ class ShardingOptions(JsonOptions):
             raise ValueError("--shard-size-mb must be positive")
         if self.compression not in ("gzip", "none"):
             raise ValueError(f"--compression must be gzip or none, not {self.compression!r}")
+        if not 1 <= self.compression_level <= 9:
+            raise ValueError(f"--compression-level must be 1 to 9, not {self.compression_level}")
 
     @property
     def target_bytes(self) -> float:
@@ -282,13 +287,14 @@ def _pieces(stream: list[Chunk], begin: int, finish: int) -> list[Piece]:
     return pieces
 
 
-def write_shard(spec: ShardSpec, staging: str, compression: str) -> Shard:
+def write_shard(spec: ShardSpec, staging: str, sharding: ShardingOptions) -> Shard:
     """Copies the spec's byte ranges into one shard file.
 
     With gzip each piece becomes its own gzip member, compressed on a thread pool (zlib
     releases the GIL); concatenated members are one valid gzip stream, which TensorFlow's and
     Beam's readers both read through.
     """
+    compression = sharding.compression
     relative = spec.relative_path(compression)
     path = os.path.join(staging, relative)
     fileio.makedirs(os.path.dirname(path))
@@ -299,8 +305,8 @@ def write_shard(spec: ShardSpec, staging: str, compression: str) -> Shard:
             return f.read(piece.end - piece.start)
 
     def compress_piece(piece: Piece) -> tuple[bytes, int]:
-        # Level 1: gzip's higher levels cost 3-4x the CPU for a few percent of size.
-        return gzip.compress(read_piece(piece), compresslevel=1, mtime=0), piece.rows
+        return gzip.compress(read_piece(piece), compresslevel=sharding.compression_level,
+                             mtime=0), piece.rows
 
     members = []
     with fileio.open_file(path, "wb") as out:

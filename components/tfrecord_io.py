@@ -7,7 +7,6 @@ it was in; this reader says where, and can resynchronise past the damage.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import gzip
 import os
 import struct
@@ -56,34 +55,14 @@ def masked_crc(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
-@functools.lru_cache(maxsize=None)
-def _crc32c_table():
-    """The byte table of CRC-32C (Castagnoli, reflected polynomial 0x82F63B78)."""
-    import numpy as np
-
-    table = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-        table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1)
-    return table.astype(np.uint32)
-
-
-def _masked(crc):
-    import numpy as np
-
-    crc = np.asarray(crc, np.uint64)
-    rotated = ((crc >> np.uint64(15)) | (crc << np.uint64(17))) & np.uint64(0xFFFFFFFF)
-    return ((rotated + np.uint64(_MASK_DELTA)) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-
-
 def frame_records(records) -> tuple:
     """TFRecord framing of a whole batch: (framed bytes as a uint8 array, end offset of each
-    framed record). `records` is a pyarrow binary array or a list of bytes.
-
-    The length fields and their checksums are computed for every record at once; the data
-    checksum is google_crc32c's C code, record by record."""
+    framed record). `records` is a pyarrow binary array or a list of bytes; the framing and
+    both checksums are one compiled pass over the batch (codec/wire.py)."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
+
+    from components.codec import wire
 
     if not isinstance(records, (pa.Array, pa.ChunkedArray)):
         records = pa.array(records, pa.binary())
@@ -91,33 +70,15 @@ def frame_records(records) -> tuple:
         records = records.combine_chunks()
     if records.null_count:
         raise ValueError("a TFRecord cannot hold a null record")
-    offsets = np.frombuffer(records.buffers()[1], np.int32 if pa.types.is_binary(records.type)
-                            else np.int64)[records.offset:records.offset + len(records) + 1]
-    lengths = np.diff(offsets).astype(np.uint64)
-    length_bytes = lengths.view(np.uint8).reshape(-1, 8)  # little-endian uint64
-    table, crc = _crc32c_table(), np.full(len(lengths), 0xFFFFFFFF, np.uint32)
-    for k in range(8):
-        crc = table[(crc ^ length_bytes[:, k]) & 0xFF] ^ (crc >> np.uint32(8))
-    length_crc = _masked(crc ^ np.uint32(0xFFFFFFFF))
-    # google_crc32c takes bytes only, so the batch is copied once and sliced.
-    data = records.buffers()[2].to_pybytes() if len(records) else b""
-    data_crc = _masked(np.fromiter(
-        (google_crc32c.value(data[a:b]) for a, b in zip(offsets[:-1].tolist(),
-                                                        offsets[1:].tolist())),
-        np.uint64, count=len(lengths)))
-    head = np.empty((len(lengths), 12), np.uint8)
-    head[:, :8] = length_bytes
-    head[:, 8:] = length_crc.view(np.uint8).reshape(-1, 4)
-    heads = pa.Array.from_buffers(pa.binary(), len(lengths), [
-        None, pa.py_buffer(np.arange(len(lengths) + 1, dtype=np.int32) * 12),
-        pa.py_buffer(head)])
-    tails = pa.Array.from_buffers(pa.binary(), len(lengths), [
-        None, pa.py_buffer(np.arange(len(lengths) + 1, dtype=np.int32) * 4),
-        pa.py_buffer(data_crc.view(np.uint8))])
-    framed = pc.binary_join_element_wise(heads, records.cast(pa.binary()), tails, b"")
-    ends = np.cumsum(lengths.astype(np.int64) + _HEADER.size + _FOOTER.size)
-    body = framed.buffers()[2]
-    return np.frombuffer(body, np.uint8)[:int(ends[-1]) if len(ends) else 0], ends
+    if not len(records):
+        return np.zeros(0, np.uint8), np.zeros(0, np.int64)
+    width = np.int64 if pa.types.is_large_binary(records.type) else np.int32
+    offsets = np.frombuffer(records.buffers()[1], width)[
+        records.offset:records.offset + len(records) + 1].astype(np.int64)
+    data = np.frombuffer(records.buffers()[2], np.uint8) if records.buffers()[2] is not None \
+        else np.zeros(0, np.uint8)
+    return wire.frame_records(wire.frozen(data), wire.frozen(offsets),
+                              wire.frozen(wire.CRC32C_TABLE))
 
 
 def is_gzip(path: str) -> bool:

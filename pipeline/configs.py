@@ -70,6 +70,7 @@ class PipelineConfig:
     num_shards: Optional[int] = None
     shard_size_mb: Optional[float] = None
     compression: str = ShardingOptions.compression
+    compression_level: int = ShardingOptions.compression_level
     on_bad_record: str = ExampleGenOptions.on_bad_record
     # ExampleGen's engine: "beam" (beam_runner and the Beam flags below) or "spark"
     # (spark_master, e.g. spark://host:7077 or yarn; unset: local[*]). The other components

@@ -98,3 +98,19 @@ def test_framing_is_byte_identical_to_tensorflows_writer(tmp_path, lengths):
     with open(path, "rb") as f:
         assert framed.tobytes() == f.read()
     assert ends.tolist() == np.cumsum([n + 16 for n in lengths]).tolist()
+
+
+def test_both_crc32c_paths_agree_with_google_crc32c():
+    """Framing uses the CPU's CRC32 instruction where there is one and a table elsewhere;
+    both must give the library's checksum, at every length and misalignment."""
+    import google_crc32c
+
+    from components.codec import wire
+
+    data = np.random.default_rng(7).integers(0, 256, 4_096, dtype=np.uint8)
+    for start, count in [(0, 0), (0, 1), (3, 7), (1, 8), (5, 9), (0, 64), (13, 1_000)]:
+        expected = google_crc32c.value(data[start:start + count].tobytes())
+        assert wire.crc32c_by_table(data, start, count, wire.CRC32C_TABLE) == expected
+        if wire._has_crc32_instruction():
+            assert wire._crc32c_by_instruction(data, start, count, wire.CRC32C_TABLE) == \
+                expected

@@ -125,150 +125,34 @@ def to_example_batch(batch, columns: dict[str, tuple[str, bool]]):
 
 def encode_examples(example_batch) -> list[bytes]:
     """Serialized tf.Examples, one per row of a batch from `to_example_batch`."""
-    return encode_examples_array(example_batch).to_pylist()
+    import numpy as np
+    import pyarrow as pa
+
+    records = encode_examples_array(example_batch)
+    # Slicing one bytes object is faster than Arrow's to_pylist, which boxes row by row.
+    width = np.int64 if records.type == pa.large_binary() else np.int32
+    ends = np.frombuffer(records.buffers()[1], width)[:len(records) + 1].tolist()
+    data = records.buffers()[2].to_pybytes() if len(records) else b""
+    return [data[start:end] for start, end in zip(ends[:-1], ends[1:])]
 
 
 # ---------------------------------------------------------------------------------------------
 # The columnar encoder
 # ---------------------------------------------------------------------------------------------
-# A tf.Example is Example{features: Features{map<string, Feature> feature}}, and a Feature holds
-# one of BytesList (field 1), FloatList (2, packed float32) or Int64List (3, packed varints).
-# Serialized, each row is
-#   0x0A len(features) | per feature: 0x0A len(entry) 0x0A len(name) name 0x12 len(feature)
-#                                     kind len(list) [0x0A len(packed values)] values
-# Every length and header is computed for all rows of a column at once with numpy, the values
-# are Arrow's own buffers, and Arrow's C++ string kernels concatenate the pieces row by row.
-# A null row writes no entry at all, so readers outside TensorFlow (which choke on an empty
-# Feature) read it as absent, exactly as TensorFlow's parsers do.
-_LIST_TAG = {INT: 0x1A, FLOAT: 0x12, BYTES: 0x0A}  # Feature.kind field, wire type 2
+# Each column is sized and then written for all rows by compiled loops (codec/wire.py) over
+# Arrow's own buffers. A null row writes no entry at all, so readers outside TensorFlow (which
+# choke on an empty Feature) read it as absent, exactly as TensorFlow's parsers do.
 
 
-def _varint_sizes(values):
-    import numpy as np
-
-    values = np.asarray(values, dtype=np.uint64)
-    sizes = np.ones(len(values), np.int64)
-    top = int(values.max()) if len(values) else 0
-    k = 1
-    while k < 10 and top >= 1 << (7 * k):  # only as many passes as the largest value needs
-        sizes += values >= np.uint64(1 << (7 * k))
-        k += 1
-    return sizes
-
-
-def _put_varints(out, positions, values, sizes) -> None:
-    """Writes each value as a protobuf varint of `sizes` bytes at `positions` of `out`."""
-    import numpy as np
-
-    values = np.asarray(values, dtype=np.uint64)
-    for k in range(int(sizes.max()) if len(sizes) else 0):
-        here = sizes > k
-        shifted = (values[here] >> np.uint64(7 * k)) & np.uint64(0x7F)
-        more = np.where(sizes[here] > k + 1, 0x80, 0).astype(np.uint64)
-        out[positions[here] + k] = (shifted | more).astype(np.uint8)
-
-
-def _binary(data, offsets, valid=None):
-    """A pyarrow binary array over a uint8 buffer and int64 row offsets, without copying;
-    rows where `valid` is False are null."""
+def _binary(data, offsets):
+    """A pyarrow binary array over a uint8 buffer and int64 row offsets, without copying."""
     import numpy as np
     import pyarrow as pa
 
     kind = pa.large_binary() if offsets[-1] >= 2 ** 31 else pa.binary()
     offsets = offsets.astype(np.int64 if kind == pa.large_binary() else np.int32)
-    validity = None if valid is None or valid.all() else \
-        pa.py_buffer(np.packbits(valid, bitorder="little"))
     return pa.Array.from_buffers(kind, len(offsets) - 1,
-                                 [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
-def _layout(rows: int, parts: list[tuple]):
-    """Per-row byte strings made of constant bytes and varints, laid out back to back.
-
-    Each part is (bytes constant or uint64 varint values, mask); a row whose mask is False
-    (None: every row) leaves the part out. Returns (uint8 data, int64 row offsets)."""
-    import numpy as np
-
-    sizes = []
-    for value, mask in parts:
-        size = np.full(rows, len(value), np.int64) if isinstance(value, bytes) \
-            else _varint_sizes(value)
-        sizes.append(size if mask is None else np.where(mask, size, 0))
-    if rows and all(size.min() == size.max() for size in sizes):
-        return _uniform_layout(rows, parts, [int(size[0]) for size in sizes])
-    offsets = np.zeros(rows + 1, np.int64)
-    np.cumsum(np.sum(sizes, axis=0), out=offsets[1:])
-    data = np.zeros(int(offsets[-1]), np.uint8)
-    position = offsets[:-1].copy()
-    for (value, _), size in zip(parts, sizes):
-        if isinstance(value, bytes):
-            written = size > 0
-            for k, byte in enumerate(value):
-                data[position[written] + k] = byte
-        else:
-            _put_varints(data, position, value, size)
-        position += size
-    return data, offsets
-
-
-def _uniform_layout(rows: int, parts: list[tuple], widths: list[int]):
-    """`_layout` when every row has the same shape (the usual case: lengths under 128 are one
-    varint byte): a [rows, width] array filled a column at a time."""
-    import numpy as np
-
-    template = np.zeros(sum(widths), np.uint8)
-    position = 0
-    for (value, _), width in zip(parts, widths):
-        if isinstance(value, bytes) and width:
-            template[position:position + width] = np.frombuffer(value, np.uint8)
-        position += width
-    out = np.empty((rows, len(template)), np.uint8)
-    out[:] = template  # every constant at once; the varints are written over it
-    position = 0
-    for (value, _), width in zip(parts, widths):
-        if not isinstance(value, bytes):
-            value = np.asarray(value, np.uint64)
-            for k in range(width):
-                byte = (value >> np.uint64(7 * k)) & np.uint64(0x7F)
-                out[:, position + k] = byte | np.uint64(0x80 if k + 1 < width else 0)
-        position += width
-    return out.ravel(), np.arange(rows + 1, dtype=np.int64) * out.shape[1]
-
-
-def _list_payload(column, kind: str):
-    """(payload binary array, its bytes per row, values per row) of one list column: the
-    packed values of a number list (without their length header) or the repeated entries of a
-    bytes list."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    offsets = column.offsets.to_numpy().astype(np.int64)
-    start, end = int(offsets[0]), int(offsets[-1])
-    offsets -= start
-    values = column.values.slice(start, end - start)
-    counts = np.diff(offsets)
-    if kind == FLOAT:
-        raw = np.ascontiguousarray(values.to_numpy(zero_copy_only=False), np.float32)
-        return _binary(raw.view(np.uint8), offsets * 4), counts * 4, counts
-    if kind == INT:
-        numbers = values.to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64)
-        sizes = _varint_sizes(numbers)
-        ends = np.zeros(len(numbers) + 1, np.int64)
-        np.cumsum(sizes, out=ends[1:])
-        data = np.zeros(int(ends[-1]), np.uint8)
-        _put_varints(data, ends[:-1], numbers, sizes)
-        row_ends = ends[offsets]
-        return _binary(data, row_ends), np.diff(row_ends), counts
-    if pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type):
-        values = values.cast(pa.binary())
-    lengths = pc.binary_length(values).to_numpy(zero_copy_only=False).astype(np.uint64)
-    heads = _binary(*_layout(len(lengths), [(b"\x0a", None), (lengths, None)]))
-    entries = pc.binary_join_element_wise(heads, values.cast(pa.binary()), b"")
-    entry_ends = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(1 + _varint_sizes(lengths) + lengths.astype(np.int64), out=entry_ends[1:])
-    per_row = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), entries)
-    return pc.binary_join(per_row, b""), np.diff(entry_ends[offsets]), counts
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def _varint(value: int) -> bytes:
@@ -280,6 +164,66 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
+def _binary_buffers(values):
+    """(int64 value offsets, uint8 data) of a binary or string array, without copying data."""
+    import numpy as np
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    if not (pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)):
+        values = values.cast(pa.large_binary() if pa.types.is_large_string(values.type)
+                             else pa.binary())
+    width = np.int64 if pa.types.is_large_binary(values.type) else np.int32
+    offsets = np.frombuffer(values.buffers()[1], width)[
+        values.offset:values.offset + len(values) + 1].astype(np.int64)
+    data = values.buffers()[2]
+    return offsets, np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+
+
+class _Column:
+    """One list column's arrays in the form the compiled loops take: offsets from 0 and only
+    the values this batch's rows own."""
+
+    def __init__(self, name: str, column):
+        import numpy as np
+        import pyarrow as pa
+
+        from components.codec import wire
+
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        kind, _ = arrow_kind(column.type)
+        kind = BYTES if kind == NULL else (INT if kind == BOOL else kind)
+        self.kind = {FLOAT: wire.FLOAT_KIND, INT: wire.INT_KIND, BYTES: wire.BYTES_KIND}[kind]
+        name_bytes = name.encode("utf-8")
+        self.key = b"\x0a" + _varint(len(name_bytes)) + name_bytes + b"\x12"
+        self.present = wire.frozen(column.is_valid().to_numpy(zero_copy_only=False))
+        offsets = column.offsets.to_numpy().astype(np.int64)
+        values = column.values.slice(offsets[0], offsets[-1] - offsets[0])
+        self.offsets = wire.frozen(offsets - offsets[0])
+        self.value_offsets = None
+        if kind == FLOAT:
+            numbers = values.to_numpy(zero_copy_only=False)
+            self.values = wire.frozen(np.ascontiguousarray(numbers, np.float32).view(np.uint8))
+        elif kind == INT:
+            numbers = values.to_numpy(zero_copy_only=False)
+            self.values = wire.frozen(numbers.astype(np.int64).view(np.uint64))
+        else:
+            value_offsets, data = _binary_buffers(values)
+            self.values = wire.frozen(data[value_offsets[0]:value_offsets[-1]])
+            self.value_offsets = wire.frozen(value_offsets - value_offsets[0])
+
+    def payload(self):
+        from components.codec import wire
+
+        if self.kind == wire.FLOAT_KIND:
+            return wire.float_payload(self.offsets, self.present)
+        if self.kind == wire.INT_KIND:
+            return wire.int_payload(self.offsets, self.values, self.present)
+        return wire.bytes_payload(self.offsets, self.value_offsets, self.present)
+
+
 def encode_examples_array(example_batch):
     """Serialized tf.Examples as one Arrow binary array, one per row.
 
@@ -288,44 +232,48 @@ def encode_examples_array(example_batch):
     random tables), except that a null row leaves its feature out instead of writing an empty
     Feature; both read as absent."""
     import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
+
+    from components.codec import wire
 
     rows = example_batch.num_rows
-    pieces, total = [], np.zeros(rows, np.int64)
-    for name, column in zip(example_batch.schema.names, example_batch.columns):
-        kind, _ = arrow_kind(column.type)
-        kind = BYTES if kind == NULL else (INT if kind == BOOL else kind)
-        if isinstance(column, pa.ChunkedArray):
-            column = column.combine_chunks()
-        present = column.is_valid().to_numpy(zero_copy_only=False)
-        payload, payload_bytes, counts = _list_payload(column, kind)
-        # A number list is one packed field (0x0A, length, values), left out when empty.
-        packed = (counts > 0) if kind != BYTES else np.zeros(rows, bool)
-        list_bytes = payload_bytes + np.where(packed, 1 + _varint_sizes(payload_bytes), 0)
-        feature_bytes = 1 + _varint_sizes(list_bytes) + list_bytes
-        key = _varint(len(name.encode("utf-8"))) + name.encode("utf-8")
-        entry_bytes = 1 + len(key) + 1 + _varint_sizes(feature_bytes) + feature_bytes
-        # Headers are laid out for every row and then marked null where the row is null, which
-        # keeps the layout uniform; the final join skips nulls. (A null row's list may still
-        # own values in Arrow; then its payload is blanked too.)
-        has_values = packed | ~present
-        nonempty = None if has_values.all() else has_values
-        header_parts = [
-            (b"\x0a", None), (entry_bytes.astype(np.uint64), None),
-            (b"\x0a" + key + b"\x12", None), (feature_bytes.astype(np.uint64), None),
-            (bytes([_LIST_TAG[kind]]), None), (list_bytes.astype(np.uint64), None)]
-        if packed.any():
-            header_parts += [(b"\x0a", nonempty), (payload_bytes.astype(np.uint64), nonempty)]
-        headers = _binary(*_layout(rows, header_parts), valid=present)
-        if counts[~present].any():
-            payload = pc.if_else(pa.array(present), payload, pa.scalar(b"", payload.type))
-        pieces += [headers, payload]
-        total += np.where(present, 1 + _varint_sizes(entry_bytes) + entry_bytes, 0)
-    head = _binary(*_layout(rows, [(b"\x0a", None), (total.astype(np.uint64), None)]))
-    if not pieces:
-        return head
-    return pc.binary_join_element_wise(head, *pieces, b"", null_handling="skip")
+    columns = [_Column(name, column)
+               for name, column in zip(example_batch.schema.names, example_batch.columns)]
+    totals = np.zeros(rows, np.int64)
+    payload = np.empty((len(columns), rows), np.int64)
+    offsets = np.empty((len(columns), rows + 1), np.int64)
+    # Each kind's values go end to end in one array, and each column's offsets are moved to
+    # where its values start there.
+    parts: dict[int, list] = {wire.FLOAT_KIND: [], wire.INT_KIND: [], wire.BYTES_KIND: []}
+    bases = {wire.FLOAT_KIND: 0, wire.INT_KIND: 0, wire.BYTES_KIND: 0}
+    value_offsets, data_base = [], 0
+    for index, column in enumerate(columns):
+        payload[index] = column.payload()
+        wire.add_entry_sizes(totals, payload[index], column.kind != wire.BYTES_KIND,
+                             len(column.key))
+        offsets[index] = column.offsets + bases[column.kind]
+        parts[column.kind].append(column.values)
+        if column.kind == wire.FLOAT_KIND:
+            bases[column.kind] += len(column.values) // 4
+        elif column.kind == wire.INT_KIND:
+            bases[column.kind] += len(column.values)
+        else:
+            value_offsets.append(column.value_offsets + data_base)
+            bases[column.kind] += len(column.value_offsets)
+            data_base += len(column.values)
+
+    def joined(arrays: list, dtype):
+        return wire.frozen(np.concatenate(arrays) if arrays else np.zeros(0, dtype))
+
+    keys = [column.key for column in columns]
+    key_offsets = np.zeros(len(keys) + 1, np.int64)
+    np.cumsum([len(key) for key in keys], out=key_offsets[1:])
+    out, ends = wire.write_rows(
+        wire.frozen(totals), wire.frozen(np.array([column.kind for column in columns], np.int64)),
+        wire.frozen(payload), wire.frozen(offsets),
+        joined(parts[wire.FLOAT_KIND], np.uint8), joined(parts[wire.INT_KIND], np.uint64),
+        joined(value_offsets, np.int64), joined(parts[wire.BYTES_KIND], np.uint8),
+        wire.frozen(np.frombuffer(b"".join(keys), np.uint8)), wire.frozen(key_offsets))
+    return _binary(out, ends)
 
 
 def schema_from_profile(columns: dict[str, tuple[str, bool]], rows: int,

@@ -44,7 +44,7 @@ def run(options: ExampleGenOptions, output_dir: str, spark=None) -> dict:
                 _EncodeFile(options, fmt, staging, profile)).collect()
             chunks = [chunk for file_chunks, _ in encoded for chunk in file_chunks]
             written = write_shards(spark, shards.plan_shards(chunks, options.sharding),
-                                   staging, options.sharding.compression)
+                                   staging, options.sharding)
             encode.finalize(staging, options, fmt, profile, written,
                             [result for _, result in encoded], locate.hidden_files(source),
                             locate.layout_files(source))

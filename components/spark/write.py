@@ -28,7 +28,9 @@ FORMAT = "spark-dataframe"
 def write_examples(df, output_dir: str, *, splits: str = DEFAULT_SPLITS,
                    split_key: Optional[str] = None, partition_by: Optional[str] = None,
                    num_shards: Optional[int] = None, shard_size_mb: Optional[float] = None,
-                   compression: str = "gzip", on_bad_record: str = "fail") -> dict:
+                   compression: str = ShardingOptions.compression,
+                   compression_level: int = ShardingOptions.compression_level,
+                   on_bad_record: str = ExampleGenOptions.on_bad_record) -> dict:
     """Writes `df` as `Split-*/data_tfrecord-…` shards with `schema.pbtxt` and
     `manifest.json` under `output_dir` (which must be empty), and returns the manifest.
 
@@ -39,7 +41,8 @@ def write_examples(df, output_dir: str, *, splits: str = DEFAULT_SPLITS,
         split_key=split_key, partition_by=partition_by, on_bad_record=on_bad_record,
         engine="spark",
         sharding=ShardingOptions(num_shards=num_shards, shard_size_mb=shard_size_mb,
-                                 compression=compression))
+                                 compression=compression,
+                                 compression_level=compression_level))
     planned = spark_columns.plan_columns(df.schema)
     features = spark_columns.select_features(df, planned)
     kinds = _kinds(features, [c.name for c in planned])
@@ -52,7 +55,7 @@ def write_examples(df, output_dir: str, *, splits: str = DEFAULT_SPLITS,
         tasks = sorted((pickle.loads(row.payload) for row in payloads), key=lambda t: t[0])
         chunks = [chunk for _, task_chunks, _, _ in tasks for chunk in task_chunks]
         written = write_shards(spark, shards.plan_shards(chunks, options.sharding), staging,
-                               compression)
+                               options.sharding)
         results = [encode.FileResult(index, f"DataFrame partition {index}", rows, 0)
                    for index, _, _, rows in tasks]
         for _, _, task_profile, _ in tasks:
@@ -107,17 +110,17 @@ class _PartitionEncoder:
         yield pa.RecordBatch.from_arrays([pa.array([payload], pa.binary())], ["payload"])
 
 
-def write_shards(spark, specs: list, staging: str, compression: str) -> list:
+def write_shards(spark, specs: list, staging: str, sharding: ShardingOptions) -> list:
     """Writes each planned shard in a Spark task of its own; returns the Shards."""
     if not specs:
         return []
     return spark.sparkContext.parallelize(specs, len(specs)).map(
-        _ShardWriter(staging, compression)).collect()
+        _ShardWriter(staging, sharding)).collect()
 
 
 class _ShardWriter:
-    def __init__(self, staging: str, compression: str):
-        self._staging, self._compression = staging, compression
+    def __init__(self, staging: str, sharding: ShardingOptions):
+        self._staging, self._sharding = staging, sharding
 
     def __call__(self, spec: shards.ShardSpec) -> shards.Shard:
-        return shards.write_shard(spec, self._staging, self._compression)
+        return shards.write_shard(spec, self._staging, self._sharding)

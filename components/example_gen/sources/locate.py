@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-import tensorflow as tf
-
+from components import fileio
 from components.example_gen.sources.base import SourceError
 from components.example_gen.sources.registry import FORMATS
 
@@ -58,11 +57,11 @@ def local_fingerprint(source: str) -> Optional[str]:
 def detect_format(path: str) -> str:
     """The format of a file or folder, from its extension(s) or a format's marker file (an
     image folder's labels.csv)."""
-    files = [path] if not tf.io.gfile.isdir(path) else list_files(path)
-    if tf.io.gfile.isdir(path):
+    files = [path] if not fileio.isdir(path) else list_files(path)
+    if fileio.isdir(path):
         for source_format in FORMATS.values():
             marker = source_format.folder_marker
-            if marker and tf.io.gfile.exists(os.path.join(path, marker)):
+            if marker and fileio.exists(os.path.join(path, marker)):
                 return source_format.name
     exts = {_extension(f) for f in files}
     if not exts:
@@ -106,25 +105,25 @@ def is_layout_file(root: str, name: str, output_roots: set[str]) -> bool:
 def _output_roots(path: str) -> set[str]:
     from components.shards import MANIFEST_FILE
 
-    return {root for root, _, names in tf.io.gfile.walk(path) if MANIFEST_FILE in names}
+    return {root for root, _, names in fileio.walk(path) if MANIFEST_FILE in names}
 
 
 def layout_files(path: str) -> list[str]:
     """The layout files (`is_layout_file`) below a source folder, which `list_files` leaves
     out; ExampleGen names them in its manifest."""
-    if not tf.io.gfile.isdir(path):
+    if not fileio.isdir(path):
         return []
     roots = _output_roots(path)
-    return sorted(os.path.join(root, n) for root, _, names in tf.io.gfile.walk(path)
+    return sorted(os.path.join(root, n) for root, _, names in fileio.walk(path)
                   for n in names if not is_hidden(n) and is_layout_file(root, n, roots))
 
 
 def hidden_files(path: str) -> list[str]:
     """The hidden files below a source folder, which `list_files` leaves out; ExampleGen
     names them in its manifest, so nothing is skipped unseen."""
-    if not tf.io.gfile.isdir(path):
+    if not fileio.isdir(path):
         return []
-    return sorted(os.path.join(root, n) for root, _, names in tf.io.gfile.walk(path)
+    return sorted(os.path.join(root, n) for root, _, names in fileio.walk(path)
                   for n in names if is_hidden(n))
 
 
@@ -135,14 +134,14 @@ def list_files(path: str, fmt: Optional[str] = None) -> list[str]:
     marker = FORMATS[fmt].folder_marker if fmt in FORMATS else None
     if marker:
         return [os.path.join(path, marker)]
-    if not tf.io.gfile.isdir(path):
-        matched = sorted(tf.io.gfile.glob(path))
+    if not fileio.isdir(path):
+        matched = sorted(fileio.glob(path))
         if not matched:
             raise SourceError(f"{path}: no such file")
         return matched
     found = []
     roots = _output_roots(path)
-    for root, _, names in tf.io.gfile.walk(path):
+    for root, _, names in fileio.walk(path):
         found += [os.path.join(root, n) for n in names
                   if not is_hidden(n) and not is_layout_file(root, n, roots)]
     return sorted(found)
