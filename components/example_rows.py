@@ -9,18 +9,17 @@ import json
 import os
 from typing import Iterator, Optional
 
-import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import tfrecord_io
+from components import fileio, tfrecord_io
 from components.codec import parser, schema_file
 
 def record_files(path: str) -> list[str]:
     """TFRecord files at `path`: the file itself, or every data file below a folder."""
-    if not tf.io.gfile.isdir(path):
+    if not fileio.isdir(path):
         return [path]
     files = []
-    for root, _, names in tf.io.gfile.walk(path):
+    for root, _, names in fileio.walk(path):
         if os.path.basename(root.rstrip("/")).startswith((".", "_", "quarantine")):
             continue
         files += [os.path.join(root, n) for n in sorted(names)

@@ -28,6 +28,33 @@ def test_examplegen_cli_writes_shards(cli_out):
         "data_tfrecord-00000-of-00002", "data_tfrecord-00001-of-00002"]
 
 
+def test_examplegen_and_inspect_import_neither_tensorflow_nor_tfx(taxi_slice_dir, tmp_path):
+    """The two commands a data engineer runs most start without TensorFlow, TFX or TFMA
+    (seconds of imports each); a gzip run at the stock level reads back the same rows."""
+    out = str(tmp_path / "out")
+    script = (
+        "import sys\n"
+        "from pipeline import cli\n"
+        f"cli.main(['examplegen', {os.path.join(taxi_slice_dir, 'data.csv')!r}, {out!r}, "
+        "'--compression-level', '6'], standalone_mode=False)\n"
+        f"cli.main(['inspect', {out!r}, '--limit', '2000', '--format', 'json'], "
+        "standalone_mode=False)\n"
+        "heavy = [m for m in ('tensorflow', 'tfx', 'tensorflow_model_analysis', "
+        "'tensorflow_transform', 'keras') if m in sys.modules]\n"
+        "print('heavy modules:', heavy)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            check=True)
+    assert "heavy modules: []" in result.stdout
+    rows = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    manifest = json.load(open(os.path.join(out, "manifest.json")))
+    assert len(rows) == manifest["rows_written"] == 2000
+    shards = [shard["path"] for split in manifest["splits"].values() for shard in split["shards"]]
+    assert shards and all(path.endswith(".gz") for path in shards)
+    for path in shards:  # gzip's XFL byte: 4 at level 1 (our default), 0 at levels 2-8
+        with open(os.path.join(out, path), "rb") as f:
+            assert f.read(10)[8] == 0
+
+
 def test_inspect_table_and_json_use_stored_schema(cli_out):
     out, _ = cli_out
     table = tfrp("inspect", str(out / "Split-train"), "--limit", "3").stdout
