@@ -437,8 +437,9 @@ def bench_examplegen(rows, repeats, work_dir, as_json, only) -> None:
 @_bench_options
 def bench_input(rows, repeats, work_dir, as_json) -> None:
     """Training input paths on the same rows: packed (direct, and through a tf.data service of
-    two local workers), ours (first and cached epoch), the TFX stock tfx_bsl path,
-    make_csv_dataset and naive parse_single_example; and what an iterator checkpoint costs."""
+    two local workers), ours (first and cached epoch), the TFX stock tfx_bsl path over raw
+    and over Transform-like dense records, make_csv_dataset and naive parse_single_example;
+    and what an iterator checkpoint costs."""
     from bench import input as bench_lib
 
     result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats,
@@ -447,7 +448,8 @@ def bench_input(rows, repeats, work_dir, as_json) -> None:
                       f"{c['median_seconds'] * 1000:.0f} ms"
                       for name, c in result["checkpoint"].items())
     _report(result, as_json, result["paths"],
-            [RATE, MEDIAN, ("vs stock", "vs_stock", "{:.2f}x")],
+            [RATE, MEDIAN, ("vs stock", "vs_stock", "{:.2f}x"),
+             ("vs stock-transformed", "vs_stock_transformed", "{:.2f}x")],
             f"ours (first epoch) vs csv: {result['ours_vs_csv']:.2f}x; service / packed: "
             f"{result['service_overhead']:.2f}x; {saves}")
 
