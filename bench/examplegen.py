@@ -17,6 +17,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import sys
 import time
 from typing import Callable
@@ -111,9 +112,8 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3,
     for impl, entry in result["paths"].items():
         entry.update(processes.medians(samples[impl], [
             "seconds", "data_bytes", "peak_rss_mb", "rss_after_imports_mb"]))
-        entry["median_peak_rss_over_imports_mb"] = processes.medians(
-            [{"d": s["peak_rss_mb"] - s["rss_after_imports_mb"]} for s in samples[impl]],
-            ["d"])["median_d"]
+        entry["median_peak_rss_over_imports_mb"] = statistics.median(
+            s["peak_rss_mb"] - s["rss_after_imports_mb"] for s in samples[impl])
     return dict(result, beam_args=beam_args)
 
 

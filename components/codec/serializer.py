@@ -202,26 +202,26 @@ class _Column:
         offsets = column.offsets.to_numpy().astype(np.int64)
         values = column.values.slice(offsets[0], offsets[-1] - offsets[0])
         self.offsets = wire.frozen(offsets - offsets[0])
-        self.value_offsets = None
+        # The compiled loops take every array; a kind leaves the others empty.
+        self.ints = wire.frozen(np.zeros(0, np.uint64))
+        self.value_offsets = wire.frozen(np.zeros(0, np.int64))
         if kind == FLOAT:
             numbers = values.to_numpy(zero_copy_only=False)
             self.values = wire.frozen(np.ascontiguousarray(numbers, np.float32).view(np.uint8))
         elif kind == INT:
             numbers = values.to_numpy(zero_copy_only=False)
-            self.values = wire.frozen(numbers.astype(np.int64).view(np.uint64))
+            self.values = self.ints = wire.frozen(numbers.astype(np.int64).view(np.uint64))
         else:
             value_offsets, data = _binary_buffers(values)
             self.values = wire.frozen(data[value_offsets[0]:value_offsets[-1]])
             self.value_offsets = wire.frozen(value_offsets - value_offsets[0])
 
     def payload(self):
+        """Payload bytes per row (-1: absent)."""
         from components.codec import wire
 
-        if self.kind == wire.FLOAT_KIND:
-            return wire.float_payload(self.offsets, self.present)
-        if self.kind == wire.INT_KIND:
-            return wire.int_payload(self.offsets, self.values, self.present)
-        return wire.bytes_payload(self.offsets, self.value_offsets, self.present)
+        return wire.payload_bytes(self.kind, self.offsets, self.present, self.ints,
+                                  self.value_offsets)
 
 
 def encode_examples_array(example_batch):

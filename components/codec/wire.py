@@ -27,6 +27,10 @@ _SEVEN, _LOW_BITS, _MORE, _ONE_BYTE = np.uint64(7), np.uint64(0x7F), np.uint64(0
     np.uint64(128)
 
 
+FLOAT_KIND, INT_KIND, BYTES_KIND = 0, 1, 2
+_LIST_TAG = (0x12, 0x1A, 0x0A)  # Feature.float_list, int64_list, bytes_list (wire type 2)
+
+
 def frozen(array):
     """A read-only view of `array`. The compiled loops are compiled once per argument type and
     read-only is part of an array's type; Arrow's buffers come either way, so every input is
@@ -56,44 +60,27 @@ def _put_varint(out, position: int, value: np.uint64) -> int:
 
 
 @_jit
-def float_payload(offsets, present):
-    """Payload bytes per row of a float list: four per value; -1 where the row is absent."""
-    rows = len(present)
-    payload = np.empty(rows, np.int64)
-    for row in range(rows):
-        payload[row] = 4 * (offsets[row + 1] - offsets[row]) if present[row] else -1
-    return payload
-
-
-@_jit
-def int_payload(offsets, values, present):
-    """Payload bytes per row of an int64 list (values as uint64): its varints."""
+def payload_bytes(kind: int, offsets, present, ints, value_offsets):
+    """Payload bytes per row of one list column, -1 where the row is absent: four per float,
+    each int's varint (`ints` as uint64), or each bytes value as field 1 of the BytesList
+    (`value_offsets` cut the data). The kind's unused arrays may be empty."""
     rows = len(present)
     payload = np.empty(rows, np.int64)
     for row in range(rows):
         if not present[row]:
             payload[row] = -1
             continue
-        size = 0
-        for i in range(offsets[row], offsets[row + 1]):
-            size += varint_size(values[i])
-        payload[row] = size
-    return payload
-
-
-@_jit
-def bytes_payload(offsets, value_offsets, present):
-    """Payload bytes per row of a bytes list: each value as field 1 of the BytesList."""
-    rows = len(present)
-    payload = np.empty(rows, np.int64)
-    for row in range(rows):
-        if not present[row]:
-            payload[row] = -1
+        first, last = offsets[row], offsets[row + 1]
+        if kind == FLOAT_KIND:
+            payload[row] = 4 * (last - first)
             continue
         size = 0
-        for i in range(offsets[row], offsets[row + 1]):
-            length = value_offsets[i + 1] - value_offsets[i]
-            size += 1 + varint_size(np.uint64(length)) + length
+        for i in range(first, last):
+            if kind == INT_KIND:
+                size += varint_size(ints[i])
+            else:
+                length = value_offsets[i + 1] - value_offsets[i]
+                size += 1 + varint_size(np.uint64(length)) + length
         payload[row] = size
     return payload
 
@@ -140,10 +127,6 @@ def _copy(out, position: int, source, start: int, count: int) -> int:
     """Copies source[start:start + count] to out[position:], which the caller has sized."""
     _memcpy(out, position, source, start, count)
     return position + count
-
-
-FLOAT_KIND, INT_KIND, BYTES_KIND = 0, 1, 2
-_LIST_TAG = (0x12, 0x1A, 0x0A)  # Feature.float_list, int64_list, bytes_list (wire type 2)
 
 
 @_jit
@@ -211,16 +194,16 @@ def write_rows(totals, kinds, payload, offsets, float_bytes, ints, value_offsets
 # TFRecord framing: uint64 length, masked CRC-32C of the length, data, masked CRC-32C of data.
 # ---------------------------------------------------------------------------------------------
 def _has_crc32_instruction() -> bool:
-    """Whether this CPU has SSE 4.2's CRC32 instruction (x86-64 since 2008)."""
-    import platform
+    """Whether the machine code numba makes may use SSE 4.2's CRC32 instruction: the CPU
+    features it targets (the host's, or NUMBA_CPU_FEATURES) include sse4.2."""
+    from numba.core import codegen
 
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            return any(line.startswith("flags") and " sse4_2" in line for line in cpuinfo)
-    except OSError:
-        return False
+    features = numba.config.CPU_FEATURES
+    if features is None:
+        if numba.config.CPU_NAME is not None:
+            return False  # a named CPU (e.g. generic) with no features listed
+        features = codegen.get_host_cpu_features()
+    return "+sse4.2" in features.split(",")
 
 
 def _crc32c_table():
@@ -246,6 +229,13 @@ def _crc32c_u64(typingctx, crc, value):
 
 
 @_jit
+def _crc32c_bytes(crc: np.uint64, buffer, start: int, end: int, table) -> np.uint64:
+    for i in range(start, end):
+        crc = np.uint64(table[(crc ^ buffer[i]) & 0xFF]) ^ (crc >> np.uint64(8))
+    return crc
+
+
+@_jit
 def _crc32c_by_instruction(buffer, start: int, count: int, table) -> np.uint64:
     """CRC-32C eight bytes per instruction; the tail a byte at a time."""
     crc = np.uint64(0xFFFFFFFF)
@@ -253,17 +243,14 @@ def _crc32c_by_instruction(buffer, start: int, count: int, table) -> np.uint64:
     view = buffer[start:start + 8 * words].view(np.uint64)
     for w in range(words):
         crc = _crc32c_u64(crc, view[w])
-    for i in range(start + 8 * words, start + count):
-        crc = np.uint64(table[(crc ^ buffer[i]) & 0xFF]) ^ (crc >> np.uint64(8))
+    crc = _crc32c_bytes(crc, buffer, start + 8 * words, start + count, table)
     return crc ^ np.uint64(0xFFFFFFFF)
 
 
 @_jit
 def crc32c_by_table(buffer, start: int, count: int, table) -> np.uint64:
     """CRC-32C a byte at a time: where the CPU has no CRC32 instruction."""
-    crc = np.uint64(0xFFFFFFFF)
-    for i in range(start, start + count):
-        crc = np.uint64(table[(crc ^ buffer[i]) & 0xFF]) ^ (crc >> np.uint64(8))
+    crc = _crc32c_bytes(np.uint64(0xFFFFFFFF), buffer, start, start + count, table)
     return crc ^ np.uint64(0xFFFFFFFF)
 
 
