@@ -1,25 +1,36 @@
-"""`tfrp bench images`: one JPEG file per image vs our TFRecord path, same images, one process.
+"""`tfrp bench images`: one JPEG file per image vs our TFRecord paths, same images.
 
 Data: `count` 64x64 RGB JPEGs made from scikit-learn's digits (upscaled, tinted and noised
-with a fixed seed) plus labels.csv. Our path is ShardedExampleGen's image output read by
-`build_dataset` (the conversion is done once, beforehand, and not timed, as in training).
-The peer is the tf.data guide's file-per-image pipeline: shuffled (path, label) pairs ->
-parallel map(read_file, decode) -> batch -> prefetch, decoding with the same function
-as ours (which resizes only images of another size). Both produce uint8
-[batch, 64, 64, 3] batches; each pass is consumed inside the TF runtime.
+with a fixed seed) plus labels.csv. Converted once beforehand, untimed, as in training:
+  - `ours`: ShardedExampleGen's image output (the JPEG bytes), decoded in the input function;
+  - `raw`: ShardedTransform with `image_storage="raw"`: pixels at 64x64x3, one row per
+    Example, read with decode_raw and a reshape;
+  - `raw-packed`: the same, packed 1,024 rows per Example (Transform's default).
+The peer, `files`, is the tf.data guide's file-per-image pipeline: shuffled (path, label)
+pairs -> parallel map(read_file, decode) -> batch -> prefetch, decoding with the same
+function as ours (`components.images.decode_image`). Every path yields uint8
+[batch, 64, 64, 3] batches, consumed inside the TF runtime.
+
+Each side is a whole child process (bench/processes.py) that builds its dataset and reads two
+epochs (nothing cached). The rate is the second epoch's, which is every later epoch's; the
+first epoch, which also builds the dataset and traces its functions, and the whole process
+time, imports included, are reported beside. Bytes on disk per image are reported for
+every path.
 """
 from __future__ import annotations
 
 import csv
 import json
 import os
-import statistics
-import time
+import sys
 from typing import Callable
+
+from bench import processes
 
 SIZE = 64
 BATCH_SIZE = 64
 SEED = 20241122
+PATHS = ("files", "ours", "raw", "raw-packed")  # the first is the baseline
 
 
 def write_images(count: int, folder: str) -> str:
@@ -53,99 +64,140 @@ def write_images(count: int, folder: str) -> str:
     return folder
 
 
+# Image shards are written uncompressed: JPEG bytes do not gzip (31 MB -> 31 MB here) and
+# gunzip costs the reader CPU; four shards let the interleave read in parallel.
+def _sharding():
+    from components.shards import ShardingOptions
+
+    return ShardingOptions(num_shards=4, compression="none")
+
+
 def _examples(images: str, out: str) -> str:
     from components.example_gen import beam_job
     from components.example_gen.options import ExampleGenOptions
-    from components.shards import ShardingOptions
 
     if not os.path.exists(os.path.join(out, "manifest.json")):
         import shutil
 
         shutil.rmtree(out, ignore_errors=True)
-        # JPEG bytes do not gzip (31 MB -> 31 MB here) but gunzip costs the reader CPU, so
-        # image shards are written uncompressed; four shards let the interleave read in parallel.
         beam_job.run(ExampleGenOptions(source=images, format="images", splits="train:1",
-                                       sharding=ShardingOptions(num_shards=4,
-                                                                compression="none")), out)
+                                       sharding=_sharding()), out)
     return out
 
 
-def _time_pass(dataset, count: int) -> float:
+def _raw(examples: str, out: str, packed_rows: int) -> str:
+    from components.codec import schema_file
+    from components.transform import beam_job
+    from components.transform.options import TransformOptions
+
+    data = os.path.join(out, "examples")
+    if not os.path.exists(os.path.join(data, "manifest.json")):
+        import shutil
+
+        shutil.rmtree(out, ignore_errors=True)
+        options = TransformOptions(image_storage="raw", image_shape=[SIZE, SIZE, 3],
+                                   packed_rows=packed_rows, label_key="label",
+                                   sharding=_sharding())
+        beam_job.run(options, examples, schema_file.load_schema(examples),
+                     os.path.join(out, "graph"), data)
+    return data
+
+
+def _shard_bytes(examples: str) -> int:
+    """The data files' bytes: everything under the Split-*/ folders."""
+    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(examples)
+               if os.path.basename(root).startswith("Split-") for f in files)
+
+
+def _jpeg_bytes(images: str) -> int:
+    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(images)
+               for f in files if f.endswith(".jpg"))
+
+
+def _one_epoch(dataset) -> int:
     import tensorflow as tf
 
-    start = time.perf_counter()
-    seen = int(dataset.reduce(tf.constant(0, tf.int64),
+    return int(dataset.reduce(tf.constant(0, tf.int64),
                               lambda total, batch: total + tf.shape(batch[0], tf.int64)[0]))
-    seconds = time.perf_counter() - start
-    if seen != count:
-        raise RuntimeError(f"one pass gave {seen} images, expected {count}")
-    return seconds
 
 
-def _ours(examples: str, count: int) -> float:
+def _shards_dataset(examples: str):
     from components.codec import schema_file
+    from components.images import ImageSpec
     from components.trainer.input import build_dataset
-    from components.trainer.options import ImageSpec, InputConfig
+    from components.trainer.options import InputConfig
 
     config = InputConfig(batch_size=BATCH_SIZE, num_epochs=1, shuffle_buffer=1000,
                          images={"image": ImageSpec(SIZE, SIZE, 3)})
-    dataset = build_dataset(os.path.join(examples, "Split-train", "*"),
-                            schema_file.load_schema(examples), "label", feature_keys=["image"],
-                            config=config).map(lambda f, label: (f["image"], label))
-    return _time_pass(dataset, count)
+    return build_dataset(os.path.join(examples, "Split-train", "*"),
+                         schema_file.load_schema(examples), "label", feature_keys=["image"],
+                         config=config).map(lambda f, label: (f["image"], label))
 
 
-def _files(images: str, count: int) -> float:
+def _files_dataset(images: str):
     import tensorflow as tf
+
+    from components.images import ImageSpec, decode_image
 
     with open(os.path.join(images, "labels.csv")) as f:
         rows = list(csv.DictReader(f))
     paths = [os.path.join(images, r["filename"]) for r in rows]
     labels = [int(r["label"]) for r in rows]
-
-    from components.trainer.input import decode_image
-    from components.trainer.options import ImageSpec
-
     spec = ImageSpec(SIZE, SIZE, 3)
 
-    def load(path, label):  # the same decode (and resize when needed) as our path
+    def load(path, label):  # the same decode (and resize when needed) as our paths
         return decode_image(tf.io.read_file(path), spec), label
 
-    dataset = (tf.data.Dataset.from_tensor_slices((paths, labels))
-               .shuffle(len(paths), seed=SEED)
-               .map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
-               .batch(BATCH_SIZE)
-               .prefetch(tf.data.AUTOTUNE))
-    return _time_pass(dataset, count)
+    return (tf.data.Dataset.from_tensor_slices((paths, labels))
+            .shuffle(len(paths), seed=SEED)
+            .map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+            .batch(BATCH_SIZE)
+            .prefetch(tf.data.AUTOTUNE))
+
+
+def _child(path: str, folder: str) -> dict:
+    """Builds the path's dataset and reads two epochs: the first (the dataset built, its
+    functions traced, every file read) and a second, the rate of every later epoch."""
+    import time
+
+    import tensorflow as tf  # noqa: F401  imports are in the process time, not the epochs'
+
+    import components.trainer.input  # noqa: F401
+
+    start = time.perf_counter()
+    dataset = _files_dataset(folder) if path == "files" else _shards_dataset(folder)
+    first = _one_epoch(dataset)
+    first_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    images = _one_epoch(dataset)
+    if images != first:
+        raise RuntimeError(f"{path}: the first epoch gave {first} images, the second {images}")
+    return {"rows": images, "seconds": time.perf_counter() - start,
+            "first_epoch_seconds": first_seconds}
 
 
 def run_benchmark(count: int, work_root: str, repeats: int = 3,
                   log: Callable[[str], None] = print) -> dict:
     images = write_images(count, os.path.join(work_root, f"images-{count}"))
     examples = _examples(images, os.path.join(work_root, f"images-{count}-examples"))
-    for folder in (images, examples):  # warm the page cache for both
+    folders = {"files": images, "ours": examples,
+               "raw": _raw(examples, os.path.join(work_root, f"images-{count}-raw"), 0),
+               "raw-packed": _raw(examples, os.path.join(work_root, f"images-{count}-raw-packed"),
+                                  1024)}
+    for folder in folders.values():  # warm the page cache for every path alike
         for root, _, files in os.walk(folder):
             for name in files:
                 with open(os.path.join(root, name), "rb") as f:
                     f.read()
-    seconds = {"ours": [], "files": []}
-    for repeat in range(repeats):
-        seconds["ours"].append(_ours(examples, count))
-        seconds["files"].append(_files(images, count))
-        log(f"repeat {repeat + 1}/{repeats}: ours {seconds['ours'][-1]:.2f}s, "
-            f"files {seconds['files'][-1]:.2f}s")
-    result = {"count": count, "repeats": repeats, "size": SIZE, "batch_size": BATCH_SIZE,
-              "paths": {}}
-    for path, values in seconds.items():
-        median = statistics.median(values)
-        result["paths"][path] = {"median_seconds": median, "images_per_second": count / median,
-                                 "seconds": values}
-    result["ratio"] = result["paths"]["files"]["median_seconds"] / \
-        result["paths"]["ours"]["median_seconds"]
-    return result
+    result = processes.interleaved(PATHS, repeats, count, lambda path: processes.run_child(
+        "bench.images", [path, folders[path]]), log, also=["first_epoch_seconds"])
+    on_disk = {path: _jpeg_bytes(folder) if path == "files" else _shard_bytes(folder)
+               for path, folder in folders.items()}
+    for path, entry in result["paths"].items():
+        entry["images_per_second"] = entry["rows_per_second"]
+        entry["bytes_per_image"] = on_disk[path] / count
+    return dict(result, count=count, size=SIZE, batch_size=BATCH_SIZE)
 
 
 if __name__ == "__main__":
-    import sys
-
-    print(json.dumps(run_benchmark(int(sys.argv[1]), sys.argv[2], int(sys.argv[3])), indent=2))
+    print(json.dumps(_child(sys.argv[1], sys.argv[2])))

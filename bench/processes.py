@@ -34,10 +34,12 @@ def medians(samples: list[dict], keys: Sequence[str]) -> dict:
 
 
 def interleaved(names: Sequence[str], repeats: int, rows: int, measure: Callable[[str], dict],
-                log: Callable[[str], None], by: str = "seconds") -> dict:
+                log: Callable[[str], None], by: str = "seconds", also: Sequence[str] = ()
+                ) -> dict:
     """Runs `measure(name)` for every name, `repeats` times, checks each handled `rows` rows,
     and returns medians per name with the ratio to the first name (the baseline). Rates and
-    ratios come from the `by` time: in-run `seconds` or the whole `process_seconds`."""
+    ratios come from the `by` time: in-run `seconds` or the whole `process_seconds`; the
+    medians of the keys in `also` are reported too."""
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for repeat in range(repeats):
         for name in names:
@@ -49,7 +51,7 @@ def interleaved(names: Sequence[str], repeats: int, rows: int, measure: Callable
     paths = {}
     for name, items in runs.items():
         paths[name] = dict(
-            medians(items, ["seconds", "process_seconds"]),
+            medians(items, ["seconds", "process_seconds", *also]),
             rows_per_second=rows / statistics.median(r[by] for r in items), rate_from=by,
             seconds=[r["seconds"] for r in items],
             process_seconds=[r["process_seconds"] for r in items])

@@ -3,6 +3,7 @@ submit dry run, the image pipeline, and the settings they share."""
 from __future__ import annotations
 
 import csv
+import glob
 import json
 import os
 import re
@@ -158,7 +159,8 @@ def raw_example(**features: bytes) -> bytes:
 
 @pytest.fixture(scope="module")
 def image_runs(tmp_path_factory):
-    """The digits pipeline and a folder of JPEGs given by path, run at the same time."""
+    """The digits pipeline (encoded images through Transform) and a folder of JPEGs given by
+    path (stored by Transform as raw pixels), run at the same time."""
     digits_root = tmp_path_factory.mktemp("digits_runs")
     folder = photo_folder(tmp_path_factory)
     photo_root = tmp_path_factory.mktemp("photo_runs")
@@ -168,8 +170,9 @@ def image_runs(tmp_path_factory):
         ("run", "--dataset", "images", "--data-root", str(folder),
          "--output-root", str(photo_root), "--train-steps", "150",
          "--set", "image_shape=[16,16,3]", "--set", "num_classes=10",
+         "--set", "image_storage=raw",
          "--set", "batch_size=32", "--set", "min_accuracy=0.5"))
-    return (digits_root, digits.stdout), (folder, photos.stdout)
+    return (digits_root, digits.stdout), (folder, photos.stdout, photo_root)
 
 
 @pytest.fixture(scope="module")
@@ -233,10 +236,21 @@ def photo_folder_run(image_runs):
 
 
 def test_image_folder_by_path_trains_and_serves_resized_jpegs(photo_folder_run):
-    """String labels become vocabulary ids in Transform; the served model takes raw JPEGs at
-    their own size (24x24), resizes them to the trained 16x16 and classifies them."""
-    folder, stdout = photo_folder_run
+    """String labels become vocabulary ids in Transform, and the images 16x16 raw pixels
+    (image_storage=raw); the served model takes raw JPEGs at their own size (24x24), and its
+    transform graph resizes them to the trained 16x16 before it classifies them."""
+    from components.codec import schema_file
+    from components.images import raw_shape
+
+    folder, stdout, output_root = photo_folder_run
     assert "Reused from cache: 0 of 8" in stdout and "Model blessed by Evaluator: yes" in stdout
+    [stored] = glob.glob(str(output_root / "**" / "ShardedTransform" / "transformed_examples"
+                              / "*" / "schema.pbtxt"), recursive=True)
+    [post] = glob.glob(str(output_root / "**" / "ShardedTransform" / "post_transform_schema"
+                            / "*" / "schema.pbtxt"), recursive=True)
+    for path in (stored, post):
+        image = next(f for f in schema_file.load_schema(path).feature if f.name == "image")
+        assert raw_shape(image) == (16, 16, 3), path
     pushed = re.search(r"^Pushed model: (\S+)$", stdout, re.M).group(1)
     with open(folder / "labels.csv") as f:
         rows = list(csv.DictReader(f))[-150:]

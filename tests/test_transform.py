@@ -237,3 +237,85 @@ def test_transform_fails_when_an_input_shard_is_lost(taxi_slice_dir, tmp_path):
                      str(tmp_path / "graph"), str(out))
     assert not os.path.exists(out / shards.MANIFEST_FILE)
     assert not glob.glob(str(out / "Split-*"))
+
+
+# --- raw-pixel images ----------------------------------------------------------------------
+RAW_SHAPE = [12, 12, 1]  # digits are 8x8: Transform resizes them once, up to the training size
+
+
+@pytest.fixture(scope="module", params=[0, 64], ids=["per-row", "packed"])
+def raw_digits(request, digits_examples, tmp_path_factory):
+    out = tmp_path_factory.mktemp("raw-digits")
+    options = TransformOptions(image_storage="raw", image_shape=RAW_SHAPE,
+                               packed_rows=request.param, label_key="label")
+    manifest = beam_job.run(options, digits_examples, schema_file.load_schema(digits_examples),
+                            str(out / "graph"), str(out / "examples"))
+    return out, manifest
+
+
+def _labelled_pixels(examples: str, schema, spec) -> list[tuple[int, bytes]]:
+    config = InputConfig(batch_size=100, training=False, num_epochs=1, images={"image": spec})
+    dataset = build_dataset(os.path.join(examples, "Split-*", "*"), schema, "label",
+                            feature_keys=["image"], config=config)
+    pairs = []
+    for features, label in dataset:
+        images = features["image"].numpy()
+        assert images.shape[1:] == tuple(RAW_SHAPE) and images.dtype == np.uint8
+        pairs += [(int(y), x.tobytes()) for y, x in zip(label.numpy().ravel(), images)]
+    return sorted(pairs)
+
+
+def test_raw_images_equal_the_encoded_images_decoded_and_resized(raw_digits, digits_examples):
+    from components.images import ImageSpec, raw_shape
+
+    out, manifest = raw_digits
+    assert manifest["rows_in"] == manifest["rows_written"] == 1797
+    stored = schema_file.load_schema(str(out / "examples"))
+    image = parser.feature_by_name(stored)["image"]
+    assert raw_shape(image) == tuple(RAW_SHAPE) and image.type == schema_pb2.BYTES
+    # Every stored value is exactly the pixels: 12 * 12 * 1 bytes, no header.
+    first = next(iter(tf.data.TFRecordDataset(
+        glob.glob(str(out / "examples" / "Split-train" / "*")), "GZIP")))
+    values = tf.train.Example.FromString(first.numpy()).features.feature["image"].bytes_list
+    assert values.value and {len(v) for v in values.value} == {12 * 12}
+
+    spec = ImageSpec(*RAW_SHAPE)
+    raw = _labelled_pixels(str(out / "examples"), stored, spec)
+    # The same images as ExampleGen stored them (PNG), decoded and resized by the input
+    # function: the same rows, pixel for pixel.
+    encoded = _labelled_pixels(digits_examples, schema_file.load_schema(digits_examples), spec)
+    assert len(raw) == len(encoded) == 1797
+    assert raw == encoded
+    # A Trainer asking for another size is told the stored one.
+    with pytest.raises(ValueError, match=r"raw pixels of 12x12x1 .* asks for 8x8x1"):
+        _labelled_pixels(str(out / "examples"), stored, ImageSpec(8, 8, 1))
+
+
+def test_model_trained_on_raw_images_serves_encoded_examples(raw_digits, digits_examples,
+                                                             tmp_path):
+    out, _ = raw_digits
+    args = FnArgs(
+        train_files=[str(out / "examples" / "Split-train" / "*")],
+        eval_files=[str(out / "examples" / "Split-eval" / "*")],
+        schema_path=str(out / "examples" / "schema.pbtxt"),
+        transform_graph_path=str(out / "graph"),
+        model_run_dir=str(tmp_path / "run"), serving_model_dir=str(tmp_path / "serving"),
+        train_steps=30, eval_steps=2,
+        custom_config={"images": {"image": RAW_SHAPE}, "batch_size": 32, "epochs": 1,
+                       "num_classes": 10})
+    module.run_fn(args)
+    # Serving takes the raw Examples ExampleGen wrote (PNG bytes): the Transform graph turns
+    # them into pixels, as it did for training.
+    served = tf.saved_model.load(args.serving_model_dir).signatures["serving_default"]
+    examples = [r.numpy() for r in tf.data.TFRecordDataset(
+        glob.glob(os.path.join(digits_examples, "Split-eval", "*")), "GZIP").take(4)]
+    probabilities = served(examples=tf.constant(examples))["probabilities"].numpy()
+    assert probabilities.shape == (4, 10)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1, atol=1e-4)
+
+
+def test_raw_image_storage_needs_a_shape():
+    with pytest.raises(ValueError, match="image_shape"):
+        TransformOptions(image_storage="raw")
+    with pytest.raises(ValueError, match="image_storage"):
+        TransformOptions(image_storage="pixels")

@@ -16,7 +16,8 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 
 from components import packing, tfrecord_io
 from components.codec import parser
-from components.trainer.options import ImageSpec, InputConfig
+from components.images import ImageSpec, decode_images, with_storage_from
+from components.trainer.options import InputConfig
 
 AUTOTUNE = tf.data.AUTOTUNE
 LabelFn = Callable[[Mapping[str, tf.Tensor]], tf.Tensor]
@@ -102,39 +103,13 @@ def _intact_records(path: str) -> Iterator[bytes]:
 # ---------------------------------------------------------------------------------------------
 # Parsing
 # ---------------------------------------------------------------------------------------------
-def decode_image(data: tf.Tensor, spec: ImageSpec) -> tf.Tensor:
-    """One encoded image (JPEG/PNG/GIF/BMP) -> [h, w, c] uint8 at the spec's size. Images
-    already at that size skip the resize, which otherwise costs more than the decode."""
-    image = tf.io.decode_image(data, channels=spec.channels, expand_animations=False)
-    image.set_shape([None, None, spec.channels])
-
-    def resized():
-        scaled = tf.image.resize(image, [spec.height, spec.width], antialias=True)
-        return tf.cast(tf.clip_by_value(tf.round(scaled), 0, 255), tf.uint8)
-
-    same_size = tf.logical_and(tf.shape(image)[0] == spec.height,
-                               tf.shape(image)[1] == spec.width)
-    image = tf.cond(same_size, lambda: image, resized)
-    return tf.ensure_shape(image, [spec.height, spec.width, spec.channels])
-
-
-def decode_images(encoded: tf.Tensor, spec: ImageSpec) -> tf.Tensor:
-    """A batch of encoded images, [batch] or [batch, 1] -> [batch, h, w, c] uint8, or float32
-    scaled to [0, 1] when the spec asks for host-side normalisation."""
-    images = tf.map_fn(lambda data: decode_image(data, spec), tf.reshape(encoded, [-1]),
-                       fn_output_signature=tf.TensorSpec(
-                           [spec.height, spec.width, spec.channels], tf.uint8))
-    if spec.dtype == "float32":
-        return tf.cast(images, tf.float32) / 255.0
-    return images
-
-
 def example_parser(schema: schema_pb2.Schema, feature_names: Sequence[str],
                    images: Mapping[str, ImageSpec] = {}, shuffle_rows: bool = False,
                    shuffle_seed: int = 0) -> Callable[[tf.Tensor], dict]:
     """A function from a batch of serialized tf.Examples to model-ready tensors: parsed with
-    the schema's spec, gaps filled with the schema default, images decoded. Training and the
-    serving signature both use it, so they cannot drift apart.
+    the schema's spec, gaps filled with the schema default, images decoded (or, stored as raw
+    pixels, reshaped). Training and the serving signature both use it, so they cannot drift
+    apart.
 
     When the schema says the data is packed, each Example is a block of rows: the function
     unpacks them (in random order with `shuffle_rows`), so callers see rows either way."""
@@ -144,6 +119,7 @@ def example_parser(schema: schema_pb2.Schema, feature_names: Sequence[str],
         raise KeyError(f"features {missing} are not in the schema "
                        f"(it has {sorted(features_by_name)})")
     names = list(dict.fromkeys(feature_names))
+    images = with_storage_from(images, schema)
     if packing.packed_rows(schema):
         spec = packing.block_spec(schema, names)
 

@@ -24,12 +24,11 @@ from tensorflow_metadata.proto.v0 import schema_pb2  # noqa: E402
 
 from components import packing  # noqa: E402
 from components.codec import parser, schema_file  # noqa: E402
+from components.images import ImageSpec, decode_images, with_storage_from  # noqa: E402
 from components.trainer import distribute, fit, tasks  # noqa: E402
 from components.trainer.input import (  # noqa: E402
-    build_dataset, corrupt_files_named, decode_images, example_parser, input_share,
-    resolve_files)
-from components.trainer.options import (  # noqa: E402
-    TRANSFORM_SIGNATURE, ImageSpec, TrainerOptions)
+    build_dataset, corrupt_files_named, example_parser, input_share, resolve_files)
+from components.trainer.options import TRANSFORM_SIGNATURE, TrainerOptions  # noqa: E402
 
 keras = tf.keras
 
@@ -243,7 +242,7 @@ def run_fn(fn_args: Any) -> None:
     # The schema of the examples trained on. With a Transform graph, the examples are its
     # output: ShardedTransform's post-transform schema says whether they are packed, and any
     # other schema input (stock wiring passes the raw one) means one transformed row each.
-    data_schema = schema_file.load_schema(fn_args.schema_path)
+    stored_schema = data_schema = schema_file.load_schema(fn_args.schema_path)
     transform_output = None
     if getattr(fn_args, "transform_graph_path", None):
         import tensorflow_transform as tft
@@ -254,7 +253,8 @@ def run_fn(fn_args: Any) -> None:
     schema = transform_output.transformed_metadata.schema if transform_output else data_schema
     train_files = resolve_files(fn_args.train_files)
 
-    images = options.image_specs()
+    # ShardedTransform's stored schema says which image features it wrote as raw pixels.
+    images = with_storage_from(options.image_specs(), stored_schema)
     label_key = options.label_key
     label_inputs = tuple(options.label_inputs)
     feature_keys = model_feature_keys(schema, label_key, options.excluded(), images,
@@ -290,8 +290,8 @@ def run_fn(fn_args: Any) -> None:
 
     def dataset_fn(files, training: bool):
         def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
-            config = options.input_config(context.get_per_replica_batch_size(global_batch),
-                                          training)
+            config = dataclasses.replace(options.input_config(
+                context.get_per_replica_batch_size(global_batch), training), images=images)
             if training:
                 read_files.extend(input_share(train_files, context)[0])
             return build_dataset(files, data_schema, None if label_fn else label_key,

@@ -1,11 +1,12 @@
-"""The Trainer's settings, with no TensorFlow import: the input chain's knobs (`InputConfig`),
-how an image feature is decoded (`ImageSpec`), and `TrainerOptions`, which the pipeline
-passes to the stock Trainer as its `custom_config` and `run_fn` reads back."""
+"""The Trainer's settings, with no TensorFlow import: the input chain's knobs (`InputConfig`)
+and `TrainerOptions`, which the pipeline passes to the stock Trainer as its `custom_config`
+and `run_fn` reads back. How an image feature is read is `components.images.ImageSpec`."""
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Mapping, Optional
 
+from components.images import ImageSpec
 from components.options import JsonOptions
 
 DEFAULT_SEED = 42
@@ -16,20 +17,6 @@ TRANSFORM_SIGNATURE = "transform_features"
 IMAGE_METADATA = ("height", "width", "channels", "format")
 # Where `tfrp data-service dispatcher` listens unless told otherwise.
 DATA_SERVICE_PORT = 5050
-
-
-@dataclasses.dataclass(frozen=True)
-class ImageSpec:
-    """How an encoded image feature becomes a [batch, height, width, channels] tensor.
-
-    `dtype="uint8"` ships the pixels to the accelerator as bytes (4x less host->device traffic)
-    and leaves normalisation to the model's first layer, which runs on the device.
-    """
-
-    height: int
-    width: int
-    channels: int = 3
-    dtype: str = "uint8"  # or "float32": scaled to [0, 1] on the host
 
 
 @dataclasses.dataclass

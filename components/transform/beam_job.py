@@ -26,9 +26,9 @@ import tensorflow_transform.beam as tft_beam
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx_bsl.public import tfxio
 
-from components import beam_shards, fileio, packing, shards, tfrecord_io
+from components import beam_shards, fileio, images, packing, shards, tfrecord_io
 from components.codec import parser, schema_file, serializer
-from components.transform.defaults import default_preprocessing_fn
+from components.transform.defaults import default_preprocessing_fn, dense_scalar
 from components.transform.options import TransformOptions
 
 # The tagged output of _EncodeChunks that carries (split, rows, records) counts.
@@ -48,10 +48,42 @@ def load_preprocessing_fn(options: TransformOptions, raw_schema: schema_pb2.Sche
         module_name, _, name = options.preprocessing_fn.rpartition(".")
         fn = getattr(importlib.import_module(module_name), name)
     else:
-        return default_preprocessing_fn(raw_schema, options.label_key)
+        return with_image_storage(default_preprocessing_fn(raw_schema, options.label_key),
+                                  raw_schema, options)
     if len(pyinspect.signature(fn).parameters) >= 2:
-        return lambda inputs: fn(inputs, {"raw_schema": raw_schema})
-    return fn
+        user_fn = fn
+        fn = lambda inputs: user_fn(inputs, {"raw_schema": raw_schema})  # noqa: E731
+    return with_image_storage(fn, raw_schema, options)
+
+
+def raw_image_names(raw_schema: schema_pb2.Schema, options: TransformOptions) -> list[str]:
+    """The image features Transform stores as raw pixels: with image_storage=raw, every
+    feature the raw schema marks as an encoded image."""
+    if options.image_storage != "raw":
+        return []
+    return [f.name for f in raw_schema.feature if f.HasField("image_domain")]
+
+
+def with_image_storage(preprocessing_fn: Callable[[dict], dict], raw_schema: schema_pb2.Schema,
+                       options: TransformOptions) -> Callable[[dict], dict]:
+    """`preprocessing_fn`, then, with image_storage=raw, each image feature it outputs under
+    its own name as bytes (a pass-through, the default's way) decoded and resized to
+    image_shape, as raw pixels."""
+    names = raw_image_names(raw_schema, options)
+    if not names:
+        return preprocessing_fn
+    spec = images.ImageSpec(*options.image_shape)
+    features = parser.feature_by_name(raw_schema)
+
+    def preprocessing_fn_with_raw_images(inputs: dict) -> dict:
+        outputs = dict(preprocessing_fn(inputs))
+        for name in names:
+            if name in outputs and outputs[name].dtype == tf.string:
+                outputs[name] = images.raw_pixels(
+                    dense_scalar(outputs[name], features[name]), spec)
+        return outputs
+
+    return preprocessing_fn_with_raw_images
 
 
 def split_files(examples_dir: str, split: str) -> str:
@@ -188,8 +220,9 @@ def run(options: TransformOptions, examples_dir: str, raw_schema: schema_pb2.Sch
         manifest = shards.build_manifest(written, [], options.sharding.compression, 0,
                                          schema=schema_file.SCHEMA_FILE)
         reconcile(manifest, result["rows"], rows_in(examples_dir, splits, input_manifest))
-        schema_file.write_schema(stored_schema(row_schema, options),
-                                 os.path.join(staging, schema_file.SCHEMA_FILE))
+        schema_file.write_schema(
+            stored_schema(row_schema, options, raw_image_names(raw_schema, options)),
+            os.path.join(staging, schema_file.SCHEMA_FILE))
         shards.write_manifest(staging, manifest)
         fileio.copy_tree(graph_staging, graph_dir)
     logging.info("Transformed %d rows into %s (%s)", manifest["rows_written"], output_dir,
@@ -235,13 +268,18 @@ def reconcile(manifest: dict, encoded: list, expected: dict[str, int]) -> None:
     shards.check_row_accounting(manifest)
 
 
-def stored_schema(row_schema: schema_pb2.Schema, options: TransformOptions
-                  ) -> schema_pb2.Schema:
+def stored_schema(row_schema: schema_pb2.Schema, options: TransformOptions,
+                  raw_images: list[str]) -> schema_pb2.Schema:
     """The schema of the transformed examples as stored: the row schema, annotated with the
-    packing when the examples are packed. It is also the post-transform Schema artifact, so
-    the Trainer learns the packing from its input."""
-    return packing.annotate(row_schema, options.packed_rows) if options.packed_rows \
-        else row_schema
+    packing when the examples are packed and with the shape of features stored as raw
+    pixels. It is also the post-transform Schema artifact, so the Trainer learns both from
+    its input."""
+    schema = row_schema
+    if raw_images:
+        schema = images.mark_raw(schema, [f.name for f in row_schema.feature
+                                          if f.name in raw_images and f.type == schema_pb2.BYTES],
+                                 images.ImageSpec(*options.image_shape))
+    return packing.annotate(schema, options.packed_rows) if options.packed_rows else schema
 
 
 def shards_schema(examples_dir: str) -> Optional[schema_pb2.Schema]:

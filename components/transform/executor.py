@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import tensorflow_transform as tft
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
@@ -53,7 +52,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                                 make_pipeline=self._make_beam_pipeline, splits=splits)
         tfx_artifacts.set_examples_properties(transformed, list(manifest["splits"]))
         transformed.set_int_custom_property("rows_written", manifest["rows_written"])
+        # The post-transform Schema is the schema stored beside the transformed shards.
         post_schema = artifact_utils.get_single_uri(output_dict["post_transform_schema"])
-        row_schema = tft.TFTransformOutput(graph.uri).transformed_metadata.schema
-        schema_file.write_schema(beam_job.stored_schema(row_schema, options),
+        schema_file.write_schema(schema_file.load_schema(transformed.uri),
                                  os.path.join(post_schema, schema_file.SCHEMA_FILE))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from components.images import STORAGES
 from components.options import JsonOptions
 from components.shards import ShardingOptions
 
@@ -22,4 +23,18 @@ class TransformOptions(JsonOptions):
     analyze_split: str = "train"
     # With ExampleValidator's anomalies wired in, any anomaly stops the run before Transform.
     fail_on_anomalies: bool = True
+    # "raw": image features are decoded and resized to image_shape ([height, width, channels])
+    # once, here, and stored as uint8 pixels, so the Trainer reads them with no decode each
+    # epoch (more bytes on disk, much less CPU; components/images.py). "encoded" keeps the
+    # JPEG/PNG bytes and the input function decodes them.
+    image_storage: str = "encoded"
+    image_shape: Optional[list[int]] = None
     sharding: ShardingOptions = dataclasses.field(default_factory=ShardingOptions)
+
+    def __post_init__(self) -> None:
+        if self.image_storage not in STORAGES:
+            raise ValueError(f"image_storage is one of {list(STORAGES)}, "
+                             f"not {self.image_storage!r}")
+        if self.image_storage == "raw" and (not self.image_shape or len(self.image_shape) != 3):
+            raise ValueError("image_storage=raw stores pixels at the training size: set "
+                             "image_shape to [height, width, channels]")
