@@ -291,6 +291,7 @@ def test_raw_images_equal_the_encoded_images_decoded_and_resized(raw_digits, dig
         _labelled_pixels(str(out / "examples"), stored, ImageSpec(8, 8, 1))
 
 
+@pytest.mark.parametrize("raw_digits", [64], ids=["packed"], indirect=True)
 def test_model_trained_on_raw_images_serves_encoded_examples(raw_digits, digits_examples,
                                                              tmp_path):
     out, _ = raw_digits
