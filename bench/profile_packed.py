@@ -1,0 +1,72 @@
+"""Where the packed first epoch spends its time: `python -m bench.profile_packed [FOLDER]`.
+
+Reads the packed files `tfrp bench input` wrote (FOLDER, default
+tfrp_runs/bench/input-1000000) in one warm process, adding one stage at a time: the read, the
+parse of the label alone, the unpack, the rebatch, then `build_dataset` with the label alone,
+the numeric features and all of them. Best and median of 3 passes each, consumed in the TF
+runtime as `tfrp bench input` consumes them.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import statistics
+import sys
+import time
+
+
+def main(folder: str) -> dict:
+    import tensorflow as tf
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    from bench import input as bench_input
+    from components import packing
+    from components.codec import schema_file
+    from components.trainer.input import build_dataset
+    from components.trainer.options import InputConfig
+
+    files = sorted(glob.glob(os.path.join(folder, "packed-*.tfrecord")))
+    schema = schema_file.load_schema(os.path.join(folder, "packed_schema.pbtxt"))
+    label = bench_input.LABEL
+    autotune = tf.data.AUTOTUNE
+    results = {}
+
+    def timed(name: str, dataset, count=lambda total, _: total + 1) -> None:
+        seconds = []
+        for _ in range(3):
+            start = time.perf_counter()
+            int(dataset.reduce(tf.constant(0, tf.int64), count))
+            seconds.append(time.perf_counter() - start)
+        results[name] = {"best": min(seconds), "median": statistics.median(seconds)}
+        print(f"{name}: median {results[name]['median']:.3f} s", file=sys.stderr)
+
+    def rows(total, batch):
+        return total + bench_input._rows_in(batch[1])
+
+    spec = packing.block_spec(schema, [label])
+    records = tf.data.Dataset.from_tensor_slices(files).interleave(
+        lambda path: tf.data.TFRecordDataset(path, buffer_size=8 << 20),
+        cycle_length=autotune, num_parallel_calls=autotune, deterministic=False)
+    unpacked = records.batch(10).map(
+        lambda blocks: packing.unpack(tf.io.parse_example(blocks, spec), schema, [label]),
+        num_parallel_calls=autotune, deterministic=False)
+    timed("read: records, sequential", tf.data.TFRecordDataset(files))
+    timed("read: records, parallel interleave", records)
+    timed("+ parse the label (10 blocks a map)", records.batch(10).map(
+        lambda blocks: tf.io.parse_example(blocks, spec), num_parallel_calls=autotune,
+        deterministic=False))
+    timed("+ unpack", unpacked)
+    timed(f"+ rebatch({bench_input.BATCH_SIZE})", unpacked.rebatch(bench_input.BATCH_SIZE))
+    numeric = [f.name for f in schema.feature if f.type != schema_pb2.BYTES and f.name != label]
+    for name, keys in (("label only", []), (f"{len(numeric)} numeric features", numeric),
+                       ("every feature", None)):
+        config = InputConfig(batch_size=bench_input.BATCH_SIZE, num_epochs=1)
+        timed(f"build_dataset, training, {name}", build_dataset(
+            files, schema, label, feature_keys=keys, config=config), rows)
+    return results
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1] if len(sys.argv) > 1 else
+                          "tfrp_runs/bench/input-1000000"), indent=2))
