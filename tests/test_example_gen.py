@@ -208,6 +208,30 @@ def test_splits_are_deterministic_and_follow_key(taxi_slice_csv, tmp_path):
     assert train and evals and not (train & evals)
 
 
+def test_split_hash_of_text_columns_equals_pandas_hash_of_each_value():
+    """Hashing each distinct string once gives the numbers pandas gives value by value, so a
+    row keeps its split: nulls, empty and non-UTF-8 values, large types and one-value columns
+    included."""
+    import pandas as pd
+
+    from components.example_gen.splits import hash_rows
+
+    rng = np.random.default_rng(3)
+    words = ["Cash", "Credit Card", "", "Zażółć", None]
+    texts = [words[i] for i in rng.integers(0, len(words), 5000)]
+    blobs = [None if i % 7 == 0 else bytes(rng.integers(0, 256, i % 5, dtype=np.uint8))
+             for i in range(5000)]
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(texts), pa.array(texts, pa.large_string()), pa.array(blobs),
+         pa.array(["one"] * 5000), pa.nulls(5000, pa.string())],
+        ["text", "large", "blob", "constant", "empty"])
+    for name in batch.schema.names:
+        values = np.array(batch.column(batch.schema.get_field_index(name)).to_pylist(),
+                          dtype=object)
+        expected = pd.util.hash_array(values, categorize=False)
+        np.testing.assert_array_equal(hash_rows(batch, [name]), expected, err_msg=name)
+
+
 def test_partition_by_hostile_values(tmp_path):
     hostile = ["../../etc", "a/b", "x\x00y", ".", "..", "", "ok", "C:\\win", "%2F"]
     (tmp_path / "src").mkdir()

