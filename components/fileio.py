@@ -25,6 +25,37 @@ def open_file(path: str, mode: str = "rb"):
     return _gfile().GFile(path, mode) if _remote(path) else open(path, mode)
 
 
+def append_range(source: str, start: int, length: int, out) -> None:
+    """Appends `length` bytes of `source`, from offset `start`, to the open file `out`. Between
+    two local files the kernel copies them (copy_file_range: no trip through Python's memory);
+    otherwise, or where the filesystem refuses, they are read and written."""
+    if not _remote(source) and hasattr(os, "copy_file_range") and hasattr(out, "fileno"):
+        out.flush()
+        copied = 0
+        try:
+            with open(source, "rb") as f:
+                while copied < length:
+                    step = os.copy_file_range(f.fileno(), out.fileno(), length - copied,
+                                              offset_src=start + copied)
+                    if step == 0:
+                        raise _short_range(source, start, length, copied)
+                    copied += step
+            return
+        except OSError:
+            if copied:  # part of the range is written: going on would duplicate it
+                raise
+    with open_file(source, "rb") as f:
+        f.seek(start)
+        data = f.read(length)
+    if len(data) != length:
+        raise _short_range(source, start, length, len(data))
+    out.write(data)
+
+
+def _short_range(source: str, start: int, length: int, found: int) -> EOFError:
+    return EOFError(f"{source}: {length} bytes asked for at offset {start}, only {found} there")
+
+
 def exists(path: str) -> bool:
     return _gfile().exists(path) if _remote(path) else os.path.exists(path)
 

@@ -332,7 +332,7 @@ def write_shard(spec: ShardSpec, staging: str, sharding: ShardingOptions) -> Sha
                     append(future.result())
         else:
             for piece in spec.pieces:
-                out.write(read_piece(piece))
+                fileio.append_range(piece.path, piece.start, piece.end - piece.start, out)
     return Shard(spec.partition, spec.split, relative, sum(p.rows for p in spec.pieces),
                  fileio.size(path), tuple(members))
 

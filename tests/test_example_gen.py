@@ -208,6 +208,29 @@ def test_splits_are_deterministic_and_follow_key(taxi_slice_csv, tmp_path):
     assert train and evals and not (train & evals)
 
 
+def test_append_range_copies_byte_ranges_in_the_kernel_or_through_memory(tmp_path):
+    """Plain shards are byte ranges of chunk files: copied by the kernel between local files,
+    read and written into anything else; the same bytes either way, and a range past the end
+    of the file is an error, not a short shard."""
+    from components import fileio
+
+    source = tmp_path / "chunk"
+    data = os.urandom(300_000)
+    source.write_bytes(data)
+    ranges = [(0, 10), (5, 200_000), (299_990, 10), (123, 0)]
+    with open(tmp_path / "shard", "wb") as local:
+        for start, length in ranges:
+            fileio.append_range(str(source), start, length, local)
+    in_memory = io.BytesIO()
+    for start, length in ranges:
+        fileio.append_range(str(source), start, length, in_memory)
+    expected = b"".join(data[start:start + length] for start, length in ranges)
+    assert (tmp_path / "shard").read_bytes() == in_memory.getvalue() == expected
+    for out in (open(tmp_path / "short", "wb"), io.BytesIO()):
+        with out, pytest.raises(EOFError, match="200 bytes asked for at offset 299900, only 100"):
+            fileio.append_range(str(source), 299_900, 200, out)
+
+
 def test_split_hash_of_text_columns_equals_pandas_hash_of_each_value():
     """Hashing each distinct string once gives the numbers pandas gives value by value, so a
     row keeps its split: nulls, empty and non-UTF-8 values, large types and one-value columns
