@@ -141,23 +141,33 @@ def test_transform_unpacked_shard_size_is_honoured(taxi_examples, tmp_path):
     assert manifest["rows_written"] == 2000
 
 
-def test_model_trained_on_packed_records_serves_raw_examples(transformed, taxi_examples,
-                                                             tmp_path):
-    out, _ = transformed
-    args = FnArgs(
+def transformed_fn_args(out, tmp_path, **kwargs) -> FnArgs:
+    """run_fn's arguments over a Transform output in `out` (examples/ and graph/)."""
+    return FnArgs(
         train_files=[str(out / "examples" / "Split-train" / "*")],
         eval_files=[str(out / "examples" / "Split-eval" / "*")],
-        # The transformed examples' schema: it carries the packing, as the post-transform
-        # Schema artifact does in the pipeline.
+        # The transformed examples' schema: it carries the packing and the raw-pixel tags, as
+        # the post-transform Schema artifact does in the pipeline.
         schema_path=str(out / "examples" / "schema.pbtxt"),
         transform_graph_path=str(out / "graph"),
         model_run_dir=str(tmp_path / "run"), serving_model_dir=str(tmp_path / "serving"),
-        train_steps=60, eval_steps=3,
-        custom_config={**taxi.TRAINER_SETTINGS, "batch_size": 64, "epochs": 2})
+        **kwargs)
+
+
+def eval_records(examples_dir: str, count: int) -> list[bytes]:
+    """The first serialized raw Examples of an ExampleGen output's eval split."""
+    return [r.numpy() for r in tf.data.TFRecordDataset(
+        glob.glob(os.path.join(examples_dir, "Split-eval", "*")), "GZIP").take(count)]
+
+
+def test_model_trained_on_packed_records_serves_raw_examples(transformed, taxi_examples,
+                                                             tmp_path):
+    out, _ = transformed
+    args = transformed_fn_args(out, tmp_path, train_steps=60, eval_steps=3, custom_config={
+        **taxi.TRAINER_SETTINGS, "batch_size": 64, "epochs": 2})
     module.run_fn(args)
     served = tf.saved_model.load(args.serving_model_dir).signatures["serving_default"]
-    raw = [r.numpy() for r in tf.data.TFRecordDataset(
-        glob.glob(os.path.join(taxi_examples, "Split-eval", "*")), "GZIP").take(5)]
+    raw = eval_records(taxi_examples, 5)
     scores = served(examples=tf.constant(raw + [tf.train.Example().SerializeToString()]))
     probability = scores["probability"].numpy()
     assert probability.shape == (6, 1) and np.all((probability >= 0) & (probability <= 1))
@@ -165,8 +175,7 @@ def test_model_trained_on_packed_records_serves_raw_examples(transformed, taxi_e
     # The transform graph is applied in serving: one raw Example paid in cash and by card
     # (cash tips go unrecorded, so the label hinges on it) scores differently. The Example
     # is the eval trip the model is least sure of, so the change has room to show...
-    trips = [r.numpy() for r in tf.data.TFRecordDataset(
-        glob.glob(os.path.join(taxi_examples, "Split-eval", "*")), "GZIP").take(200)]
+    trips = eval_records(taxi_examples, 200)
     unsure = np.abs(served(examples=tf.constant(trips))["probability"].numpy().ravel() - 0.5)
     example = tf.train.Example.FromString(trips[int(np.argmin(unsure))])
     payments = []
@@ -295,21 +304,13 @@ def test_raw_images_equal_the_encoded_images_decoded_and_resized(raw_digits, dig
 def test_model_trained_on_raw_images_serves_encoded_examples(raw_digits, digits_examples,
                                                              tmp_path):
     out, _ = raw_digits
-    args = FnArgs(
-        train_files=[str(out / "examples" / "Split-train" / "*")],
-        eval_files=[str(out / "examples" / "Split-eval" / "*")],
-        schema_path=str(out / "examples" / "schema.pbtxt"),
-        transform_graph_path=str(out / "graph"),
-        model_run_dir=str(tmp_path / "run"), serving_model_dir=str(tmp_path / "serving"),
-        train_steps=30, eval_steps=2,
-        custom_config={"images": {"image": RAW_SHAPE}, "batch_size": 32, "epochs": 1,
-                       "num_classes": 10})
+    args = transformed_fn_args(out, tmp_path, train_steps=30, eval_steps=2, custom_config={
+        "images": {"image": RAW_SHAPE}, "batch_size": 32, "epochs": 1, "num_classes": 10})
     module.run_fn(args)
     # Serving takes the raw Examples ExampleGen wrote (PNG bytes): the Transform graph turns
     # them into pixels, as it did for training.
     served = tf.saved_model.load(args.serving_model_dir).signatures["serving_default"]
-    examples = [r.numpy() for r in tf.data.TFRecordDataset(
-        glob.glob(os.path.join(digits_examples, "Split-eval", "*")), "GZIP").take(4)]
+    examples = eval_records(digits_examples, 4)
     probabilities = served(examples=tf.constant(examples))["probabilities"].numpy()
     assert probabilities.shape == (4, 10)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1, atol=1e-4)
