@@ -15,12 +15,12 @@ from components.example_gen.sources.locate import taxi_csv_path  # noqa: E402
 from pipeline import datasets  # noqa: E402
 
 
-def tfrp(*args, check: bool = True, cwd=None, as_user: bool = False
-         ) -> subprocess.CompletedProcess:
+def tfrp(*args, check: bool = True, cwd=None, as_user: bool = False,
+         temp_dir: str | None = None) -> subprocess.CompletedProcess:
     """Runs the `tfrp` command line in a child process. By default Python's and TensorFlow's
     warnings are off, to keep failures readable; `as_user` runs it exactly as a user's shell
-    would, for tests about what the user sees."""
-    env = dict(os.environ)
+    would, for tests about what the user sees. `temp_dir` is its TMPDIR."""
+    env = dict(os.environ, **({"TMPDIR": temp_dir} if temp_dir else {}))
     flags = []
     if as_user:
         env.pop("TF_CPP_MIN_LOG_LEVEL", None)
@@ -140,13 +140,16 @@ def taxi_run_args(config) -> list[str]:
 @pytest.fixture(scope="session")
 def taxi_cli_run(taxi_slice_dir, tmp_path_factory):
     """The whole pipeline on LocalDagRunner over the 2,000-trip slice, run as a user runs it
-    (`tfrp run`, output as a shell shows it): (config, summary, the command's result)."""
+    (`tfrp run`, output as a shell shows it, with a temp folder of its own, `run.temp_dir`):
+    (config, summary, the command's result)."""
     from pipeline.configs import PipelineConfig
 
     config = PipelineConfig(pipeline_name="test-taxi", data_root=taxi_slice_dir,
                             output_root=str(tmp_path_factory.mktemp("runs")),
                             train_steps=100, eval_steps=5, batch_size=64, **REACHABLE)
-    result = tfrp("run", *taxi_run_args(config), as_user=True)
+    temp_dir = str(tmp_path_factory.mktemp("run-temp"))
+    result = tfrp("run", *taxi_run_args(config), as_user=True, temp_dir=temp_dir)
+    result.temp_dir = temp_dir
     return config, latest_summary(config), result
 
 

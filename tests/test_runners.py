@@ -49,6 +49,17 @@ def test_first_run_evaluates_blesses_and_pushes(taxi_run):
     assert os.listdir(summary.pushed_model)
 
 
+def test_a_local_run_leaves_no_packaged_tfx_in_the_temp_folder(taxi_cli_run):
+    """TFX packs its own source for remote Beam workers unless told what they run; a local
+    run must not leave a 52 MB sdist per Beam component behind in the temp folder."""
+    _, summary, result = taxi_cli_run
+    assert summary.components["Evaluator"] == "ran"  # the Beam executors ran in this run
+    left = [os.path.join(folder, name) for folder, _, names in os.walk(result.temp_dir)
+            for name in names]
+    assert not [path for path in left if "tfx_ephemeral" in path], left[:5]
+    assert sum(os.path.getsize(path) for path in left) < 5_000_000, left[:20]
+
+
 def test_second_run_reuses_every_component_and_says_so(taxi_run, taxi_rerun):
     _, first = taxi_run
     assert taxi_rerun.run_id != first.run_id
@@ -273,7 +284,11 @@ def test_yaml_then_set_then_named_options_override_defaults(tmp_path):
                                                    "enable_cache": "false"})
     assert (config.train_steps, config.packed_rows, config.min_auc, config.enable_cache) == (
         50, 256, None, False)
-    assert config.beam_pipeline_args == ["--runner=DirectRunner", "--direct_num_workers=2"]
+    assert config.beam_pipeline_args == ["--runner=DirectRunner", "--direct_num_workers=2",
+                                         f"--sdk_container_image={DEFAULT_IMAGE}:{DEFAULT_IMAGE_TAG}"]
+    own_image = PipelineConfig.create(None, {"beam_args": "[--sdk_container_image=mine:1]"})
+    assert own_image.beam_pipeline_args == ["--runner=DirectRunner",
+                                            "--sdk_container_image=mine:1"]
     assert config.label_key == "big_tipper" and config.schema == "import"
     digits = PipelineConfig.create(None, {"dataset": "digits"})
     assert (digits.pipeline_name, digits.image_shape, digits.schema_file) == (
