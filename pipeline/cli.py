@@ -244,12 +244,13 @@ def examplegen(ctx, source, output_dir, fmt, num_shards, shard_size_mb, splits, 
             raise click.ClickException(str(e))
     else:
         from components.example_gen import beam_job
+        from components.example_gen.sources.base import input_error_line
 
         try:
             manifest = beam_job.run(options, output_dir, beam_pipeline_args=ctx.args,
                                     progress=True)
         except Exception as e:
-            line = beam_job.input_error_line(e)
+            line = input_error_line(e)
             if line is None:
                 raise
             raise click.ClickException(line)

@@ -17,27 +17,9 @@ from components import beam_shards, shards
 from components.example_gen import encode
 from components.example_gen.options import ExampleGenOptions
 from components.example_gen.sources import locate, registry
-from components.example_gen.sources.base import FileProfile, SourceError
+from components.example_gen.sources.base import FileProfile
 # The tagged output of _EncodeFile that carries one FileResult per source file.
 FILE_RESULTS = "file_results"
-
-
-def input_error_line(error: BaseException) -> Optional[str]:
-    """The one line a user sees for an error caused by the input or the settings (it names
-    the file and the row or offset), or None for an error of ours, which keeps its traceback.
-    Beam re-raises a DoFn's error wrapped, with its own context appended; that is dropped."""
-    import re
-
-    cause = error.__cause__ or error.__context__
-    if not (isinstance(error, (ValueError, FileExistsError, FileNotFoundError))
-            or isinstance(cause, SourceError) or "SourceError" in type(error).__name__
-            or "BadRecordError" in str(error)):
-        return None
-    text = str(error).strip().splitlines()
-    line = next((l for l in reversed(text) if re.search(r"Error: ", l)), text[-1] if text
-                else repr(error))
-    line = re.sub(r"^.*?(\w*Error): ", "", line)
-    return re.sub(r" \[while running .*\]$", "", line)
 
 
 class Progress:

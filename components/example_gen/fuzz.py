@@ -299,6 +299,7 @@ def run_case(case: int, seed: int, base: dict[str, str], work: str) -> Outcome:
     """Builds case `case` and runs ExampleGen on it in this process."""
     from components.example_gen import beam_job
     from components.example_gen.options import ExampleGenOptions
+    from components.example_gen.sources.base import input_error_line
 
     folder = os.path.join(work, f"case-{case:05d}")
     source = os.path.join(folder, "input")
@@ -321,7 +322,7 @@ def run_case(case: int, seed: int, base: dict[str, str], work: str) -> Outcome:
         outcome.kind, outcome.detail = ("failure", problem) if problem else ("balanced", "")
     except Exception as error:  # classified below: every error is judged, none is hidden
         signal.alarm(0)
-        line = beam_job.input_error_line(error)
+        line = input_error_line(error)
         names_file = line is not None and "\n" not in line and (
             "case-" in line or source in line)
         if isinstance(error, TimeoutError):

@@ -8,19 +8,14 @@ schema and manifest and commits. The output is the one the Beam job writes.
 from __future__ import annotations
 
 import logging
-import re
-from typing import Optional
 
 from components import shards
 from components.example_gen import encode
 from components.example_gen.options import ExampleGenOptions
 from components.example_gen.sources import registry
-from components.example_gen.sources.base import FileProfile, SourceError
+from components.example_gen.sources.base import FileProfile, SourceError, input_error_line
 from components.spark import session as spark_session
 from components.spark.write import write_shards
-
-# A task's error reaches the driver as Spark's exception, with the Python traceback inside.
-_TASK_ERROR = re.compile(r"(?:SourceError|BadRecordError|UnsupportedColumnError): (.+)")
 
 
 def run(options: ExampleGenOptions, output_dir: str, spark=None) -> dict:
@@ -50,21 +45,13 @@ def run(options: ExampleGenOptions, output_dir: str, spark=None) -> dict:
                             locate.layout_files(source))
             manifest = shards.read_manifest(staging)
     except Exception as error:
-        line = task_error_line(error)
-        if line is None:
-            raise
+        line = input_error_line(error)
+        if line is None or isinstance(error, (ValueError, OSError)):
+            raise  # ours, or already the user's own error
         raise SourceError(line) from error
     logging.info("ExampleGen (Spark) wrote %d rows (%d quarantined) to %s",
                  manifest["rows_written"], manifest["rows_quarantined"], output_dir)
     return manifest
-
-
-def task_error_line(error: BaseException) -> Optional[str]:
-    """The bad-input line inside a failed Spark job's error, or None for other errors."""
-    if isinstance(error, SourceError):
-        return str(error)
-    found = _TASK_ERROR.findall(str(error))
-    return found[-1].strip() if found else None
 
 
 class _ProfileFile:

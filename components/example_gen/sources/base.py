@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Callable, Iterator, Optional, Union
 
 import pyarrow as pa
@@ -40,6 +41,31 @@ class SourceError(ValueError):
 
     def __init__(self, message: str):
         super().__init__(" ".join(str(message).split()))
+
+
+# A task's error reaches Beam's or Spark's caller wrapped in the engine's own, with the task's
+# traceback or message as text and the engine's context (Beam's " [while running ...]") after.
+_WRAPPED_INPUT_ERROR = re.compile(r"\b(?:SourceError|BadRecordError|UnsupportedColumnError): (.+)")
+_ENGINE_CONTEXT = re.compile(r" \[while running .*\]$")
+
+
+def input_error_line(error: BaseException) -> Optional[str]:
+    """The one line a user sees for an error caused by the input or the settings (it names
+    the file and the row or offset), whichever engine ran the task that raised it, or None
+    for an error of ours, which keeps its traceback."""
+    found = _WRAPPED_INPUT_ERROR.findall(str(error))
+    if found:
+        return _ENGINE_CONTEXT.sub("", found[-1].strip())
+    link: Optional[BaseException] = error
+    while link is not None:
+        if isinstance(link, SourceError):
+            return _ENGINE_CONTEXT.sub("", str(link))
+        link = link.__cause__ or link.__context__
+    if isinstance(error, (ValueError, FileExistsError, FileNotFoundError)):
+        lines = str(error).strip().splitlines() or [repr(error)]
+        line = next((line for line in reversed(lines) if "Error: " in line), lines[-1])
+        return _ENGINE_CONTEXT.sub("", re.sub(r"^.*?\w*Error: ", "", line))
+    return None
 
 
 @dataclasses.dataclass
