@@ -11,6 +11,11 @@ pairs -> parallel map(read_file, decode) -> batch -> prefetch, decoding with the
 function as ours (`components.images.decode_image`). Every path yields uint8
 [batch, 64, 64, 3] batches, consumed inside the TF runtime.
 
+Where gperftools' tcmalloc is installed (Debian: libtcmalloc-minimal4), the files path and
+the raw paths also run with it preloaded (`+tcmalloc`), the allocator TensorFlow's performance
+guide recommends: with glibc's malloc the raw paths' large tensors are page-faulted in afresh
+every epoch. Each path's best allocator is the one to compare.
+
 Each side is a whole child process (bench/processes.py) that builds its dataset and reads two
 epochs (nothing cached). The rate is the second epoch's, which is every later epoch's; the
 first epoch, which also builds the dataset and traces its functions, and the whole process
@@ -23,7 +28,7 @@ import csv
 import json
 import os
 import sys
-from typing import Callable
+from typing import Callable, Optional
 
 from bench import processes
 
@@ -31,6 +36,14 @@ SIZE = 64
 BATCH_SIZE = 64
 SEED = 20241122
 PATHS = ("files", "ours", "raw", "raw-packed")  # the first is the baseline
+TCMALLOC_PATHS = ("files", "raw", "raw-packed")
+TCMALLOC = "+tcmalloc"
+
+
+def _tcmalloc() -> Optional[str]:
+    import ctypes.util
+
+    return ctypes.util.find_library("tcmalloc_minimal") or ctypes.util.find_library("tcmalloc")
 
 
 def write_images(count: int, folder: str) -> str:
@@ -189,14 +202,28 @@ def run_benchmark(count: int, work_root: str, repeats: int = 3,
             for name in files:
                 with open(os.path.join(root, name), "rb") as f:
                     f.read()
-    result = processes.interleaved(PATHS, repeats, count, lambda path: processes.run_child(
-        "bench.images", [path, folders[path]]), log, also=["first_epoch_seconds"])
+    tcmalloc = _tcmalloc()
+    if not tcmalloc:
+        log("tcmalloc not found (Debian: libtcmalloc-minimal4): glibc's malloc only")
+    paths = list(PATHS) + [path + TCMALLOC for path in TCMALLOC_PATHS if tcmalloc]
+
+    def measure(path: str) -> dict:
+        base = path.removesuffix(TCMALLOC)
+        return processes.run_child("bench.images", [base, folders[base]],
+                                   env={"LD_PRELOAD": tcmalloc} if path != base else None)
+
+    result = processes.interleaved(paths, repeats, count, measure, log,
+                                   also=["first_epoch_seconds"])
     on_disk = {path: _jpeg_bytes(folder) if path == "files" else _shard_bytes(folder)
                for path, folder in folders.items()}
+    # The peer with its best allocator: the faster of its runs with and without tcmalloc.
+    best_files = max(result["paths"][path]["rows_per_second"] for path in paths
+                     if path.removesuffix(TCMALLOC) == "files")
     for path, entry in result["paths"].items():
         entry["images_per_second"] = entry["rows_per_second"]
-        entry["bytes_per_image"] = on_disk[path] / count
-    return dict(result, count=count, size=SIZE, batch_size=BATCH_SIZE)
+        entry["vs_best_files"] = entry["rows_per_second"] / best_files
+        entry["bytes_per_image"] = on_disk[path.removesuffix(TCMALLOC)] / count
+    return dict(result, count=count, size=SIZE, batch_size=BATCH_SIZE, tcmalloc=tcmalloc)
 
 
 if __name__ == "__main__":

@@ -9,19 +9,19 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 
 def pin_to_one_core() -> None:
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 
-def run_child(module: str, args: Sequence[str]) -> dict:
+def run_child(module: str, args: Sequence[str], env: Optional[dict] = None) -> dict:
     """The child's last stdout line (JSON, with its in-run `seconds`), plus the whole
-    process's wall time as `process_seconds`."""
+    process's wall time as `process_seconds`. `env`: variables added to the child's."""
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {})))
     whole = time.perf_counter() - start
     if out.returncode != 0:
         raise RuntimeError(f"{module} {args[:1]} failed:\n{out.stderr[-3000:]}")
