@@ -208,6 +208,32 @@ def test_splits_are_deterministic_and_follow_key(taxi_slice_csv, tmp_path):
     assert train and evals and not (train & evals)
 
 
+def test_beam_worker_processes_write_what_one_process_writes(taxi_slice_dir, taxi_examples,
+                                                              tmp_path):
+    """The DirectRunner in worker processes, with the Beam args the pipeline passes (the
+X
+    in-process run over the whole file, since a row's split and place follow its content."""
+    from pipeline.configs import PipelineConfig
+
+    with open(os.path.join(taxi_slice_dir, "data.csv")) as f:
+        header, *lines = f.readlines()
+    source = tmp_path / "parts"
+    source.mkdir()
+    for part in range(3):
+        (source / f"part-{part}.csv").write_text(header + "".join(lines[part::3]))
+    args = PipelineConfig(direct_num_workers=2).beam_pipeline_args
+    assert "--direct_running_mode=multi_processing" in args
+    out = tmp_path / "out"
+    manifest = beam_job.run(ExampleGenOptions(source=str(source)), str(out),
+                            beam_pipeline_args=args)
+    assert_balanced(manifest)
+    assert manifest["rows_written"] == len(lines)
+    for split in ("train", "eval"):
+        ours = sorted(map(repr, read_all(out / f"Split-{split}")))
+        whole = sorted(map(repr, read_all(os.path.join(taxi_examples, f"Split-{split}"))))
+        assert ours == whole, split
+
+
 def test_append_range_copies_byte_ranges_in_the_kernel_or_through_memory(tmp_path):
     """Plain shards are byte ranges of chunk files: copied by the kernel between local files,
     read and written into anything else; the same bytes either way, and a range past the end
@@ -229,6 +255,23 @@ def test_append_range_copies_byte_ranges_in_the_kernel_or_through_memory(tmp_pat
     for out in (open(tmp_path / "short", "wb"), io.BytesIO()):
         with out, pytest.raises(EOFError, match="200 bytes asked for at offset 299900, only 100"):
             fileio.append_range(str(source), 299_900, 200, out)
+
+
+@pytest.mark.parametrize("kind", [pa.int64(), pa.int32(), pa.float32(), pa.float64(),
+                                  pa.bool_()])
+def test_a_rows_split_hash_does_not_depend_on_nulls_in_its_batch(kind):
+    """Arrow gives ints with nulls as floats: a value must hash the same in a batch with a
+    null as in one without, and a null as a null does in a text column."""
+    from components.example_gen.splits import hash_rows
+
+    values = [True, False, True] if kind == pa.bool_() else [7, -3, 12]
+    with_null = pa.RecordBatch.from_arrays([pa.array([values[0], None, *values[1:]], kind)],
+                                           ["x"])
+    without = pa.RecordBatch.from_arrays([pa.array(values, kind)], ["x"])
+    text_null = pa.RecordBatch.from_arrays([pa.array([None], pa.string())], ["x"])
+    hashed = hash_rows(with_null, ["x"])
+    assert list(np.delete(hashed, 1)) == list(hash_rows(without, ["x"]))
+    assert hashed[1] == hash_rows(text_null, ["x"])[0]
 
 
 def test_split_hash_of_text_columns_equals_pandas_hash_of_each_value():

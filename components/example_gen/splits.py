@@ -43,6 +43,8 @@ def hash_rows(batch: pa.RecordBatch, columns: list[str],
         array = batch.column(index) if index >= 0 else pa.nulls(batch.num_rows)
         if _is_text(array.type):
             hashed = _hash_each_distinct(array)
+        elif _is_number(array.type):
+            hashed = _hash_numbers(array)
         else:
             if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
                 values = np.array([repr(v) for v in array.to_pylist()], dtype=object)
@@ -59,6 +61,27 @@ def hash_rows(batch: pa.RecordBatch, columns: list[str],
 def _is_text(kind: pa.DataType) -> bool:
     return (pa.types.is_string(kind) or pa.types.is_large_string(kind)
             or pa.types.is_binary(kind) or pa.types.is_large_binary(kind))
+
+
+def _is_number(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+
+
+def _hash_numbers(array: pa.Array) -> np.ndarray:
+    """pandas' hash of each value in the column's own type, a null as None hashes. Whether a
+    batch holds a null must not change how its other values hash (Arrow gives ints with nulls
+    as floats), or a row's split would hang on which rows share its batch."""
+    import pandas as pd
+    import pyarrow.compute as pc
+
+    if not array.null_count:
+        return pd.util.hash_array(array.to_numpy(zero_copy_only=False), categorize=False)
+    zero = pa.scalar(False if pa.types.is_boolean(array.type) else 0, array.type)
+    hashed = pd.util.hash_array(pc.fill_null(array, zero).to_numpy(zero_copy_only=False),
+                                categorize=False)
+    hashed[pc.is_null(array).to_numpy(zero_copy_only=False)] = pd.util.hash_array(
+        np.array([None], dtype=object), categorize=False)[0]
+    return hashed
 
 
 def _hash_each_distinct(array: pa.Array) -> np.ndarray:
