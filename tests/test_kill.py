@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from components import shards
+from components import shards, tfrecord_io
 from components.codec import schema_file
 
 SEED = 15
@@ -57,19 +57,35 @@ def kill_after(command: list[str], seconds: float) -> bool:
     return killed
 
 
-def check_killed_runs(make_command, tmp_path, full_seconds: float) -> None:
+def is_whole(folder: str, rows: int) -> bool:
+    """Complete in fact: the manifest accounts for all `rows`, and every shard it lists is
+    there at its full size and reads to its end (records framed whole, CRCs checked)."""
+    manifest = shards.read_manifest(folder)
+    listed = [shard for split in manifest["splits"].values() for shard in split["shards"]]
+    paths = [os.path.join(folder, shard["path"]) for shard in listed]
+    return (manifest["rows_in"] == rows
+            and manifest["rows_written"] + manifest["rows_quarantined"] == rows
+            and all(os.path.getsize(path) == shard["bytes"]
+                    for path, shard in zip(paths, listed))
+            and all(tfrecord_io.count_records(path) > 0 for path in paths))
+
+
+def check_killed_runs(make_command, tmp_path, full_seconds: float, rows: int) -> None:
     """Kills the run at seeded random moments across its length; each folder left behind
-    must not look complete, and a rerun into it must refuse, naming what to delete."""
+    must not look complete unless it is (a kill after the commit, while the process exits),
+    and a rerun into it must refuse, naming what to delete."""
     moments = random.Random(SEED).sample(range(5, 95), KILLS)
     landed = 0
     for moment in moments:
         out = str(tmp_path / f"killed_at_{moment}")
         if not kill_after(make_command(out), full_seconds * moment / 100):
             # Finished before the kill: then its output is complete, as it should be.
-            assert looks_complete(out), f"a finished run left {os.listdir(out)}"
+            assert looks_complete(out) and is_whole(out, rows), \
+                f"a finished run left {os.listdir(out)}"
             continue
         landed += 1
-        assert not looks_complete(out), f"killed at {moment}% of the run: {os.listdir(out)}"
+        if looks_complete(out):
+            assert is_whole(out, rows), f"killed at {moment}% of the run: {os.listdir(out)}"
         if os.path.isdir(out) and os.listdir(out):
             rerun = subprocess.run(make_command(out), capture_output=True, text=True,
                                    env=child_env())
@@ -92,7 +108,7 @@ def test_examplegen_killed_at_random_moments(big_csv, tmp_path):
                 "--num-shards", "4"]
 
     full = timed_run(command(str(tmp_path / "whole")))
-    check_killed_runs(command, tmp_path, full)
+    check_killed_runs(command, tmp_path, full, 200_000)
     assert looks_complete(str(tmp_path / "whole"))
     fresh = str(tmp_path / "fresh")
     timed_run(command(fresh))
@@ -121,7 +137,7 @@ def test_transform_killed_at_random_moments(taxi_examples, tmp_path):
     whole = str(tmp_path / "whole")
     full = timed_run(command(whole))
     assert looks_complete(whole) and shards.read_manifest(whole)["rows_written"] == 2000
-    check_killed_runs(command, tmp_path, full)
+    check_killed_runs(command, tmp_path, full, 2000)
 
 
 SPARK_WRITE = """
@@ -148,4 +164,4 @@ def test_spark_writer_killed_at_random_moments(tmp_path_factory, tmp_path):
     full = timed_run(command(fresh))
     manifest = shards.read_manifest(fresh)
     assert manifest["rows_in"] == manifest["rows_written"] == 60_000
-    check_killed_runs(command, tmp_path, full)
+    check_killed_runs(command, tmp_path, full, 60_000)
