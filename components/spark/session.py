@@ -2,6 +2,7 @@
 Java is missing."""
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -39,4 +40,12 @@ def get_session(master: Optional[str] = None, conf: Optional[dict] = None,
     for key, value in {"spark.sql.execution.arrow.pyspark.enabled": "true",
                        "spark.ui.enabled": "false", **(conf or {})}.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    try:
+        return builder.getOrCreate()
+    except Exception as error:  # pyspark's PySparkRuntimeError
+        if "JAVA_GATEWAY_EXITED" not in str(error):
+            raise
+        # Seen once in a whole-pipeline run: the JVM launched from a process full of threads
+        # (gRPC, TensorFlow) exited before it started; a second launch is a new process.
+        logging.warning("Spark's JVM exited as it started (%s); starting it once more", error)
+        return builder.getOrCreate()
