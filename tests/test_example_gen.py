@@ -211,8 +211,9 @@ def test_splits_are_deterministic_and_follow_key(taxi_slice_csv, tmp_path):
 def test_beam_worker_processes_write_what_one_process_writes(taxi_slice_dir, taxi_examples,
                                                               tmp_path):
     """The DirectRunner in worker processes, with the Beam args the pipeline passes (the
-X
-    in-process run over the whole file, since a row's split and place follow its content."""
+    workers' image included), over the slice cut into three files: the same rows in the same
+    splits as the in-process run over the whole file, since a row's split follows its
+    content."""
     from pipeline.configs import PipelineConfig
 
     with open(os.path.join(taxi_slice_dir, "data.csv")) as f:
