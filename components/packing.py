@@ -48,6 +48,18 @@ def annotate(schema: schema_pb2.Schema, rows: int) -> schema_pb2.Schema:
     return packed
 
 
+def block_schema(schema: schema_pb2.Schema) -> schema_pb2.Schema:
+    """The schema of the packed blocks themselves (every column a list): what a decoder of
+    the stored records is given."""
+    blocks = schema_pb2.Schema()
+    blocks.feature.add(name=ROWS_KEY, type=schema_pb2.INT)
+    for feature in schema.feature:
+        blocks.feature.add(name=feature.name, type=feature.type)
+        if not parser.is_fixed(feature):
+            blocks.feature.add(name=feature.name + LENGTHS_SUFFIX, type=schema_pb2.INT)
+    return blocks
+
+
 def _fixed_size(spec) -> Optional[int]:
     import tensorflow as tf
 

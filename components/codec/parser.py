@@ -24,6 +24,12 @@ def is_scalar(feature: schema_pb2.Feature) -> bool:
     return feature.HasField("value_count") and feature.value_count.max == 1
 
 
+def is_fixed(feature: schema_pb2.Feature) -> bool:
+    """A fixed shape and always present: parsed dense, and packed without lengths."""
+    return feature.HasField("shape") and feature.HasField("presence") and \
+        feature.presence.min_fraction >= 1.0
+
+
 def feature_spec_from_schema(
     schema: schema_pb2.Schema,
 ) -> dict[str, Union["tf.io.FixedLenFeature", "tf.io.VarLenFeature"]]:
@@ -40,9 +46,7 @@ def feature_spec_from_schema(
     spec = {}
     for feature in schema.feature:
         dtype = dtypes[feature.type]
-        always_present = (
-            feature.HasField("presence") and feature.presence.min_fraction >= 1.0)
-        if feature.HasField("shape") and always_present:
+        if is_fixed(feature):
             spec[feature.name] = tf.io.FixedLenFeature(
                 [d.size for d in feature.shape.dim], dtype)
         else:
@@ -110,3 +114,101 @@ def decode_examples(serialized: list[bytes], schema: Optional[schema_pb2.Schema]
     decoder = example_coder.ExamplesToRecordBatchDecoder(
         schema.SerializeToString() if schema is not None else None)
     return decoder.DecodeBatch(serialized)
+
+
+_KIND_NAMES = ("float_list", "int64_list", "bytes_list")
+
+
+def decode_record_block(block, schema: schema_pb2.Schema):
+    """A block of serialized tf.Examples (a `tfrecord_io.RecordBlock`) as the RecordBatch
+    `decode_examples(records, schema)` gives (a large_list column per schema feature, null
+    where a record has no value for it), decoded by compiled loops (codec/wire.py) in two
+    passes over the records, counting then filling, with no Python object per record or
+    value. A malformed record, or a feature of another type than the schema's, is a
+    ValueError naming the file and offset."""
+    import numpy as np
+    import pyarrow as pa
+
+    from components.codec import wire
+
+    kinds_by_type = {schema_pb2.FLOAT: wire.FLOAT_KIND, schema_pb2.INT: wire.INT_KIND,
+                     schema_pb2.BYTES: wire.BYTES_KIND}
+    features = list(schema.feature)
+    kinds = np.array([kinds_by_type[f.type] for f in features], np.int64)
+    names = [f.name.encode() for f in features]
+    keys = np.frombuffer(b"".join(names) or b"\0", np.uint8)
+    key_offsets = np.cumsum([0] + [len(n) for n in names], dtype=np.int64)
+    records = len(block.starts)
+    lengths = np.full((records, len(features)), -1, np.int64)
+    list_starts = np.empty((records, len(features)), np.int64)
+    list_ends = np.empty((records, len(features)), np.int64)
+    byte_totals = np.zeros(len(features), np.int64)
+    buffer = wire.frozen(block.buffer)
+    problem = wire.locate_values(buffer, *(wire.frozen(a) for a in (
+        block.starts, block.ends, keys, key_offsets, kinds)), lengths, list_starts, list_ends,
+        byte_totals)
+    _raise_problem(block, features, lengths, *problem)
+
+    counts = np.maximum(lengths, 0).sum(axis=0)
+    # Each kind's values in one array, feature after feature; a bytes feature's offsets take
+    # one slot more than its values (its data start).
+    slots = np.where(kinds == wire.BYTES_KIND, counts + 1, counts)
+    cursors = np.zeros(len(features), np.int64)
+    for kind in (wire.FLOAT_KIND, wire.INT_KIND, wire.BYTES_KIND):
+        mine = kinds == kind
+        cursors[mine] = np.concatenate([[0], np.cumsum(slots[mine])[:-1]])
+    byte_cursors = np.where(kinds == wire.BYTES_KIND,
+                            np.cumsum(byte_totals) - byte_totals, 0).astype(np.int64)
+    starts, byte_starts = cursors.copy(), byte_cursors.copy()
+    floats = np.empty(int(slots[kinds == wire.FLOAT_KIND].sum()), np.float32)
+    ints = np.empty(int(slots[kinds == wire.INT_KIND].sum()), np.int64)
+    value_offsets = np.empty(max(int(slots[kinds == wire.BYTES_KIND].sum()), 1), np.int64)
+    value_offsets[starts[kinds == wire.BYTES_KIND]] = byte_starts[kinds == wire.BYTES_KIND]
+    data = np.empty(int(byte_totals.sum()), np.uint8)
+    wire.fill_values(buffer, *(wire.frozen(a) for a in (lengths, list_starts, list_ends, kinds)),
+                     floats, ints, value_offsets, data, cursors, byte_cursors)
+
+    columns = []
+    for f, feature in enumerate(features):
+        first, count = int(starts[f]), int(counts[f])
+        if kinds[f] == wire.FLOAT_KIND:
+            values = pa.array(floats[first:first + count])
+        elif kinds[f] == wire.INT_KIND:
+            values = pa.array(ints[first:first + count])
+        else:
+            # Zero-based offsets over the feature's own data: pyarrow 10's IPC writer (how
+            # Spark receives batches) garbles a list's binary values whose offsets do not
+            # start at 0.
+            ends = value_offsets[first:first + count + 1]
+            values = pa.LargeBinaryArray.from_buffers(
+                pa.large_binary(), count,
+                [None, pa.py_buffer(ends - ends[0]), pa.py_buffer(data[ends[0]:ends[-1]])])
+        row_lengths = lengths[:, f]
+        offsets = np.zeros(records + 1, np.int64)
+        np.cumsum(np.maximum(row_lengths, 0), out=offsets[1:])
+        absent = row_lengths < 0
+        columns.append(pa.LargeListArray.from_arrays(
+            pa.array(offsets), values, mask=pa.array(absent) if absent.any() else None))
+    return pa.RecordBatch.from_arrays(columns, [f.name for f in features])
+
+
+def _raise_problem(block, features, lengths, record: int, feature: int, problem: int) -> None:
+    from components.codec import wire
+
+    if problem == 0:
+        return
+    where = f"{block.path}: record at byte offset {block.record_offset(record)}"
+    if feature < 0:
+        raise ValueError(f"{where} is not a tf.Example")
+    name = features[feature].name
+    if problem == wire.WRONG_KIND:
+        raise ValueError(f"{where}: feature {name!r} is not a "
+                         f"{_KIND_NAMES[_kind_of(features[feature])]}, which its schema type "
+                         f"{schema_pb2.FeatureType.Name(features[feature].type)} needs")
+    if problem == wire.REPEATED_KEY:
+        raise ValueError(f"{where}: feature {name!r} appears twice")
+    raise ValueError(f"{where}: feature {name!r} is malformed")
+
+
+def _kind_of(feature: schema_pb2.Feature) -> int:
+    return {schema_pb2.FLOAT: 0, schema_pb2.INT: 1, schema_pb2.BYTES: 2}[feature.type]

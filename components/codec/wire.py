@@ -25,6 +25,7 @@ _jit = numba.njit(cache=True, nogil=True)
 # uint64 constants: comparing a uint64 with a plain (int64) literal goes through float64.
 _SEVEN, _LOW_BITS, _MORE, _ONE_BYTE = np.uint64(7), np.uint64(0x7F), np.uint64(0x80), \
     np.uint64(128)
+_LOW_BITS_32 = np.uint64(0xFFFFFFFF)
 
 
 FLOAT_KIND, INT_KIND, BYTES_KIND = 0, 1, 2
@@ -288,3 +289,346 @@ def frame_records(data, offsets, table):
         position += 4
         ends[r] = position
     return out, ends
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading: whole records out of a buffer of framed ones, and tf.Example's wire bytes a feature
+# at a time. Malformed bytes never raise inside a loop: each loop returns the index of the
+# first record it could not read (-1 when all were read) and the caller names file and offset.
+# ---------------------------------------------------------------------------------------------
+@_jit
+def _get_le(buffer, position: int, count: int) -> np.uint64:
+    value = np.uint64(0)
+    for k in range(count):
+        value |= np.uint64(buffer[position + k]) << np.uint64(8 * k)
+    return value
+
+
+@_jit
+def unframe_records(buffer, table):
+    """(data starts, data ends, bytes consumed, offset of the first damaged record or -1) for
+    the whole records at the front of `buffer`; an incomplete record at its end is left for
+    the next buffer. Both checksums of every record are checked."""
+    starts = np.empty(1024, np.int64)
+    ends = np.empty(1024, np.int64)
+    count = 0
+    position = 0
+    size = len(buffer)
+    while position + 16 <= size:
+        if _masked_crc32c(buffer, position, 8, table) != _get_le(buffer, position + 8, 4):
+            return starts[:count], ends[:count], position, position
+        length = _get_le(buffer, position, 8)
+        if length > np.uint64(size - position - 16):
+            break  # the rest of this record is in the next buffer
+        start = position + 12
+        end = start + np.int64(length)
+        if _masked_crc32c(buffer, start, end - start, table) != _get_le(buffer, end, 4):
+            return starts[:count], ends[:count], position, position
+        if count == len(starts):
+            starts = np.concatenate((starts, np.empty(count, np.int64)))
+            ends = np.concatenate((ends, np.empty(count, np.int64)))
+        starts[count] = start
+        ends[count] = end
+        count += 1
+        position = end + 4
+    return starts[:count], ends[:count], position, -1
+
+
+@_jit
+def _get_varint(buffer, position: int, end: int):
+    """(value, position after it), or (0, -1) when the varint runs past `end`."""
+    if position < end and buffer[position] < 0x80:  # most tags and lengths: one byte
+        return np.uint64(buffer[position]), position + 1
+    value = np.uint64(0)
+    shift = np.uint64(0)
+    while position < end and shift < np.uint64(64):
+        byte = buffer[position]
+        position += 1
+        value |= np.uint64(byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, position
+        shift += _SEVEN
+    return np.uint64(0), -1
+
+
+@_jit
+def _get_tag(buffer, position: int, end: int):
+    """(field number << 3 | wire type, position after it), or (0, -1)."""
+    tag, position = _get_varint(buffer, position, end)
+    return np.int64(tag & _LOW_BITS_32), position
+
+
+@_jit
+def _skip_field(buffer, position: int, end: int, wire_type: int) -> int:
+    """The position after a field's value, -1 when it is malformed."""
+    if wire_type == 0:
+        return _get_varint(buffer, position, end)[1]
+    if wire_type == 1:
+        position += 8
+    elif wire_type == 5:
+        position += 4
+    elif wire_type == 2:
+        length, position = _get_varint(buffer, position, end)
+        if position < 0:
+            return -1
+        position += np.int64(length)
+    else:
+        return -1
+    return position if position <= end else -1
+
+
+@_jit
+def _message_end(buffer, position: int, end: int):
+    """(start, end) of a length-delimited value at `position`, or (-1, -1)."""
+    length, start = _get_varint(buffer, position, end)
+    if start < 0 or length > np.uint64(end - start):
+        return -1, -1
+    return start, start + np.int64(length)
+
+
+@_jit
+def _key_index(buffer, start: int, end: int, keys, key_offsets, guess: int) -> int:
+    """The schema feature whose name is buffer[start:end], trying `guess` first, or -1."""
+    features = len(key_offsets) - 1
+    for step in range(features):
+        f = (guess + step) % features
+        first, last = key_offsets[f], key_offsets[f + 1]
+        if last - first != end - start:
+            continue
+        same = True
+        for k in range(last - first):
+            if keys[first + k] != buffer[start + k]:
+                same = False
+                break
+        if same:
+            return f
+    return -1
+
+
+MALFORMED, WRONG_KIND, REPEATED_KEY = 1, 2, 3
+
+
+@_jit
+def _count_values(buffer, start: int, end: int, kind: int):
+    """(values, bytes of its values for a BytesList) of one FloatList, Int64List or
+    BytesList (numbers packed, as every writer does, or a field each); values is -1 when the
+    list is malformed."""
+    count = 0
+    size = 0
+    position = start
+    while position < end:
+        tag, position = _get_tag(buffer, position, end)
+        if position < 0:
+            return -1, 0
+        if tag == 0x0A:  # packed numbers, or a bytes value
+            first, last = _message_end(buffer, position, end)
+            if first < 0:
+                return -1, 0
+            if kind == FLOAT_KIND:
+                if (last - first) % 4:
+                    return -1, 0
+                count += (last - first) // 4
+            elif kind == INT_KIND:
+                for i in range(first, last):
+                    count += buffer[i] < 0x80
+            else:
+                count += 1
+                size += last - first
+            position = last
+        elif (tag == 0x0D and kind == FLOAT_KIND) or (tag == 0x08 and kind == INT_KIND):
+            position = _skip_field(buffer, position, end, tag & 7)
+            if position < 0:
+                return -1, 0
+            count += 1
+        else:
+            position = _skip_field(buffer, position, end, tag & 7)
+            if position < 0:
+                return -1, 0
+    return count, size
+
+
+@_jit
+def _fill_floats(buffer, start: int, end: int, out, at: int) -> None:
+    """Copies the (checked) FloatList's values to out (float32 bytes) from byte `at`."""
+    while start < end:
+        tag, start = _get_tag(buffer, start, end)
+        if tag == 0x0A:
+            first, last = _message_end(buffer, start, end)
+            _memcpy(out, at, buffer, first, last - first)
+            at += last - first
+            start = last
+        elif tag == 0x0D:
+            _memcpy(out, at, buffer, start, 4)
+            at += 4
+            start += 4
+        else:
+            start = _skip_field(buffer, start, end, tag & 7)
+
+
+@_jit
+def _fill_ints(buffer, start: int, end: int, out, at: int) -> None:
+    """Stores the (checked) Int64List's values in out from index `at`."""
+    while start < end:
+        tag, start = _get_tag(buffer, start, end)
+        if tag == 0x0A:
+            first, last = _message_end(buffer, start, end)
+            while first < last:
+                value, first = _get_varint(buffer, first, last)
+                out[at] = np.int64(value)
+                at += 1
+            start = last
+        elif tag == 0x08:
+            value, start = _get_varint(buffer, start, end)
+            out[at] = np.int64(value)
+            at += 1
+        else:
+            start = _skip_field(buffer, start, end, tag & 7)
+
+
+@_jit
+def _fill_bytes(buffer, start: int, end: int, value_offsets, at: int, data, data_at: int
+                ) -> int:
+    """Stores the (checked) BytesList's values: data from data_at, their ends in
+    value_offsets from at + 1. Returns the data position after them."""
+    while start < end:
+        tag, start = _get_tag(buffer, start, end)
+        if tag == 0x0A:
+            first, last = _message_end(buffer, start, end)
+            _memcpy(data, data_at, buffer, first, last - first)
+            data_at += last - first
+            at += 1
+            value_offsets[at] = data_at
+            start = last
+        else:
+            start = _skip_field(buffer, start, end, tag & 7)
+    return data_at
+
+
+@_jit
+def locate_values(buffer, starts, ends, keys, key_offsets, feature_kinds, lengths,
+                  list_starts, list_ends, byte_totals):
+    """One pass over serialized tf.Examples buffer[starts[r]:ends[r]], a record at a time (the
+    buffer is read front to back), that finds each schema feature's value list.
+
+    For record r and schema feature f (named keys[key_offsets[f]:key_offsets[f + 1]], of kind
+    feature_kinds[f]): lengths[r, f] = how many values it holds, -1 where it has none (or a
+    Feature with no list set); its list message is buffer[list_starts[r, f]:list_ends[r, f]];
+    byte_totals[f] adds up its bytes values' sizes. Features outside the schema are skipped.
+    Returns (record, feature, problem) of the first problem (MALFORMED, WRONG_KIND,
+    REPEATED_KEY), or (-1, -1, 0)."""
+    features = len(key_offsets) - 1
+    # Writers put a record's features in the same order every time, mostly not the
+    # schema's: follows[p] is the feature that came after feature p (p = features: first) in
+    # the record before, so a key is nearly always matched at the first try.
+    follows = np.zeros(features + 1, np.int64)
+    for r in range(len(starts)):
+        position, end = starts[r], ends[r]
+        previous = features
+        while position < end:
+            tag, position = _get_tag(buffer, position, end)
+            if position < 0:
+                return r, -1, MALFORMED
+            if tag != 0x0A:  # not Example.features
+                position = _skip_field(buffer, position, end, tag & 7)
+                if position < 0:
+                    return r, -1, MALFORMED
+                continue
+            entry, features_end = _message_end(buffer, position, end)
+            if entry < 0:
+                return r, -1, MALFORMED
+            while entry < features_end:
+                tag, entry = _get_tag(buffer, entry, features_end)
+                if entry < 0:
+                    return r, -1, MALFORMED
+                if tag != 0x0A:  # not a Features.feature map entry
+                    entry = _skip_field(buffer, entry, features_end, tag & 7)
+                    if entry < 0:
+                        return r, -1, MALFORMED
+                    continue
+                field, entry_end = _message_end(buffer, entry, features_end)
+                if field < 0:
+                    return r, -1, MALFORMED
+                key_start = key_end = value_start = value_end = 0
+                while field < entry_end:
+                    tag, field = _get_tag(buffer, field, entry_end)
+                    if field < 0:
+                        return r, -1, MALFORMED
+                    if tag == 0x0A or tag == 0x12:
+                        inner, inner_end = _message_end(buffer, field, entry_end)
+                        if inner < 0:
+                            return r, -1, MALFORMED
+                        if tag == 0x0A:
+                            key_start, key_end = inner, inner_end
+                        else:
+                            value_start, value_end = inner, inner_end
+                        field = inner_end
+                    else:
+                        field = _skip_field(buffer, field, entry_end, tag & 7)
+                        if field < 0:
+                            return r, -1, MALFORMED
+                entry = entry_end
+                f = _key_index(buffer, key_start, key_end, keys, key_offsets,
+                               follows[previous])
+                if f < 0:
+                    continue
+                follows[previous] = f
+                previous = f
+                kind = -1
+                list_start = list_end = 0
+                value = value_start
+                while value < value_end:
+                    tag, value = _get_tag(buffer, value, value_end)
+                    if value < 0:
+                        return r, f, MALFORMED
+                    if tag == 0x0A or tag == 0x12 or tag == 0x1A:  # bytes, float, int64 list
+                        list_start, list_end = _message_end(buffer, value, value_end)
+                        if list_start < 0:
+                            return r, f, MALFORMED
+                        kind = BYTES_KIND if tag == 0x0A else \
+                            FLOAT_KIND if tag == 0x12 else INT_KIND
+                        value = list_end
+                    else:
+                        value = _skip_field(buffer, value, value_end, tag & 7)
+                        if value < 0:
+                            return r, f, MALFORMED
+                if kind < 0:
+                    continue
+                if kind != feature_kinds[f]:
+                    return r, f, WRONG_KIND
+                if lengths[r, f] >= 0:
+                    return r, f, REPEATED_KEY
+                count, size = _count_values(buffer, list_start, list_end, kind)
+                byte_totals[f] += size
+                if count < 0:
+                    return r, f, MALFORMED
+                lengths[r, f] = count
+                list_starts[r, f] = list_start
+                list_ends[r, f] = list_end
+            position = features_end
+    return -1, -1, 0
+
+
+@_jit
+def fill_values(buffer, lengths, list_starts, list_ends, feature_kinds, floats, ints,
+                value_offsets, data, cursors, byte_cursors) -> None:
+    """Stores the values `locate_values` found, a record at a time: each feature's go to its
+    slots of `floats`, `ints` or `value_offsets`/`data` from cursors[f] (values; a bytes
+    feature's first value_offsets slot holds its data start already) and byte_cursors[f]
+    (bytes), which move on."""
+    float_bytes = floats.view(np.uint8)
+    for r in range(lengths.shape[0]):
+        for f in range(lengths.shape[1]):
+            count = lengths[r, f]
+            if count <= 0:
+                continue
+            kind = feature_kinds[f]
+            if kind == FLOAT_KIND:
+                _fill_floats(buffer, list_starts[r, f], list_ends[r, f], float_bytes,
+                             4 * cursors[f])
+            elif kind == INT_KIND:
+                _fill_ints(buffer, list_starts[r, f], list_ends[r, f], ints, cursors[f])
+            else:
+                byte_cursors[f] = _fill_bytes(buffer, list_starts[r, f], list_ends[r, f],
+                                              value_offsets, cursors[f], data,
+                                              byte_cursors[f])
+            cursors[f] += count

@@ -2,10 +2,10 @@
 as a Spark DataFrame, with no hand-written feature spec.
 
 The columns come from `schema.pbtxt` when one is beside the shards (or given), else from a
-sample of records. Executors read whole files with the project's framing reader, so a corrupt
-record is an error naming the file and offset, and decode them to Arrow with tfx_bsl's
-decoder; packed records are unpacked into rows on Arrow arrays. `col=value/` folders become
-columns, as in Spark's partition discovery.
+sample of records. Executors read whole files a block at a time with the project's framing
+reader, so a corrupt record is an error naming the file and offset, and decode them to Arrow
+with the codec's compiled decoder (no TensorFlow); packed records are unpacked into rows on
+Arrow arrays. `col=value/` folders become columns, as in Spark's partition discovery.
 """
 from __future__ import annotations
 
@@ -19,9 +19,6 @@ from components import packing, shards, tfrecord_io
 from components.codec import parser, schema_file
 
 SAMPLE_RECORDS = 1_000
-_DECODE_RECORDS = 4_096
-_PARSE_RECORDS = 16_384
-_READ_BUFFER = 1 << 24
 
 
 def read_examples(spark, path: str,
@@ -135,62 +132,20 @@ def _spark_type(feature: schema_pb2.Feature, schema: schema_pb2.Schema):
 class _FileDecoder:
     """The mapInArrow function: file paths in, decoded rows out.
 
-    A schema of scalar features only (most tables) is read with TensorFlow's C++ record
-    reader and `parse_example`, about 7x tfx_bsl's decoder on taxi rows. List features and
-    packed blocks go through tfx_bsl's decoder, the one of the two that tells a missing list
-    (null) from an empty one. Either way a damaged record is named by file and offset."""
+    Each file is read a block at a time and decoded by the codec's compiled reader
+    (`parser.decode_record_block`): no TensorFlow in the executors, and no Python object per
+    record or value. A damaged record is an error naming the file and offset."""
 
     def __init__(self, schema: schema_pb2.Schema, root: str, partition_names: list[str]):
         self._schema, self._root, self._partition_names = schema, root, partition_names
-        self._scalar_only = not packing.packed_rows(schema) and all(
-            parser.is_scalar(f) for f in schema.feature)
+        self._block_rows = packing.packed_rows(schema)
+        self._stored_schema = packing.block_schema(schema) if self._block_rows else schema
 
     def __call__(self, batches):
-        read = self._parsed_batches if self._scalar_only else self._decoded_batches
         for batch in batches:
             for path in batch.column(0).to_pylist():
-                for decoded in read(path):
-                    yield self._with_partitions(path, decoded)
-
-    def _decoded_batches(self, path: str):
-        records = []
-        for _, record in tfrecord_io.iter_records(path):
-            records.append(record)
-            if len(records) >= _DECODE_RECORDS:
-                yield self._rows(path, records)
-                records = []
-        if records:
-            yield self._rows(path, records)
-
-    def _parsed_batches(self, path: str):
-        import pyarrow as pa
-        import tensorflow as tf
-
-        dtypes = {schema_pb2.INT: tf.int64, schema_pb2.FLOAT: tf.float32,
-                  schema_pb2.BYTES: tf.string}
-        spec = {f.name: tf.io.RaggedFeature(dtypes[f.type], row_splits_dtype=tf.int32)
-                for f in self._schema.feature}
-        dataset = tf.data.TFRecordDataset(
-            path, "GZIP" if tfrecord_io.is_gzip(path) else "",
-            buffer_size=_READ_BUFFER).batch(_PARSE_RECORDS).map(
-            lambda records: {name: (ragged.values, ragged.row_splits) for name, ragged in
-                             tf.io.parse_example(records, spec).items()})
-        try:
-            for parsed in dataset.as_numpy_iterator():
-                columns = []
-                for feature in self._schema.feature:
-                    values, row_splits = parsed[feature.name]
-                    if feature.type == schema_pb2.BYTES:
-                        values = pa.array(values.tolist(), pa.binary())
-                    column = pa.ListArray.from_arrays(pa.array(row_splits), values)
-                    columns.append(_typed(column, feature, self._schema))
-                yield pa.RecordBatch.from_arrays(columns,
-                                                 [f.name for f in self._schema.feature])
-        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as error:
-            # TensorFlow says neither file nor offset: our framing reader finds both.
-            for _ in tfrecord_io.iter_records(path):
-                pass
-            raise ValueError(f"{path}: {error.message.splitlines()[0]}") from None
+                for block in tfrecord_io.iter_record_blocks(path):
+                    yield self._with_partitions(path, self._rows(block))
 
     def _with_partitions(self, path: str, decoded):
         import pyarrow as pa
@@ -203,23 +158,15 @@ class _FileDecoder:
                                for n in self._partition_names],
             decoded.schema.names + self._partition_names)
 
-    def _rows(self, path: str, records: list[bytes]):
+    def _rows(self, block):
         import pyarrow as pa
 
-        schema = self._schema
-        block_rows = packing.packed_rows(schema)
-        decoded = parser.decode_examples(records)
-        if block_rows:
-            decoded = unpack_blocks(decoded, block_rows)
-        names = decoded.schema.names
-        columns = []
-        for feature in schema.feature:
-            if feature.name in names:
-                column = decoded.column(names.index(feature.name))
-            else:  # in no record of this batch
-                column = pa.nulls(decoded.num_rows, pa.list_(pa.binary()))
-            columns.append(_typed(column, feature, schema))
-        return pa.RecordBatch.from_arrays(columns, [f.name for f in schema.feature])
+        decoded = parser.decode_record_block(block, self._stored_schema)
+        if self._block_rows:
+            decoded = unpack_blocks(decoded, self._block_rows)
+        columns = [_typed(decoded.column(i), feature, self._schema)
+                   for i, feature in enumerate(self._schema.feature)]
+        return pa.RecordBatch.from_arrays(columns, [f.name for f in self._schema.feature])
 
 
 def _typed(column, feature: schema_pb2.Feature, schema: schema_pb2.Schema):
