@@ -27,6 +27,7 @@ setup(
         "google-cloud-aiplatform",
         "pyspark",
         "numba",
+        "isal",
     ],
     extras_require={"dev": ["pytest", "hypothesis", "torch", "tfrecord"]},
     entry_points={"console_scripts": ["tfrp=pipeline.cli:main"]},

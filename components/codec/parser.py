@@ -149,7 +149,8 @@ def decode_record_block(block, schema: schema_pb2.Schema):
         byte_totals)
     _raise_problem(block, features, lengths, *problem)
 
-    counts = np.maximum(lengths, 0).sum(axis=0)
+    offsets, absent, any_absent = wire.list_offsets(wire.frozen(lengths))
+    counts = offsets[:, -1]
     # Each kind's values in one array, feature after feature; a bytes feature's offsets take
     # one slot more than its values (its data start).
     slots = np.where(kinds == wire.BYTES_KIND, counts + 1, counts)
@@ -183,12 +184,8 @@ def decode_record_block(block, schema: schema_pb2.Schema):
             values = pa.LargeBinaryArray.from_buffers(
                 pa.large_binary(), count,
                 [None, pa.py_buffer(ends - ends[0]), pa.py_buffer(data[ends[0]:ends[-1]])])
-        row_lengths = lengths[:, f]
-        offsets = np.zeros(records + 1, np.int64)
-        np.cumsum(np.maximum(row_lengths, 0), out=offsets[1:])
-        absent = row_lengths < 0
         columns.append(pa.LargeListArray.from_arrays(
-            pa.array(offsets), values, mask=pa.array(absent) if absent.any() else None))
+            pa.array(offsets[f]), values, mask=pa.array(absent[f]) if any_absent[f] else None))
     return pa.RecordBatch.from_arrays(columns, [f.name for f in features])
 
 

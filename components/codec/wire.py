@@ -22,6 +22,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 _jit = numba.njit(cache=True, nogil=True)
+# Inlined into their callers: a compiled call passes each array as its whole structure, which
+# costs more than these helpers' work.
+_inline = numba.njit(cache=True, nogil=True, inline="always")
 # uint64 constants: comparing a uint64 with a plain (int64) literal goes through float64.
 _SEVEN, _LOW_BITS, _MORE, _ONE_BYTE = np.uint64(7), np.uint64(0x7F), np.uint64(0x80), \
     np.uint64(128)
@@ -386,21 +389,44 @@ def _message_end(buffer, position: int, end: int):
     return start, start + np.int64(length)
 
 
+@intrinsic
+def _load_u64(typingctx, array, position):
+    """The 8 bytes at array[position:] as a little-endian uint64, at any alignment."""
+    def codegen(context, builder, signature, args):
+        array_type, _ = signature.args
+        data, position_value = args
+        pointer = builder.gep(context.make_array(array_type)(context, builder, data).data,
+                              [position_value])
+        word = builder.bitcast(pointer, ir.IntType(64).as_pointer())
+        return builder.load(word, align=1)
+
+    return types.uint64(array, types.int64), codegen
+
+
+@_inline
+def _same_bytes(a, a_start: int, b, b_start: int, count: int) -> bool:
+    """a[a_start:a_start + count] == b[b_start:b_start + count], eight bytes at a time."""
+    if count < 8:
+        for k in range(count):
+            if a[a_start + k] != b[b_start + k]:
+                return False
+        return True
+    for k in range(0, count - 7, 8):
+        if _load_u64(a, a_start + k) != _load_u64(b, b_start + k):
+            return False
+    return _load_u64(a, a_start + count - 8) == _load_u64(b, b_start + count - 8)
+
+
 @_jit
 def _key_index(buffer, start: int, end: int, keys, key_offsets, guess: int) -> int:
-    """The schema feature whose name is buffer[start:end], trying `guess` first, or -1."""
+    """The schema feature whose name is buffer[start:end], from `guess` on, or -1."""
     features = len(key_offsets) - 1
     for step in range(features):
         f = (guess + step) % features
         first, last = key_offsets[f], key_offsets[f + 1]
         if last - first != end - start:
             continue
-        same = True
-        for k in range(last - first):
-            if keys[first + k] != buffer[start + k]:
-                same = False
-                break
-        if same:
+        if _same_bytes(keys, first, buffer, start, last - first):
             return f
     return -1
 
@@ -447,7 +473,7 @@ def _count_values(buffer, start: int, end: int, kind: int):
     return count, size
 
 
-@_jit
+@_inline
 def _fill_floats(buffer, start: int, end: int, out, at: int) -> None:
     """Copies the (checked) FloatList's values to out (float32 bytes) from byte `at`."""
     while start < end:
@@ -465,7 +491,7 @@ def _fill_floats(buffer, start: int, end: int, out, at: int) -> None:
             start = _skip_field(buffer, start, end, tag & 7)
 
 
-@_jit
+@_inline
 def _fill_ints(buffer, start: int, end: int, out, at: int) -> None:
     """Stores the (checked) Int64List's values in out from index `at`."""
     while start < end:
@@ -485,7 +511,7 @@ def _fill_ints(buffer, start: int, end: int, out, at: int) -> None:
             start = _skip_field(buffer, start, end, tag & 7)
 
 
-@_jit
+@_inline
 def _fill_bytes(buffer, start: int, end: int, value_offsets, at: int, data, data_at: int
                 ) -> int:
     """Stores the (checked) BytesList's values: data from data_at, their ends in
@@ -567,8 +593,11 @@ def locate_values(buffer, starts, ends, keys, key_offsets, feature_kinds, length
                         if field < 0:
                             return r, -1, MALFORMED
                 entry = entry_end
-                f = _key_index(buffer, key_start, key_end, keys, key_offsets,
-                               follows[previous])
+                f = follows[previous]
+                if key_offsets[f + 1] - key_offsets[f] != key_end - key_start or not \
+                        _same_bytes(keys, key_offsets[f], buffer, key_start,
+                                    key_end - key_start):
+                    f = _key_index(buffer, key_start, key_end, keys, key_offsets, f)
                 if f < 0:
                     continue
                 follows[previous] = f
@@ -632,3 +661,23 @@ def fill_values(buffer, lengths, list_starts, list_ends, feature_kinds, floats, 
                                               value_offsets, cursors[f], data,
                                               byte_cursors[f])
             cursors[f] += count
+
+
+@_jit
+def list_offsets(lengths):
+    """Per feature, from lengths[record, feature] (-1: absent): the list offsets of its
+    column ([feature, record + 1]), where it is absent ([feature, record]), and whether it is
+    absent anywhere."""
+    records, features = lengths.shape
+    offsets = np.zeros((features, records + 1), np.int64)
+    absent = np.zeros((features, records), np.bool_)
+    any_absent = np.zeros(features, np.bool_)
+    for r in range(records):
+        for f in range(features):
+            length = lengths[r, f]
+            if length < 0:
+                absent[f, r] = True
+                any_absent[f] = True
+                length = 0
+            offsets[f, r + 1] = offsets[f, r] + length
+    return offsets, absent, any_absent

@@ -172,6 +172,7 @@ class _FileDecoder:
 def _typed(column, feature: schema_pb2.Feature, schema: schema_pb2.Schema):
     """A decoded column (lists, or scalars after unpacking) as the Spark type's Arrow type:
     scalars take a row's one value, an empty list is a null."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -186,10 +187,15 @@ def _typed(column, feature: schema_pb2.Feature, schema: schema_pb2.Schema):
                                               column)
         return column.cast(pa.list_(value_type))
     if is_list:
-        lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
         offsets = column.offsets.to_numpy()
-        first = pa.array(offsets[:-1] - offsets[0], mask=lengths == 0)
-        column = pc.list_flatten(column).take(first)
+        if column.null_count == 0 and offsets[-1] - offsets[0] == len(column) and \
+                (np.diff(offsets) == 1).all():  # one value in every row: the values are it
+            column = pc.list_flatten(column)
+        else:
+            lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(
+                zero_copy_only=False)
+            first = pa.array(offsets[:-1] - offsets[0], mask=lengths == 0)
+            column = pc.list_flatten(column).take(first)
     return column.cast(value_type)
 
 
