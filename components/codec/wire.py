@@ -44,7 +44,7 @@ def frozen(array):
     return view
 
 
-@_jit
+@_inline
 def varint_size(value: np.uint64) -> int:
     size = 1
     while value >= _ONE_BYTE:
@@ -53,7 +53,7 @@ def varint_size(value: np.uint64) -> int:
     return size
 
 
-@_jit
+@_inline
 def _put_varint(out, position: int, value: np.uint64) -> int:
     while value >= _ONE_BYTE:
         out[position] = np.uint8((value & _LOW_BITS) | _MORE)
@@ -89,7 +89,7 @@ def payload_bytes(kind: int, offsets, present, ints, value_offsets):
     return payload
 
 
-@_jit
+@_inline
 def _list_bytes(payload: int, packed: bool) -> int:
     # A number list is one packed field (0x0A, length, values), left out when empty.
     if packed and payload > 0:
@@ -126,14 +126,14 @@ def _memcpy(typingctx, out, position, source, start, count):
     return types.void(out, types.int64, source, types.int64, types.int64), codegen
 
 
-@_jit
+@_inline
 def _copy(out, position: int, source, start: int, count: int) -> int:
     """Copies source[start:start + count] to out[position:], which the caller has sized."""
     _memcpy(out, position, source, start, count)
     return position + count
 
 
-@_jit
+@_inline
 def _entry(out, position: int, payload: int, kind: int, keys, key_start: int, key_end: int
            ) -> int:
     """Writes a map entry's headers (and the packed field's header); returns the position of
