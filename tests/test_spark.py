@@ -20,7 +20,7 @@ from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
 from components.spark import session as spark_session
 from components.spark.columns import UnsupportedColumnError
-from components.spark.read import read_examples
+from components.spark.read import file_groups, read_examples
 from components.spark.write import write_examples
 from conftest import tfrp
 
@@ -248,6 +248,22 @@ def test_reads_packed_transform_output_and_stock_example_gen(spark, stock_taxi_e
     assert len(rows) == 2500  # three blocks, the last one short
     assert sorted(r["trip_start_hour"] for r in rows) == list(range(2500))
     assert all(r["fare"] == float(r["trip_start_hour"]) for r in rows)
+
+
+def test_read_tasks_take_every_file_once_in_groups_of_about_equal_bytes(tmp_path):
+    sizes = [900, 500, 500, 400, 300, 300, 200, 100, 0]
+    files = []
+    for i, size in enumerate(sizes):
+        files.append(str(tmp_path / f"data_tfrecord-{i:05d}"))
+        with open(files[-1], "wb") as f:
+            f.write(b"x" * size)
+    for cores in (1, 2, 3, 20):
+        groups = file_groups(files, cores)
+        assert len(groups) == min(cores, len(files))
+        assert sorted(f for g in groups for f in g) == sorted(files)
+        loads = [sum(os.path.getsize(f) for f in g) for g in groups]
+        assert max(loads) - min(loads) <= max(sizes)
+    assert [sum(os.path.getsize(f) for f in g) for g in file_groups(files, 2)] == [1600, 1600]
 
 
 @pytest.mark.parametrize("compression", ["gzip", "none"])
