@@ -17,6 +17,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 
 from components import fileio, packing, shards, tfrecord_io
 from components.codec import parser, schema_file
+from components.spark.session import deal_by_weight
 
 SAMPLE_RECORDS = 1_000
 
@@ -49,16 +50,9 @@ def read_examples(spark, path: str,
 
 
 def file_groups(files: list[str], cores: int) -> list[list[str]]:
-    """The files cut into at most `cores` groups of about equal bytes (largest file first,
-    each to the lightest group): one task a group. A Python task costs Spark about 0.2 s
-    to start (measured on local[2]), so one task a file paid that once per file."""
-    groups: list[list[str]] = [[] for _ in range(max(1, min(cores, len(files))))]
-    loads = [0] * len(groups)
-    for size, path in sorted(((fileio.size(f), f) for f in files), reverse=True):
-        lightest = loads.index(min(loads))
-        groups[lightest].append(path)
-        loads[lightest] += size
-    return groups
+    """The files cut into at most `cores` groups of about equal bytes: one task a group."""
+    return [[files[i] for i in group]
+            for group in deal_by_weight([fileio.size(f) for f in files], cores)]
 
 
 def _tfrecord_files(path: str) -> list[str]:

@@ -49,3 +49,17 @@ def get_session(master: Optional[str] = None, conf: Optional[dict] = None,
         # (gRPC, TensorFlow) exited before it started; a second launch is a new process.
         logging.warning("Spark's JVM exited as it started (%s); starting it once more", error)
         return builder.getOrCreate()
+
+
+def deal_by_weight(weights: list[int], tasks: int) -> list[list[int]]:
+    """Indices of `weights` dealt into at most `tasks` groups of about equal total weight
+    (heaviest first, each to the lightest group), for one Spark task a group: a Python task
+    costs Spark about 0.2 s to start (measured on local[2] with a trivial mapInArrow), so
+    one task per file or shard paid that once each."""
+    groups: list[list[int]] = [[] for _ in range(max(1, min(tasks, len(weights))))]
+    loads = [0] * len(groups)
+    for index in sorted(range(len(weights)), key=lambda i: (-weights[i], i)):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(index)
+        loads[lightest] += weights[index]
+    return groups

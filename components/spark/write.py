@@ -4,7 +4,7 @@ Executors turn Arrow batches (`mapInArrow`) into tf.Examples with ExampleGen's o
 (`example_gen.encode.encode_batch`: the same split hashing, partition folders and codec) and
 append them to chunk files in the staging folder. Each task returns one small record: its
 chunk list and its column profile. The driver plans shards from those (`shards.plan_shards`),
-executors copy and compress the shards, and the driver writes the schema and manifest and
+executors copy and compress the shards (a task per core), and the driver writes the schema and manifest and
 commits. No row passes through the driver and no row becomes a Python object.
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ from components.example_gen.sources.base import FileProfile
 from components.example_gen.splits import DEFAULT_SPLITS
 from components.shards import ShardingOptions
 from components.spark import columns as spark_columns
+from components.spark.session import deal_by_weight
 
 FORMAT = "spark-dataframe"
 
@@ -111,16 +112,22 @@ class _PartitionEncoder:
 
 
 def write_shards(spark, specs: list, staging: str, sharding: ShardingOptions) -> list:
-    """Writes each planned shard in a Spark task of its own; returns the Shards."""
+    """Writes the planned shards, one task per core, each writing a group of shards of about
+    equal bytes; returns the Shards in the order of `specs`."""
     if not specs:
         return []
-    return spark.sparkContext.parallelize(specs, len(specs)).map(
+    groups = deal_by_weight([sum(p.end - p.start for p in spec.pieces) for spec in specs],
+                            spark.sparkContext.defaultParallelism)
+    written = spark.sparkContext.parallelize(
+        [[(i, specs[i]) for i in group] for group in groups], len(groups)).flatMap(
         _ShardWriter(staging, sharding)).collect()
+    return [shard for _, shard in sorted(written, key=lambda pair: pair[0])]
 
 
 class _ShardWriter:
     def __init__(self, staging: str, sharding: ShardingOptions):
         self._staging, self._sharding = staging, sharding
 
-    def __call__(self, spec: shards.ShardSpec) -> shards.Shard:
-        return shards.write_shard(spec, self._staging, self._sharding)
+    def __call__(self, group: list) -> list:
+        return [(index, shards.write_shard(spec, self._staging, self._sharding))
+                for index, spec in group]
