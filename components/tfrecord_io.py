@@ -96,7 +96,8 @@ def open_records(path: str) -> BinaryIO:
     raw = fileio.open_file(path, "rb")
     if raw.read(2) == GZIP_MAGIC:
         raw.seek(0)
-        return igzip.GzipFile(fileobj=raw, mode="rb")
+        # ISA-L's reader needs readinto, which TensorFlow's GFile (remote paths) lacks.
+        return (igzip if hasattr(raw, "readinto") else gzip).GzipFile(fileobj=raw, mode="rb")
     raw.seek(0)
     return raw
 
@@ -182,10 +183,16 @@ def iter_record_blocks(path: str, block_bytes: int = _BLOCK_BYTES) -> Iterator[R
 
 
 def _read_into(stream: BinaryIO, view: memoryview) -> int:
-    """Fills `view` unless the stream ends first; returns the bytes read."""
+    """Fills `view` unless the stream ends first; returns the bytes read. TensorFlow's GFile
+    (remote paths) has no readinto, so that stream is read and copied."""
     filled = 0
     while filled < len(view):
-        count = stream.readinto(view[filled:])
+        if hasattr(stream, "readinto"):
+            count = stream.readinto(view[filled:])
+        else:
+            data = stream.read(len(view) - filled)
+            count = len(data)
+            view[filled:filled + count] = data
         if not count:
             break
         filled += count

@@ -207,3 +207,19 @@ def test_block_decoder_names_the_file_and_offset_of_a_bad_record(tmp_path):
     with pytest.raises(ValueError, match=f"^{path}: record at byte offset 0: feature 'n' is "
                                          "not a float_list, which its schema type FLOAT"):
         parser.decode_record_block(block, wrong)
+
+
+@pytest.mark.parametrize("compression", ["gzip", "none"])
+def test_block_reader_reads_through_tensorflows_file_system_too(tmp_path, compression):
+    """A remote path (gs://, s3://) is opened with TensorFlow's GFile, which has no readinto;
+    a file:// path takes the same route on this machine."""
+    records = [bytes([i % 256]) * (i * 37 % 500) for i in range(300)]
+    framed, _ = tfrecord_io.frame_records(pa.array(records, pa.binary()))
+    path = str(tmp_path / "data.tfrecord")
+    with (gzip.open if compression == "gzip" else open)(path, "wb") as f:
+        f.write(framed.tobytes())
+    for where in (path, "file://" + path):
+        read = [block.buffer[start:end].tobytes()
+                for block in tfrecord_io.iter_record_blocks(where, block_bytes=4_096)
+                for start, end in zip(block.starts, block.ends)]
+        assert read == records
