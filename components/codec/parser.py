@@ -116,7 +116,7 @@ def decode_examples(serialized: list[bytes], schema: Optional[schema_pb2.Schema]
     return decoder.DecodeBatch(serialized)
 
 
-_KIND_NAMES = ("float_list", "int64_list", "bytes_list")
+_KIND_NAMES = ("float_list", "int64_list", "bytes_list")  # by wire.FLOAT_KIND, INT_KIND, BYTES_KIND
 
 
 def decode_record_block(block, schema: schema_pb2.Schema):
@@ -147,7 +147,7 @@ def decode_record_block(block, schema: schema_pb2.Schema):
     problem = wire.locate_values(buffer, *(wire.frozen(a) for a in (
         block.starts, block.ends, keys, key_offsets, kinds)), lengths, list_starts, list_ends,
         byte_totals)
-    _raise_problem(block, features, lengths, *problem)
+    _raise_problem(block, features, kinds, *problem)
 
     offsets, absent, any_absent = wire.list_offsets(wire.frozen(lengths))
     counts = offsets[:, -1]
@@ -189,7 +189,8 @@ def decode_record_block(block, schema: schema_pb2.Schema):
     return pa.RecordBatch.from_arrays(columns, [f.name for f in features])
 
 
-def _raise_problem(block, features, lengths, record: int, feature: int, problem: int) -> None:
+def _raise_problem(block, features: list, kinds, record: int, feature: int, problem: int
+                   ) -> None:
     from components.codec import wire
 
     if problem == 0:
@@ -199,13 +200,9 @@ def _raise_problem(block, features, lengths, record: int, feature: int, problem:
         raise ValueError(f"{where} is not a tf.Example")
     name = features[feature].name
     if problem == wire.WRONG_KIND:
-        raise ValueError(f"{where}: feature {name!r} is not a "
-                         f"{_KIND_NAMES[_kind_of(features[feature])]}, which its schema type "
+        raise ValueError(f"{where}: feature {name!r} is not a {_KIND_NAMES[kinds[feature]]}, "
+                         f"which its schema type "
                          f"{schema_pb2.FeatureType.Name(features[feature].type)} needs")
     if problem == wire.REPEATED_KEY:
         raise ValueError(f"{where}: feature {name!r} appears twice")
     raise ValueError(f"{where}: feature {name!r} is malformed")
-
-
-def _kind_of(feature: schema_pb2.Feature) -> int:
-    return {schema_pb2.FLOAT: 0, schema_pb2.INT: 1, schema_pb2.BYTES: 2}[feature.type]

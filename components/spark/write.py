@@ -4,8 +4,9 @@ Executors turn Arrow batches (`mapInArrow`) into tf.Examples with ExampleGen's o
 (`example_gen.encode.encode_batch`: the same split hashing, partition folders and codec) and
 append them to chunk files in the staging folder. Each task returns one small record: its
 chunk list and its column profile. The driver plans shards from those (`shards.plan_shards`),
-executors copy and compress the shards (a task per core), and the driver writes the schema and manifest and
-commits. No row passes through the driver and no row becomes a Python object.
+executors copy and compress the shards (a task per core), and the driver writes the schema
+and manifest and commits. No row passes through the driver and no row becomes a Python
+object.
 """
 from __future__ import annotations
 
