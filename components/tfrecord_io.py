@@ -146,6 +146,13 @@ class RecordBlock:
         """The file offset (uncompressed) of record `index`'s framing."""
         return self.offset + int(self.starts[index]) - _HEADER.size
 
+    def parts(self, max_records: int) -> Iterator["RecordBlock"]:
+        """This block as blocks of at most `max_records` records over the same buffer."""
+        for first in range(0, len(self.starts), max(1, max_records)):
+            yield RecordBlock(self.path, self.offset, self.buffer,
+                              self.starts[first:first + max_records],
+                              self.ends[first:first + max_records])
+
 
 _BLOCK_BYTES = 1 << 24
 

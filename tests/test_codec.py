@@ -120,25 +120,30 @@ def test_both_crc32c_paths_agree_with_google_crc32c():
                 expected
 
 
-def _blocks_decoded(records: list[bytes], schema, compression: str, block_bytes: int):
-    """The records framed into a file, then read back a block at a time and decoded."""
+def _blocks_decoded(records: list[bytes], schema, compression: str, block_bytes: int,
+                    max_records: int = 1 << 20):
+    """The records framed into a file, then read back a block at a time and decoded, at most
+    `max_records` records at a time."""
     framed, _ = tfrecord_io.frame_records(pa.array(records, pa.binary()))
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "data.tfrecord")
         with (gzip.open if compression == "gzip" else open)(path, "wb") as f:
             f.write(framed.tobytes())
-        batches = [parser.decode_record_block(block, schema)
-                   for block in tfrecord_io.iter_record_blocks(path, block_bytes)]
+        batches = [parser.decode_record_block(part, schema)
+                   for block in tfrecord_io.iter_record_blocks(path, block_bytes)
+                   for part in block.parts(max_records)]
     assert all(len(b) for b in batches)
     return batches
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tables(), st.sampled_from(["gzip", "none"]), st.sampled_from([64, 1_000, 1 << 20]))
-def test_block_decoder_equals_tfx_bsls_decoder(table, compression, block_bytes):
+@given(tables(), st.sampled_from(["gzip", "none"]), st.sampled_from([64, 1_000, 1 << 20]),
+       st.sampled_from([1, 3, 1 << 20]))
+def test_block_decoder_equals_tfx_bsls_decoder(table, compression, block_bytes, max_records):
     """Every type, null, empty list and non-UTF-8 value decodes as tfx_bsl's decoder (what
     StatisticsGen and Transform read with) decodes it, whatever the block size (records
-    split across blocks included), from gzip and plain files."""
+    split across blocks included) and however many records are decoded at a time, from gzip
+    and plain files."""
     batch, kinds = table
     schema = _schema(kinds)
     records = serializer.encode_examples(batch)
@@ -147,7 +152,7 @@ def test_block_decoder_equals_tfx_bsls_decoder(table, compression, block_bytes):
     # The schema may hold a feature no record has: it decodes as nulls, as tfx_bsl's does.
     schema.feature.add(name="not in any record", type=schema_pb2.FLOAT)
     decoded = pa.Table.from_batches(_blocks_decoded(records, schema, compression,
-                                                    block_bytes))
+                                                    block_bytes, max_records))
     assert decoded.num_rows == len(records)
     expected = pa.Table.from_batches([parser.decode_examples(records, schema)])
     assert decoded.schema == expected.schema
@@ -191,6 +196,12 @@ def test_block_decoder_reads_every_valid_encoding_as_tfx_bsl_does():
     assert decoded.to_pydict()["i"] == [[5, -1, 2 ** 63 - 1], [7, 9], None, None]
 
 
+def test_records_per_decode_bounds_the_decoders_working_memory():
+    wide = _schema({f"f{i}": "float" for i in range(1_000)})
+    assert parser.records_per_decode(wide) * 1_000 <= parser.DECODE_CELLS
+    assert parser.records_per_decode(_schema({"n": "int"})) == parser.DECODE_CELLS
+
+
 def test_block_decoder_names_the_file_and_offset_of_a_bad_record(tmp_path):
     good = serializer.encode_examples(pa.RecordBatch.from_arrays(
         [pa.array([[1]] * 3, pa.list_(pa.int64()))], ["n"]))
@@ -200,9 +211,10 @@ def test_block_decoder_names_the_file_and_offset_of_a_bad_record(tmp_path):
     framed.tofile(path)
     schema = _schema({"n": "int"})
     [block] = tfrecord_io.iter_record_blocks(path)
-    with pytest.raises(ValueError, match=f"^{path}: record at byte offset {ends[2]} is not a "
-                                         "tf.Example$"):
-        parser.decode_record_block(block, schema)
+    for part in (block, list(block.parts(2))[1]):  # a part names the file's offset too
+        with pytest.raises(ValueError, match=f"^{path}: record at byte offset {ends[2]} is "
+                                             "not a tf.Example$"):
+            parser.decode_record_block(part, schema)
     wrong = _schema({"n": "float"})
     with pytest.raises(ValueError, match=f"^{path}: record at byte offset 0: feature 'n' is "
                                          "not a float_list, which its schema type FLOAT"):

@@ -116,6 +116,17 @@ def decode_examples(serialized: list[bytes], schema: Optional[schema_pb2.Schema]
     return decoder.DecodeBatch(serialized)
 
 
+# The decoder keeps about 33 bytes per (record, schema feature) while it works, so a wide
+# schema over small records (sparse data: 16 MB of 50-byte records, 1,000 features) would
+# need gigabytes; callers decode at most this many cells at a time (`records_per_decode`).
+DECODE_CELLS = 1 << 21
+
+
+def records_per_decode(schema: schema_pb2.Schema) -> int:
+    """How many records `decode_record_block` should be given at a time for `schema`."""
+    return max(1, DECODE_CELLS // max(1, len(schema.feature)))
+
+
 _KIND_NAMES = ("float_list", "int64_list", "bytes_list")  # by wire.FLOAT_KIND, INT_KIND, BYTES_KIND
 
 

@@ -151,12 +151,14 @@ class _FileDecoder:
         self._groups = groups
         self._block_rows = packing.packed_rows(schema)
         self._stored_schema = packing.block_schema(schema) if self._block_rows else schema
+        self._records_per_decode = parser.records_per_decode(self._stored_schema)
 
     def __call__(self, batches):
         for batch in batches:
             for path in (p for task in batch.column(0).to_pylist() for p in self._groups[task]):
                 for block in tfrecord_io.iter_record_blocks(path):
-                    yield self._with_partitions(path, self._rows(block))
+                    for part in block.parts(self._records_per_decode):
+                        yield self._with_partitions(path, self._rows(part))
 
     def _with_partitions(self, path: str, decoded):
         import pyarrow as pa
