@@ -235,3 +235,22 @@ def test_block_reader_reads_through_tensorflows_file_system_too(tmp_path, compre
                 for block in tfrecord_io.iter_record_blocks(where, block_bytes=4_096)
                 for start, end in zip(block.starts, block.ends)]
         assert read == records
+
+
+@pytest.mark.parametrize("level", [1, 3, 6, 9])  # ISA-L's levels, then zlib's
+def test_gzip_members_at_every_level_read_back_through_tensorflow(tmp_path, level):
+    from components import shards
+
+    records = [bytes([i % 256]) * (i * 53 % 900) for i in range(400)]
+    framed, ends = tfrecord_io.frame_records(pa.array(records, pa.binary()))
+    data = framed.tobytes()
+    members = [shards.gzip_member(data[start:end], level)
+               for start, end in zip([0, int(ends[150])], [int(ends[150]), len(data)])]
+    assert members == [shards.gzip_member(data[start:end], level)
+                       for start, end in zip([0, int(ends[150])], [int(ends[150]), len(data)])]
+    path = str(tmp_path / "data.tfrecord.gz")
+    with open(path, "wb") as f:
+        f.write(b"".join(members))
+    assert gzip.decompress(b"".join(members)) == data
+    read = [r.numpy() for r in tf.data.TFRecordDataset(path, "GZIP")]
+    assert read == records
