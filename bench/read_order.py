@@ -1,0 +1,46 @@
+"""Times `read_examples` and Spark's Parquet read in a given order in one SparkSession, to
+see what a read costs after another action (the session's first read, a worker that
+imported TensorFlow) rather than on its own.
+
+    python -m bench.read_order FOLDER STEP [STEP ...]
+
+FOLDER holds `ours/`, `ours-plain/` and `parquet/` as `tfrp bench spark` leaves them
+(`tfrp_runs/bench/spark-<rows>-out`). A step is `ours`, `ours-plain`, `parquet`, or `tf`
+(one task per core that imports TensorFlow, as the per-row recipe's workers do).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+
+def _import_tensorflow(batches):
+    import tensorflow  # noqa: F401  (the import is the point)
+    yield from batches
+
+
+def run(folder: str, steps: list[str], master: str = "local[2]") -> list[tuple[str, float]]:
+    from components.spark.read import read_examples
+    from components.spark.session import get_session
+
+    spark = get_session(master)
+    actions = {
+        "ours": lambda: read_examples(spark, os.path.join(folder, "ours")),
+        "ours-plain": lambda: read_examples(spark, os.path.join(folder, "ours-plain")),
+        "parquet": lambda: spark.read.parquet(os.path.join(folder, "parquet")),
+        "tf": lambda: spark.range(spark.sparkContext.defaultParallelism).mapInArrow(
+            _import_tensorflow, "id long"),
+    }
+    timings = []
+    for step in steps:
+        start = time.perf_counter()
+        actions[step]().write.format("noop").mode("overwrite").save()
+        timings.append((step, time.perf_counter() - start))
+        print(f"{step} {timings[-1][1]:.2f} s", flush=True)
+    spark.stop()
+    return timings
+
+
+if __name__ == "__main__":
+    run(sys.argv[1], sys.argv[2:])
