@@ -73,7 +73,7 @@ def is_whole(folder: str, rows: int) -> bool:
 def check_killed_runs(make_command, tmp_path, full_seconds: float, rows: int) -> None:
     """Kills the run at seeded random moments across its length; each folder left behind
     must not look complete unless it is (a kill after the commit, while the process exits),
-    and a rerun into it must refuse, naming what to delete."""
+    and a rerun into it must refuse: naming what to delete, or that the output is finished."""
     moments = random.Random(SEED).sample(range(5, 95), KILLS)
     landed = 0
     for moment in moments:
@@ -84,14 +84,18 @@ def check_killed_runs(make_command, tmp_path, full_seconds: float, rows: int) ->
                 f"a finished run left {os.listdir(out)}"
             continue
         landed += 1
-        if looks_complete(out):
+        complete = looks_complete(out)
+        if complete:
             assert is_whole(out, rows), f"killed at {moment}% of the run: {os.listdir(out)}"
         if os.path.isdir(out) and os.listdir(out):
             rerun = subprocess.run(make_command(out), capture_output=True, text=True,
                                    env=child_env())
             assert rerun.returncode != 0
-            assert f"rm -r {out}" in rerun.stderr and "is not empty" in rerun.stderr, \
-                rerun.stderr[-2000:]
+            if complete:  # killed after the commit: a finished output is kept, not deleted
+                assert "already holds a finished output" in rerun.stderr, rerun.stderr[-2000:]
+            else:
+                assert f"rm -r {out}" in rerun.stderr and "is not empty" in rerun.stderr, \
+                    rerun.stderr[-2000:]
     assert landed >= KILLS - 1, f"only {landed} of {KILLS} kills came before the run ended"
 
 
