@@ -5,8 +5,9 @@ imported TensorFlow) rather than on its own.
     python -m bench.read_order FOLDER STEP [STEP ...]
 
 FOLDER holds `ours/`, `ours-plain/` and `parquet/` as `tfrp bench spark` leaves them
-(`tfrp_runs/bench/spark-<rows>-out`). A step is `ours`, `ours-plain`, `parquet`, or `tf`
-(one task per core that imports TensorFlow, as the per-row recipe's workers do).
+(`tfrp_runs/bench/spark-<rows>-out`). A step is one of `tfrp bench spark`'s reads (`ours`,
+`ours-plain`, `parquet`, `python-floor`) or `tf` (one task per core that imports
+TensorFlow, as the per-row recipe's workers do).
 """
 from __future__ import annotations
 
@@ -22,21 +23,18 @@ def _import_tensorflow(batches):
 
 
 def run(folder: str, steps: list[str], master: str = "local[2]") -> list[tuple[str, float]]:
-    from components.spark.read import read_examples
+    from bench.spark import read_actions
     from components.spark.session import get_session
 
     spark = get_session(master)
-    actions = {
-        "ours": lambda: read_examples(spark, os.path.join(folder, "ours")),
-        "ours-plain": lambda: read_examples(spark, os.path.join(folder, "ours-plain")),
-        "parquet": lambda: spark.read.parquet(os.path.join(folder, "parquet")),
-        "tf": lambda: spark.range(spark.sparkContext.defaultParallelism).mapInArrow(
-            _import_tensorflow, "id long"),
-    }
+    actions = read_actions(spark, {name: os.path.join(folder, name)
+                                   for name in ("ours", "ours-plain", "parquet")})
+    actions["tf"] = lambda: spark.range(spark.sparkContext.defaultParallelism).mapInArrow(
+        _import_tensorflow, "id long").write.format("noop").mode("overwrite").save()
     timings = []
     for step in steps:
         start = time.perf_counter()
-        actions[step]().write.format("noop").mode("overwrite").save()
+        actions[step]()
         timings.append((step, time.perf_counter() - start))
         print(f"{step} {timings[-1][1]:.2f} s", flush=True)
     spark.stop()

@@ -72,6 +72,22 @@ def python_floor_read(spark, parquet_folder: str):
     return paths.mapInArrow(read, schema)
 
 
+def read_actions(spark, outputs: dict[str, str]) -> dict[str, Callable[[], None]]:
+    """The reads compared, each consuming every row (Spark's `noop` sink), over the folders
+    `outputs` names for "ours", "ours-plain" and "parquet"."""
+    from components.spark.read import read_examples
+
+    def consume(frame) -> None:
+        frame.write.format("noop").mode("overwrite").save()
+
+    return {
+        "ours": lambda: consume(read_examples(spark, outputs["ours"])),
+        "ours-plain": lambda: consume(read_examples(spark, outputs["ours-plain"])),
+        "parquet": lambda: consume(spark.read.parquet(outputs["parquet"])),
+        "python-floor": lambda: consume(python_floor_read(spark, outputs["parquet"])),
+    }
+
+
 def _timed(action: Callable[[], None]) -> float:
     start = time.perf_counter()
     action()
@@ -182,16 +198,7 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3, master: str = "lo
         "parquet": lambda: df.write.parquet(fresh("parquet")),
         "per-row": lambda: per_row_recipe(df, fresh("per-row")),
     }
-    readers = {
-        "ours": lambda: read_examples(spark, outputs["ours"]).write.format("noop")
-        .mode("overwrite").save(),
-        "ours-plain": lambda: read_examples(spark, outputs["ours-plain"]).write.format("noop")
-        .mode("overwrite").save(),
-        "parquet": lambda: spark.read.parquet(outputs["parquet"]).write.format("noop")
-        .mode("overwrite").save(),
-        "python-floor": lambda: python_floor_read(spark, outputs["parquet"]).write
-        .format("noop").mode("overwrite").save(),
-    }
+    readers = read_actions(spark, outputs)
     engines = {"spark": lambda: _examplegen_process(
         csv_folder, os.path.join(work_root, f"spark-{rows}-gen", "spark"), "spark", master),
                "beam": lambda: _examplegen_process(
