@@ -5,13 +5,16 @@ to the same 4 partitions), one stage of `write_examples` at a time, each a Spark
 local[2]: Arrow batches handed to Python executors and only counted (the floor under any
 writer with no jar), then also encoded (ExampleGen's encoder, split hash included, the
 output dropped), then the encode and chunk files (write_examples' first phase), then the
-shards cut from those chunks (its second phase), plain and gzip; Spark's Parquet write beside.
+shards cut from those chunks (its second phase), plain and gzip (gzip chunks are gzipped in
+the first phase); Spark's Parquet write beside.
 Median of 3 each.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import pickle
 import shutil
 import statistics
 import sys
@@ -68,30 +71,27 @@ def main(rows: int, work_root: str = "tfrp_runs/bench") -> dict:
         results.setdefault(name, []).append(time.perf_counter() - start)
 
     for repeat in range(3):
-        staging = os.path.join(scratch, f"staging-{repeat}")
-        os.makedirs(staging)
         timed("Arrow batches to Python executors, counted",
               lambda: features.mapInArrow(count_only, "rows long").collect())
         timed("+ encoded (split hash, profile, encoder)",
               lambda: features.mapInArrow(encode_only, "rows long").collect())
-        payloads = []
-        timed("+ chunk files (write_examples' first phase)", lambda: payloads.extend(
-            features.mapInArrow(write._PartitionEncoder(options, kinds, staging),
-                                "payload binary").collect()))
-        import pickle
-
-        chunks = [c for row in payloads for c in pickle.loads(row.payload)[1]]
         for compression in ("none", "gzip"):
             sharding = ShardingOptions(num_shards=SHARDS, compression=compression)
+            phase_options = dataclasses.replace(options, sharding=sharding)
+            staging = os.path.join(scratch, f"staging-{repeat}-{compression}")
+            os.makedirs(staging)
+            payloads = []
+            timed(f"+ chunk files, {compression} (write_examples' first phase)",
+                  lambda: payloads.extend(features.mapInArrow(
+                      write._PartitionEncoder(phase_options, kinds, staging),
+                      "payload binary").collect()))
+            chunks = [c for row in payloads for c in pickle.loads(row.payload)[1]]
             timed(f"shards from the chunks, {compression} (second phase)",
                   lambda: write.write_shards(spark, shards.plan_shards(chunks, sharding),
                                              staging, sharding))
-            for split in os.listdir(staging):
-                if split.startswith("Split-"):
-                    shutil.rmtree(os.path.join(staging, split))
+            shutil.rmtree(staging)
         parquet_out = os.path.join(scratch, f"parquet-{repeat}")
         timed("Spark Parquet write", lambda: df.write.parquet(parquet_out))
-        shutil.rmtree(staging)
         shutil.rmtree(parquet_out)
         print(f"repeat {repeat + 1}/3: " + ", ".join(
             f"{k} {v[-1]:.2f}s" for k, v in results.items()), file=sys.stderr)

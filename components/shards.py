@@ -1,10 +1,14 @@
 """The sharding writer shared by ExampleGen and Transform.
 
-Workers append framed records to small uncompressed chunk files and report only each chunk's
-size. A planner then cuts every (partition, split) stream into shards at record boundaries:
-equal parts for a shard count, or consecutive parts of the target size (the last takes the
-remainder) for a shard size. Shard writers copy byte ranges of chunks, compressing as they go.
-Memory holds chunk metadata, never the data, so it stays flat as the input grows.
+Workers append framed records to small chunk files and report only each chunk's size. With
+gzip, each chunk file is one gzip member, compressed by the worker that wrote it: the
+compression runs where the encoding runs, on every worker at once, and the staging folder holds
+about the output's size rather than several times it. A planner then cuts every
+(partition, split) stream into shards at record boundaries: equal parts for a shard count, or
+consecutive parts of the target size (the last takes the remainder) for a shard size. Shard
+writers copy whole chunk files; only a chunk that a cut falls inside is inflated and its two
+parts deflated again. Memory holds chunk metadata, never the data, so it stays flat as the
+input grows.
 
 Everything is written under a staging folder (`staged_output`) and moved into place at the
 end, manifest last: a run that fails leaves no manifest, and so nothing that looks complete.
@@ -21,7 +25,7 @@ import os
 import urllib.parse
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Union
 
 import numpy as np
 from isal import igzip
@@ -73,22 +77,29 @@ class ShardingOptions(JsonOptions):
 
 @dataclasses.dataclass(frozen=True)
 class Chunk:
-    """One chunk file: a run of framed records of one (partition, split)."""
+    """One chunk file: a run of framed records of one (partition, split), plain or as one
+    gzip member."""
 
     partition: str  # "" or "col=value"
     split: str
     order: tuple  # sorts chunks into a deterministic stream order
     path: str
     rows: int
-    nbytes: int
+    nbytes: int  # framed record bytes, which the plan and the record index count in
+    stored_bytes: int  # the file's size
+    gzipped: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
 class Piece:
+    """Records start:end (framed record bytes) of one chunk file."""
+
     path: str
     start: int
     end: int
     rows: int
+    gzipped: bool = False
+    whole: bool = False  # the whole chunk: a gzipped one is copied as it is
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,11 +161,13 @@ def partition_dir(column: str, value) -> str:
 class ChunkWriter:
     """Appends framed records per (partition, split) and rolls chunk files at a size."""
 
-    def __init__(self, folder: str, writer_id: int, chunk_bytes: int):
+    def __init__(self, folder: str, writer_id: int, sharding: "ShardingOptions"):
         """`writer_id` names this writer's chunk files and orders its chunks among all
         writers' (ExampleGen uses the source file's index, so the output order is the input
-        order)."""
-        self._folder, self._writer_id, self._limit = folder, writer_id, chunk_bytes
+        order). With gzip shards the chunks are gzipped at the shards' level."""
+        self._folder, self._writer_id = folder, writer_id
+        self._limit = sharding.chunk_bytes
+        self._level = sharding.compression_level if sharding.compression == "gzip" else None
         # Per (partition, split): framed byte runs and their record ends, not yet written.
         self._pending: dict[tuple, list[tuple[np.ndarray, np.ndarray]]] = {}
         self._sizes: dict[tuple, int] = {}
@@ -189,12 +202,18 @@ class ChunkWriter:
         bases = np.cumsum([0] + [len(data) for data, _ in runs[:-1]])
         ends = np.concatenate([run_ends + base for (_, run_ends), base in zip(runs, bases)])
         with fileio.open_file(path, "wb") as f:
-            for data, _ in runs:
-                f.write(data.tobytes())
+            if self._level is None:
+                for data, _ in runs:
+                    f.write(data.tobytes())
+                stored = int(ends[-1])
+            else:
+                member = gzip_member(np.concatenate([data for data, _ in runs]), self._level)
+                f.write(member)
+                stored = len(member)
         with fileio.open_file(path + ".idx", "wb") as f:
             f.write(ends.astype(np.int64).tobytes())
         self.chunks.append(Chunk(key[0], key[1], (self._writer_id, self._sequence), path,
-                                 len(ends), int(ends[-1])))
+                                 len(ends), int(ends[-1]), stored, self._level is not None))
 
     def close(self) -> list[Chunk]:
         for key in sorted(self._pending):
@@ -217,7 +236,9 @@ def plan_shards(chunks: list[Chunk], options: ShardingOptions) -> list[ShardSpec
         stream.sort(key=lambda c: c.order)
         total = sum(c.nbytes for c in stream)
         rows = sum(c.rows for c in stream)
-        ratio = (_compression_ratio(stream, options.compression_level)
+        # Shard sizes are what users see on disk. Gzipped chunks say exactly how far their
+        # records shrink, so cutting at `target / ratio` record bytes gets there.
+        ratio = (max(sum(c.stored_bytes for c in stream), 1) / max(total, 1)
                  if options.compression == "gzip" else 1.0)
         cuts = _cut_points(total, rows, options, ratio)
         cuts = _snap_to_records(stream, cuts)
@@ -227,25 +248,6 @@ def plan_shards(chunks: list[Chunk], options: ShardingOptions) -> list[ShardSpec
             pieces = _pieces(stream, bounds[index], bounds[index + 1])
             specs.append(ShardSpec(partition, split, index, count, tuple(pieces)))
     return specs
-
-
-def _compression_ratio(stream: list[Chunk], level: int) -> float:
-    """On-disk bytes per record byte, from gzipping samples of the stream the way shards are
-    written: the same level and deflate (ISA-L's level 1 and zlib's level 9 differ by about
-    15 %), a member per piece, and pieces from up to 8 chunks across the stream, since the
-    first chunk alone may be small or unlike the rest.
-
-    A shard size is what users see on disk; cutting at `target / ratio` record bytes gets
-    there without compressing everything twice.
-    """
-    sampled = stream[::max(1, len(stream) // 8)][:8]
-    raw = packed = 0
-    for chunk in sampled:
-        with fileio.open_file(chunk.path, "rb") as f:
-            sample = f.read(_MAX_CHUNK_BYTES // len(sampled))
-        raw += len(sample)
-        packed += len(gzip_member(sample, level))
-    return max(packed / max(raw, 1), 1e-3)
 
 
 def _cut_points(total: int, rows: int, options: ShardingOptions,
@@ -286,35 +288,36 @@ def _pieces(stream: list[Chunk], begin: int, finish: int) -> list[Piece]:
         end = position + chunk.nbytes
         lo, hi = max(begin, position), min(finish, end)
         if lo < hi:
-            if lo == position and hi == end:
+            whole = lo == position and hi == end
+            if whole:
                 rows = chunk.rows
             else:
                 ends = position + _record_ends(chunk)
                 rows = int(np.count_nonzero((ends > lo) & (ends <= hi)))
-            pieces.append(Piece(chunk.path, lo - position, hi - position, rows))
+            pieces.append(Piece(chunk.path, lo - position, hi - position, rows,
+                                chunk.gzipped, whole))
         position = end
     return pieces
 
 
 def write_shard(spec: ShardSpec, staging: str, sharding: ShardingOptions) -> Shard:
-    """Copies the spec's byte ranges into one shard file.
+    """Copies the spec's pieces into one shard file.
 
-    With gzip each piece becomes its own gzip member, compressed on a thread pool (zlib
-    releases the GIL); concatenated members are one valid gzip stream, which TensorFlow's and
-    Beam's readers both read through.
+    With gzip each piece is its own gzip member: a whole gzipped chunk is copied as it is, any
+    other piece is deflated here, on a thread pool (ISA-L and zlib release the GIL).
+    Concatenated members are one valid gzip stream, which TensorFlow's and Beam's readers
+    both read through.
     """
     compression = sharding.compression
     relative = spec.relative_path(compression)
     path = os.path.join(staging, relative)
     fileio.makedirs(os.path.dirname(path))
 
-    def read_piece(piece: Piece) -> bytes:
-        with fileio.open_file(piece.path, "rb") as f:
-            f.seek(piece.start)
-            return f.read(piece.end - piece.start)
-
     def compress_piece(piece: Piece) -> tuple[bytes, int]:
-        return gzip_member(read_piece(piece), sharding.compression_level), piece.rows
+        if piece.gzipped and piece.whole:
+            with fileio.open_file(piece.path, "rb") as f:
+                return f.read(), piece.rows
+        return gzip_member(_piece_records(piece), sharding.compression_level), piece.rows
 
     members = []
     with fileio.open_file(path, "wb") as out:
@@ -340,9 +343,21 @@ def write_shard(spec: ShardSpec, staging: str, sharding: ShardingOptions) -> Sha
                     append(future.result())
         else:
             for piece in spec.pieces:
-                fileio.append_range(piece.path, piece.start, piece.end - piece.start, out)
+                if piece.gzipped:
+                    out.write(_piece_records(piece))
+                else:
+                    fileio.append_range(piece.path, piece.start, piece.end - piece.start, out)
     return Shard(spec.partition, spec.split, relative, sum(p.rows for p in spec.pieces),
                  fileio.size(path), tuple(members))
+
+
+def _piece_records(piece: Piece) -> bytes:
+    """The piece's framed records, inflated from a gzipped chunk."""
+    with fileio.open_file(piece.path, "rb") as f:
+        if piece.gzipped:
+            return igzip.decompress(f.read())[piece.start:piece.end]
+        f.seek(piece.start)
+        return f.read(piece.end - piece.start)
 
 
 # ISA-L's deflate has levels 0-3. On our records its level 1 is about 4.5x zlib's level 1
@@ -350,7 +365,7 @@ def write_shard(spec: ShardSpec, staging: str, sharding: ShardingOptions) -> Sha
 _ISAL_LEVELS = range(1, 4)
 
 
-def gzip_member(data: bytes, level: int) -> bytes:
+def gzip_member(data: Union[bytes, np.ndarray], level: int) -> bytes:
     """`data` as one gzip member (mtime 0, so equal data gives equal bytes)."""
     if level in _ISAL_LEVELS:
         return igzip.compress(data, level, mtime=0)

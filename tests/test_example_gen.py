@@ -191,15 +191,50 @@ def test_num_shards_and_shard_size(taxi_slice_csv, tmp_path):
 
 @pytest.mark.parametrize("level", [1, 9])
 def test_shard_size_is_met_on_disk_at_every_gzip_level(taxi_slice_csv, tmp_path, level):
-    # The cut is planned in record bytes from a sample gzipped as the shards will be: at
-    # level 9 zlib's output is ~15 % smaller than ISA-L's level 1, so a level-1 estimate
-    # would leave every level-9 shard that much under the size asked for.
+    # The cut is planned in record bytes from how far the chunks, gzipped at the run's level,
+    # shrank: at level 9 zlib's output is ~15 % smaller than ISA-L's level 1, so one estimate
+    # for every level would leave every level-9 shard that much under the size asked for.
     target = 0.01 * 2 ** 20
     manifest = run_gen(taxi_slice_csv, tmp_path / "s", shard_size_mb=0.01,
                        compression_level=level)
     sizes = [shard["bytes"] for shard in manifest["splits"]["train"]["shards"][:-1]]
     assert len(sizes) >= 3
     assert 0.9 * target <= statistics.median(sizes) <= 1.1 * target, sizes
+
+
+@pytest.mark.parametrize("compression", ["gzip", "none"])
+def test_sharding_writer_keeps_every_record_in_order_across_chunk_cuts(tmp_path, compression):
+    """Records through chunk files and shards come back whole and in order whether a cut
+    falls between chunks (a gzipped chunk is then copied as it is) or inside one (it is
+    inflated and its two parts deflated again). Gzipped, staging holds compressed chunks."""
+    rng = np.random.default_rng(7)
+    records = [b"row %d:" % i + rng.integers(0, 4, int(rng.integers(10, 300))).astype(
+        np.uint8).tobytes() for i in range(6_000)]
+    sharding = ShardingOptions(num_shards=4, compression=compression)
+    chunks = []
+    for writer_id, part in enumerate(np.array_split(np.arange(len(records)), 6)):
+        writer = shards.ChunkWriter(str(tmp_path / "chunks"), writer_id, sharding)
+        writer.add("", "train", [records[i] for i in part])
+        chunks += writer.close()
+    raw, stored = sum(c.nbytes for c in chunks), sum(c.stored_bytes for c in chunks)
+    if compression == "gzip":
+        assert all(tfrecord_io.is_gzip(c.path) for c in chunks)
+        assert stored < 0.6 * raw, (stored, raw)
+    else:
+        assert stored == raw and not any(tfrecord_io.is_gzip(c.path) for c in chunks)
+    specs = shards.plan_shards(chunks, sharding)
+    pieces = [piece for spec in specs for piece in spec.pieces]
+    assert len(specs) == 4 and any(p.whole for p in pieces) and not all(p.whole for p in pieces)
+    written = [shards.write_shard(spec, str(tmp_path / "out"), sharding) for spec in specs]
+    read_back = []
+    for shard in written:
+        records_in_shard = [r for _, r in tfrecord_io.iter_records(
+            str(tmp_path / "out" / shard.path))]
+        assert len(records_in_shard) == shard.rows
+        if compression == "gzip":
+            assert sum(rows for _, rows in shard.gzip_members) == shard.rows
+        read_back += records_in_shard
+    assert read_back == records
 
 
 def test_small_data_gets_one_shard_per_split(taxi_out):

@@ -49,7 +49,7 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
     `staging`. Returns the chunks and the file's row counts; `on_rows` hears of rows read."""
     split_names, weights, key_columns = split_plan(options, profile.columns)
     writer = shards.ChunkWriter(os.path.join(staging, "_chunks"), file_index,
-                                options.sharding.chunk_bytes)
+                                options.sharding)
     rows_in = quarantined = lost = lost_bytes = 0
     lost_count_known = True
     quarantine_path = os.path.join(staging, shards.QUARANTINE_DIR,

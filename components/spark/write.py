@@ -94,7 +94,7 @@ class _PartitionEncoder:
         # chunks, and only the chunks of the attempt whose payload Spark keeps are planned.
         writer = shards.ChunkWriter(
             os.path.join(self._staging, "_chunks", f"attempt-{context.taskAttemptId()}"),
-            task, options.sharding.chunk_bytes)
+            task, options.sharding)
         # Kinds come from the DataFrame's schema, so the profile starts with every column
         # and only counts presence and string values.
         profile, rows = FileProfile(columns=dict(self._kinds)), 0

@@ -101,13 +101,13 @@ class _EncodeChunks(beam.DoFn):
     Packing buffers rows across batches, so only each bundle's last block can be short."""
 
     def __init__(self, split: str, schema: schema_pb2.Schema, packed_rows: int, staging: str,
-                 chunk_bytes: int):
+                 sharding: shards.ShardingOptions):
         self._split, self._schema, self._packed = split, schema, packed_rows
-        self._staging, self._chunk_bytes = staging, chunk_bytes
+        self._staging, self._sharding = staging, sharding
 
     def start_bundle(self):
         self._writer = shards.ChunkWriter(os.path.join(self._staging, "_chunks"),
-                                          random.getrandbits(40), self._chunk_bytes)
+                                          random.getrandbits(40), self._sharding)
         self._pending, self._pending_rows, self._rows, self._records = [], 0, 0, 0
 
     def process(self, element):
@@ -170,7 +170,7 @@ def _transform(make_pipeline, options, examples_dir, splits, raw_schema, row_sch
                 f"Transform[{split}]" >> tft_beam.TransformDataset(output_record_batches=True)
             outputs.append(transformed | f"Encode[{split}]" >> beam.ParDo(_EncodeChunks(
                 split, row_schema, options.packed_rows, staging,
-                options.sharding.chunk_bytes)).with_outputs(ROW_COUNTS, main="chunks"))
+                options.sharding)).with_outputs(ROW_COUNTS, main="chunks"))
         chunks = [o.chunks for o in outputs] | "AllChunks" >> beam.Flatten()
         counts = [o[ROW_COUNTS] for o in outputs] | "AllCounts" >> beam.Flatten()
         written = chunks | "WriteShards" >> beam_shards.WriteShards(staging, options.sharding)
