@@ -24,11 +24,12 @@ import gzip
 import os
 import urllib.parse
 import uuid
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, Optional, Union
 
 import numpy as np
-from isal import igzip
+from isal import igzip, isal_zlib
 
 from components import fileio, tfrecord_io
 from components.codec.schema_file import SCHEMA_FILE
@@ -207,9 +208,16 @@ class ChunkWriter:
                     f.write(data.tobytes())
                 stored = int(ends[-1])
             else:
-                member = gzip_member(np.concatenate([data for data, _ in runs]), self._level)
-                f.write(member)
-                stored = len(member)
+                # Streamed run by run: joining the runs first would hold a second copy of the
+                # chunk.
+                compressor, stored = gzip_compressor(self._level), 0
+                for data, _ in runs:
+                    member_part = compressor.compress(data)
+                    f.write(member_part)
+                    stored += len(member_part)
+                member_part = compressor.flush()
+                f.write(member_part)
+                stored += len(member_part)
         with fileio.open_file(path + ".idx", "wb") as f:
             f.write(ends.astype(np.int64).tobytes())
         self.chunks.append(Chunk(key[0], key[1], (self._writer_id, self._sequence), path,
@@ -360,6 +368,7 @@ def _piece_records(piece: Piece) -> bytes:
         return f.read(piece.end - piece.start)
 
 
+_GZIP_WBITS = 16 + 15  # a gzip header and trailer around a 32 KB window
 # ISA-L's deflate has levels 0-3. On our records its level 1 is about 4.5x zlib's level 1
 # and a little smaller; levels above 3 use zlib's. Both release the GIL.
 _ISAL_LEVELS = range(1, 4)
@@ -370,6 +379,14 @@ def gzip_member(data: Union[bytes, np.ndarray], level: int) -> bytes:
     if level in _ISAL_LEVELS:
         return igzip.compress(data, level, mtime=0)
     return gzip.compress(data, compresslevel=level, mtime=0)
+
+
+def gzip_compressor(level: int):
+    """A compressor object whose output, flushed, is one gzip member, deflated as
+    `gzip_member` deflates."""
+    if level in _ISAL_LEVELS:
+        return isal_zlib.compressobj(level, isal_zlib.DEFLATED, _GZIP_WBITS)
+    return zlib.compressobj(level, zlib.DEFLATED, _GZIP_WBITS)
 
 
 STAGING_PREFIX = ".staging-"
