@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gzip
 import os
 import urllib.parse
 import uuid
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator, Optional, Union
+from typing import Iterator, Optional
 
 import numpy as np
 from isal import igzip, isal_zlib
@@ -360,7 +359,7 @@ def write_shard(spec: ShardSpec, staging: str, sharding: ShardingOptions) -> Sha
 
 
 def _piece_records(piece: Piece) -> bytes:
-    """The piece's framed records, inflated from a gzipped chunk."""
+    """The piece's framed records, inflating its chunk first when that is gzipped."""
     with fileio.open_file(piece.path, "rb") as f:
         if piece.gzipped:
             return igzip.decompress(f.read())[piece.start:piece.end]
@@ -374,19 +373,18 @@ _GZIP_WBITS = 16 + 15  # a gzip header and trailer around a 32 KB window
 _ISAL_LEVELS = range(1, 4)
 
 
-def gzip_member(data: Union[bytes, np.ndarray], level: int) -> bytes:
-    """`data` as one gzip member (mtime 0, so equal data gives equal bytes)."""
-    if level in _ISAL_LEVELS:
-        return igzip.compress(data, level, mtime=0)
-    return gzip.compress(data, compresslevel=level, mtime=0)
-
-
 def gzip_compressor(level: int):
-    """A compressor object whose output, flushed, is one gzip member, deflated as
-    `gzip_member` deflates."""
+    """A compressor object whose output, flushed, is one gzip member (mtime 0, so equal data
+    gives equal bytes)."""
     if level in _ISAL_LEVELS:
         return isal_zlib.compressobj(level, isal_zlib.DEFLATED, _GZIP_WBITS)
     return zlib.compressobj(level, zlib.DEFLATED, _GZIP_WBITS)
+
+
+def gzip_member(data: bytes, level: int) -> bytes:
+    """`data` as one gzip member."""
+    compressor = gzip_compressor(level)
+    return compressor.compress(data) + compressor.flush()
 
 
 STAGING_PREFIX = ".staging-"
