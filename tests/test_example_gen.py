@@ -348,6 +348,52 @@ def test_split_hash_of_text_columns_equals_pandas_hash_of_each_value():
         np.testing.assert_array_equal(hash_rows(batch, [name]), expected, err_msg=name)
 
 
+def test_split_hash_of_number_columns_equals_pandas_hash_of_each_value():
+    """The compiled hash of numeric columns gives pandas' numbers: every width, signed and
+    not, floats' special values, nulls (as None hashes), batches sliced out of a larger one,
+    and several columns folded together."""
+    import pandas as pd
+
+    from components.example_gen.splits import hash_rows
+
+    rng = np.random.default_rng(5)
+    rows = 3000
+    columns = {}
+    for kind in (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(),
+                 pa.uint32(), pa.uint64()):
+        info = np.iinfo(kind.to_pandas_dtype())
+        values = rng.integers(info.min, info.max, rows, dtype=kind.to_pandas_dtype(),
+                              endpoint=True)
+        values[:2] = info.min, info.max
+        columns[str(kind)] = values
+    specials = [0.0, -0.0, np.nan, np.inf, -np.inf, 1e-300, -3.5]
+    for kind in (np.float16, np.float32, np.float64):
+        values = rng.normal(0, 1e3, rows).astype(kind)
+        values[:len(specials)] = specials
+        columns[np.dtype(kind).name] = values
+    columns["bool"] = rng.integers(0, 2, rows).astype(bool)
+    null_rows = rng.random(rows) < 0.2
+    none_hash = pd.util.hash_array(np.array([None], dtype=object), categorize=False)[0]
+    arrays, expected = {}, {}
+    for name, values in columns.items():
+        for with_nulls in (False, True):
+            mask = null_rows if with_nulls else None
+            key = f"{name}{'-nulls' if with_nulls else ''}"
+            arrays[key] = pa.array(values, mask=mask)
+            hashed = pd.util.hash_array(values, categorize=False)
+            expected[key] = np.where(null_rows, none_hash, hashed) if with_nulls else hashed
+    batch = pa.RecordBatch.from_arrays(list(arrays.values()), list(arrays))
+    for start, length in ((0, rows), (37, 1000), (rows - 5, 5)):
+        sliced = batch.slice(start, length)
+        for name in arrays:
+            np.testing.assert_array_equal(hash_rows(sliced, [name]),
+                                          expected[name][start:start + length], err_msg=name)
+        folded = np.zeros(length, np.uint64)
+        for name in arrays:
+            folded = folded * np.uint64(1_000_003) ^ expected[name][start:start + length]
+        np.testing.assert_array_equal(hash_rows(sliced, list(arrays)), folded)
+
+
 def test_partition_by_hostile_values(tmp_path):
     hostile = ["../../etc", "a/b", "x\x00y", ".", "..", "", "ok", "C:\\win", "%2F"]
     (tmp_path / "src").mkdir()

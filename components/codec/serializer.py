@@ -219,8 +219,9 @@ class _Column:
                                   self.value_offsets)
 
 
-def encode_examples_array(example_batch):
-    """Serialized tf.Examples as one Arrow binary array, one per row.
+def encode_examples_array(example_batch, order=None):
+    """Serialized tf.Examples as one Arrow binary array, one per row, in the batch's order or
+    in `order` (row indices) when given.
 
     Parsed by tf.io.parse_example or tfx_bsl, the result equals what tfx_bsl's
     RecordBatchToExamplesEncoder gives for the same batch (tests/test_codec.py checks this on
@@ -267,7 +268,9 @@ def encode_examples_array(example_batch):
         wire.frozen(payload), wire.frozen(offsets),
         joined(parts[wire.FLOAT_KIND], np.uint8), joined(parts[wire.INT_KIND], np.uint64),
         joined(value_offsets, np.int64), joined(parts[wire.BYTES_KIND], np.uint8),
-        wire.frozen(np.frombuffer(b"".join(keys), np.uint8)), wire.frozen(key_offsets))
+        wire.frozen(np.frombuffer(b"".join(keys), np.uint8)), wire.frozen(key_offsets),
+        wire.frozen(np.arange(rows, dtype=np.int64) if order is None
+                    else np.asarray(order, np.int64)))
     return _binary(out, ends)
 
 

@@ -156,9 +156,10 @@ def _entry(out, position: int, payload: int, kind: int, keys, key_start: int, ke
 
 @_jit
 def write_rows(totals, kinds, payload, offsets, float_bytes, ints, value_offsets, data, keys,
-               key_offsets):
+               key_offsets, order):
     """(serialized rows, row end offsets from 0), written a row at a time so the output is
-    written front to back.
+    written front to back, rows in `order` (so rows bound for one split come out together,
+    with no second copy to group them).
 
     Column c's values of row r are [offsets[c, r], offsets[c, r + 1]) of the float32 bytes
     (in floats), of `ints` (as uint64) or of `value_offsets` (cutting `data`); `payload[c, r]`
@@ -166,12 +167,14 @@ def write_rows(totals, kinds, payload, offsets, float_bytes, ints, value_offsets
     (0x0A, name length, name, 0x12) at key_offsets[c]:key_offsets[c + 1]."""
     rows = len(totals)
     ends = np.zeros(rows + 1, np.int64)
-    for row in range(rows):
-        ends[row + 1] = ends[row] + 1 + varint_size(np.uint64(totals[row])) + totals[row]
+    for at in range(rows):
+        total = totals[order[at]]
+        ends[at + 1] = ends[at] + 1 + varint_size(np.uint64(total)) + total
     out = np.empty(ends[rows], np.uint8)
-    for row in range(rows):
-        out[ends[row]] = 0x0A
-        position = _put_varint(out, ends[row] + 1, np.uint64(totals[row]))
+    for at in range(rows):
+        row = order[at]
+        out[ends[at]] = 0x0A
+        position = _put_varint(out, ends[at] + 1, np.uint64(totals[row]))
         for column in range(len(kinds)):
             size = payload[column, row]
             if size < 0:

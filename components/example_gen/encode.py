@@ -129,16 +129,16 @@ def encode_batch(options: ExampleGenOptions, path: str, batch: pa.RecordBatch,
             return_inverse=True)
     else:
         partitions, partition_of_row = [""], np.zeros(batch.num_rows, dtype=np.int64)
-    records = serializer.encode_examples_array(
-        serializer.to_example_batch(batch, profile.columns))
     group_of_row = partition_of_row * len(split_names) + split_of_row
     order = np.argsort(group_of_row, kind="stable")
     groups, starts = np.unique(group_of_row[order], return_index=True)
+    records = serializer.encode_examples_array(
+        serializer.to_example_batch(batch, profile.columns), order)
     out = []
     for group, start, end in zip(groups, starts, list(starts[1:]) + [len(order)]):
         partition, split = divmod(int(group), len(split_names))
         out.append((str(partitions[partition]), split_names[split],
-                    records.take(pa.array(order[start:end]))))
+                    records.slice(start, end - start)))
     return out
 
 

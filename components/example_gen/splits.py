@@ -5,12 +5,16 @@ whichever engine wrote it.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyarrow as pa
 
 from components.example_gen.sources.base import SourceError
 
 DEFAULT_SPLITS = "train:2,eval:1"  # the same 2:1 hash split stock ExampleGen uses
+# hash_rows folds each column in as `combined * HASH_STEP ^ hash(column)`.
+HASH_STEP = np.uint64(1_000_003)
 
 
 def parse_splits(text: str) -> list[tuple[str, int]]:
@@ -30,32 +34,39 @@ def parse_splits(text: str) -> list[tuple[str, int]]:
 
 def hash_rows(batch: pa.RecordBatch, columns: list[str],
               absent_as_null: bool = False) -> np.ndarray:
-    """A stable uint64 per row from the named columns' values (pandas' fixed-key SipHash).
+    """A stable uint64 per row from the named columns' values: each column's pandas
+    `hash_array` values (fixed-key SipHash for text and objects, splitmix64 for numbers),
+    folded in column by column.
     With `absent_as_null`, a column this batch lacks (a file without it) hashes as nulls;
     otherwise it is an error, as for an explicit split key."""
-    import pandas as pd
-
     combined = np.zeros(batch.num_rows, dtype=np.uint64)
     for name in columns:
         index = batch.schema.get_field_index(name)
         if index < 0 and not absent_as_null:
             raise SourceError(f"split key column {name!r} is not in the data")
         array = batch.column(index) if index >= 0 else pa.nulls(batch.num_rows)
-        if _is_text(array.type):
-            hashed = _hash_each_distinct(array)
-        elif _is_number(array.type):
-            hashed = _hash_numbers(array)
+        if _is_number(array.type):
+            _mix_in_numbers(combined, array)
         else:
-            if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
-                values = np.array([repr(v) for v in array.to_pylist()], dtype=object)
-            else:
-                values = array.to_numpy(zero_copy_only=False)
-                if values.dtype == object:
-                    values = np.array([v if v is None or isinstance(v, (bytes, str))
-                                       else repr(v) for v in values], dtype=object)
-            hashed = pd.util.hash_array(values, categorize=False)
-        combined = combined * np.uint64(1_000_003) ^ hashed
+            combined *= HASH_STEP
+            combined ^= _hash_each_distinct(array) if _is_text(array.type) \
+                else _hash_objects(array)
     return combined
+
+
+def _hash_objects(array: pa.Array) -> np.ndarray:
+    """pandas' hash of the column's values as numpy gives them (dates and timestamps as
+    datetime64), lists and other Python objects by their repr."""
+    import pandas as pd
+
+    if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+        values = np.array([repr(v) for v in array.to_pylist()], dtype=object)
+    else:
+        values = array.to_numpy(zero_copy_only=False)
+        if values.dtype == object:
+            values = np.array([v if v is None or isinstance(v, (bytes, str)) else repr(v)
+                               for v in values], dtype=object)
+    return pd.util.hash_array(values, categorize=False)
 
 
 def _is_text(kind: pa.DataType) -> bool:
@@ -67,21 +78,39 @@ def _is_number(kind: pa.DataType) -> bool:
     return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
 
 
-def _hash_numbers(array: pa.Array) -> np.ndarray:
-    """pandas' hash of each value in the column's own type, a null as None hashes. Whether a
-    batch holds a null must not change how its other values hash (Arrow gives ints with nulls
-    as floats), or a row's split would hang on which rows share its batch."""
-    import pandas as pd
-    import pyarrow.compute as pc
+def _mix_in_numbers(combined: np.ndarray, array: pa.Array) -> None:
+    """`combined = combined * HASH_STEP ^ hash(value)` for each row of a numeric column, in one
+    compiled pass, where hash is pandas' (`hash_array`: the value's bits as uint64, through
+    the splitmix64 finalizer) and a null hashes as None does. Whether a batch holds a null
+    must not change how its other values hash (Arrow gives ints with nulls as floats), or a
+    row's split would hang on which rows share its batch; so the values are read in the
+    column's own type, from its buffers."""
+    if pa.types.is_boolean(array.type):
+        values = array.fill_null(False).to_numpy(zero_copy_only=False).astype(np.uint64)
+    else:
+        # The value buffer itself: a null's slot holds some value, hashed as None below.
+        width = array.type.bit_width // 8
+        values = np.frombuffer(array.buffers()[1], f"u{width}")[
+            array.offset:array.offset + len(array)]
+        # pandas widens each value's own bits to uint64: zero-extended, never sign-extended.
+        values = values.astype(np.uint64) if width < 8 else values
+    valid = _NO_NULLS
+    if array.null_count:
+        valid = np.unpackbits(np.frombuffer(array.buffers()[0], np.uint8),
+                              bitorder="little")[array.offset:array.offset + len(array)]
+    from components.example_gen import split_hash
 
-    if not array.null_count:
-        return pd.util.hash_array(array.to_numpy(zero_copy_only=False), categorize=False)
-    zero = pa.scalar(False if pa.types.is_boolean(array.type) else 0, array.type)
-    hashed = pd.util.hash_array(pc.fill_null(array, zero).to_numpy(zero_copy_only=False),
-                                categorize=False)
-    hashed[pc.is_null(array).to_numpy(zero_copy_only=False)] = pd.util.hash_array(
-        np.array([None], dtype=object), categorize=False)[0]
-    return hashed
+    split_hash.mix_in_bits(combined, values, valid, _null_hash())
+
+
+_NO_NULLS = np.zeros(0, np.uint8)
+
+
+@functools.lru_cache(maxsize=None)
+def _null_hash() -> np.uint64:
+    import pandas as pd
+
+    return pd.util.hash_array(np.array([None], dtype=object), categorize=False)[0]
 
 
 def _hash_each_distinct(array: pa.Array) -> np.ndarray:
