@@ -392,6 +392,9 @@ def test_split_hash_of_number_columns_equals_pandas_hash_of_each_value():
         for name in arrays:
             folded = folded * np.uint64(1_000_003) ^ expected[name][start:start + length]
         np.testing.assert_array_equal(hash_rows(sliced, list(arrays)), folded)
+    # An empty array from an IPC stream may come without a value buffer.
+    empty = pa.Array.from_buffers(pa.int64(), 0, [None, None])
+    assert len(hash_rows(pa.RecordBatch.from_arrays([empty], ["x"]), ["x"])) == 0
 
 
 def test_partition_by_hostile_values(tmp_path):

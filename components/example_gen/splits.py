@@ -85,6 +85,8 @@ def _mix_in_numbers(combined: np.ndarray, array: pa.Array) -> None:
     must not change how its other values hash (Arrow gives ints with nulls as floats), or a
     row's split would hang on which rows share its batch; so the values are read in the
     column's own type, from its buffers."""
+    if not len(array):
+        return  # an empty array's value buffer may be missing altogether
     if pa.types.is_boolean(array.type):
         values = array.fill_null(False).to_numpy(zero_copy_only=False).astype(np.uint64)
     else:
