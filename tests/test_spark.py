@@ -69,6 +69,63 @@ def test_java_missing_is_one_line_saying_how_to_install_it(monkeypatch):
     assert "apt-get install -y openjdk-17-jre-headless" in str(error.value)
 
 
+JVM_BESIDE_BUSY_GRPC = """
+import os, signal, subprocess, sys, threading
+from concurrent import futures
+import grpc
+
+server = grpc.server(futures.ThreadPoolExecutor(4))
+server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("echo", {
+    "Echo": grpc.unary_unary_rpc_method_handler(lambda request, _: request)})])
+port = server.add_insecure_port("127.0.0.1:0")
+server.start()
+calling = threading.Event()
+
+def call_forever():
+    echo = grpc.insecure_channel(f"127.0.0.1:{port}").unary_unary("/echo/Echo")
+    while True:
+        echo(b"x")
+        calling.set()
+
+for _ in range(3):
+    threading.Thread(target=call_forever, daemon=True).start()
+calling.wait()
+# The control: a child started with a preexec_fn is forked with gRPC's fork handlers, which
+# say so when a call is in flight (about 29 times in 30 here, so five tries).
+for _ in range(5):
+    subprocess.run(["true"], preexec_fn=lambda: None, check=True)
+sys.stderr.write("CONTROL DONE\\n")
+sys.stderr.flush()
+from components.spark.session import get_session
+spark = get_session("local[1]")
+assert spark.range(10).count() == 10
+java = subprocess.run(["pgrep", "-P", str(os.getpid()), "java"], capture_output=True,
+                      text=True).stdout.split()
+status = open(f"/proc/{java[0]}/status").read()
+ignored = int(next(l for l in status.splitlines() if l.startswith("SigIgn")).split()[1], 16)
+print("SIGINT ignored", bool(ignored & (1 << (signal.SIGINT - 1))),
+      "same group", os.getpgid(int(java[0])) == os.getpgid(0))
+os._exit(0)
+"""
+
+
+def test_the_jvm_starts_without_forking_beside_threads_in_grpc():
+    """pyspark's own start forks (its preexec_fn), and in a process with threads inside gRPC
+    (a TFX or Beam run) gRPC's fork handlers then run in the child, which once broke the
+    JVM's start twice in a row. Ours starts it with no fork handlers (the control, a forked
+    child, shows that they would run), still ignoring SIGINT and in this process's group."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", JVM_BESIDE_BUSY_GRPC], capture_output=True, text=True,
+        timeout=300, env={**os.environ, "GRPC_VERBOSITY": "INFO"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    control, _, after = result.stderr.partition("CONTROL DONE")
+    assert "fork() handlers" in control, result.stderr[-3000:]
+    assert "fork() handlers" not in after, after[-3000:]
+    assert "SIGINT ignored True same group True" in result.stdout
+
 def test_executors_encode_and_decode_without_importing_tensorflow(spark, taxi_slice_dir,
                                                                    tmp_path):
     from components.spark import example_gen_job

@@ -2,10 +2,13 @@
 Java is missing."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+import signal
 import sys
+import threading
 from typing import Optional
 
 JAVA_MISSING = ("Spark needs a Java runtime and `java` is not on PATH: install Java 17 "
@@ -40,15 +43,46 @@ def get_session(master: Optional[str] = None, conf: Optional[dict] = None,
     for key, value in {"spark.sql.execution.arrow.pyspark.enabled": "true",
                        "spark.ui.enabled": "false", **(conf or {})}.items():
         builder = builder.config(key, value)
+    with _jvm_started_without_fork():
+        try:
+            return builder.getOrCreate()
+        except Exception as error:  # pyspark's PySparkRuntimeError
+            if "JAVA_GATEWAY_EXITED" not in str(error):
+                raise
+            logging.warning("Spark's JVM exited as it started (%s); starting it once more",
+                            error)
+            return builder.getOrCreate()
+
+
+@contextlib.contextmanager
+def _jvm_started_without_fork():
+    """pyspark starts the JVM with a preexec_fn that ignores SIGINT (so that Ctrl-C does not
+    reach it), which makes Python fork() and run Python in the child. In a process with
+    threads inside gRPC (a TFX or Beam run), gRPC's fork handlers then run too, and they can
+    break the child before it execs: "Java gateway process exited before sending its port
+    number", seen in whole-pipeline runs, twice in a row once. Without a preexec_fn Python
+    starts the child with vfork, which runs no fork handlers; the JVM inherits SIGINT
+    ignored instead, set around the start (only the main thread can set it; from another
+    thread the JVM gets its own process group, which keeps the terminal's Ctrl-C from it)."""
+    from pyspark import java_gateway
+
+    popen = java_gateway.Popen
+
+    def start(command, **kwargs):
+        kwargs.pop("preexec_fn", None)
+        if threading.current_thread() is not threading.main_thread():
+            return popen(command, process_group=0, **kwargs)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return popen(command, **kwargs)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    java_gateway.Popen = start
     try:
-        return builder.getOrCreate()
-    except Exception as error:  # pyspark's PySparkRuntimeError
-        if "JAVA_GATEWAY_EXITED" not in str(error):
-            raise
-        # Seen once in a whole-pipeline run: the JVM launched from a process full of threads
-        # (gRPC, TensorFlow) exited before it started; a second launch is a new process.
-        logging.warning("Spark's JVM exited as it started (%s); starting it once more", error)
-        return builder.getOrCreate()
+        yield
+    finally:
+        java_gateway.Popen = popen
 
 
 def deal_by_weight(weights: list[int], tasks: int) -> list[list[int]]:
