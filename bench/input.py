@@ -199,6 +199,34 @@ def _stock(files, schema, rows) -> list[float]:
     return _time_epochs(dataset, rows)
 
 
+def consumer_floor(files, schema, rows: int) -> dict:
+    """What the consumer in `_time_epochs` costs alone: one packed batch, already made,
+    passed through the same prefetch and reduce as many times as an epoch has batches. Every
+    path pays about this much on top of its own work. Also a probe of this machine's
+    per-element cost in tf.data (a 100,000-element range through a reduce), which moves
+    from day to day here and weighs most on paths that handle rows one by one."""
+    import tensorflow as tf
+
+    from components.trainer.input import build_dataset
+    from components.trainer.options import InputConfig
+
+    batch = next(iter(build_dataset(files, schema, LABEL, config=InputConfig(
+        batch_size=BATCH_SIZE, num_epochs=1))))
+    batches = -(-rows // BATCH_SIZE)
+    ready = tf.data.Dataset.from_tensors(batch).repeat(batches).prefetch(tf.data.AUTOTUNE)
+    ready_seconds = _time_epochs(ready, batches * BATCH_SIZE, epochs=3)
+    probe_elements, probe_seconds = 100_000, []
+    for _ in range(3):
+        start = time.perf_counter()
+        tf.data.Dataset.range(probe_elements).reduce(
+            tf.constant(0, tf.int64), lambda total, _: total + 1).numpy()
+        probe_seconds.append(time.perf_counter() - start)
+    return {"ready_batches": batches, "median_seconds": statistics.median(ready_seconds),
+            "seconds": ready_seconds,
+            "range_reduce_us_per_element": statistics.median(probe_seconds)
+            / probe_elements * 1e6}
+
+
 def _csv(files, schema, rows) -> list[float]:
     import tensorflow as tf
 
@@ -266,6 +294,7 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3,
     result["ours_vs_csv"] = statistics.median(seconds["csv"]) / statistics.median(seconds["ours"])
     result["service_overhead"] = statistics.median(seconds["service"]) / \
         statistics.median(seconds["packed"])
+    result["consumer_floor"] = consumer_floor(paths["packed"], packed_schema, rows)
     result["checkpoint"] = {"per-row": checkpoint_costs(paths["tfrecords"], schema),
                             "packed": checkpoint_costs(paths["packed"], packed_schema)}
     for server in workers + [dispatcher]:
