@@ -16,7 +16,7 @@ from components import packing, shards, taxi
 from components.codec import parser, schema_file
 from components.shards import ShardingOptions
 from components.trainer import module
-from components.trainer.input import _dataset_options, build_dataset
+from components.trainer.input import _dataset_options, _prefetch, build_dataset
 from components.trainer.options import InputConfig
 from components.transform import beam_job
 from components.transform.options import TransformOptions
@@ -156,6 +156,43 @@ def test_tf_data_autotune_is_off_for_packed_records_and_on_for_per_row_ones(tmp_
                             packed=True).autotune.enabled is True
     assert autotuned(schema, autotune=True) is True
     assert autotuned(per_row, autotune=False) is False
+
+
+def test_packed_records_read_directly_end_without_a_prefetch_and_with_one_thread_an_op(
+        tmp_path):
+    """Measured (bench/RESULTS.md): packed groups come out of the parallel map already
+    buffered, so a final prefetch only adds a hand-over per batch, and ops that split their
+    work over the pool only add wake-ups. Per-row records keep both, a tf.data service client
+    keeps its prefetch, and an explicit setting wins either way."""
+    schema = packing.annotate(text_format.Parse(EXACT_SCHEMA, schema_pb2.Schema()), 64)
+    per_row = text_format.Parse(EXACT_SCHEMA, schema_pb2.Schema())
+    path = str(tmp_path / "packed.tfrecord")
+    table = pa.table({"id": pa.array([1, 2], pa.int64()),
+                      "bits": pa.array([0.5, 1.5], pa.float32()),
+                      "big": pa.array([3, 4], pa.int64()),
+                      "pair": pa.array([[1.0, 2.0], [3.0, 4.0]], pa.list_(pa.float32())),
+                      "name": pa.array([b"a", b"b"])})
+    with tf.io.TFRecordWriter(path) as writer:
+        for block in packing.pack_batch(table, schema, 64):
+            writer.write(block)
+
+    def built(schema, **config):
+        dataset = build_dataset(path, schema, "id", config=InputConfig(num_epochs=1, **config))
+        graph = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
+        return dataset, ("PrefetchDataset" in [node.op for node in graph.node],
+                         dataset.options().threading.max_intra_op_parallelism)
+
+    packed, settings = built(schema)
+    assert settings == (False, 1)
+    assert sorted(int(v) for _, label in packed for v in label.numpy().ravel()) == [1, 2]
+    assert built(per_row)[1] == (True, None)
+    assert built(schema, prefetch=True, intra_op_threads=0)[1] == (True, None)
+    assert built(per_row, prefetch=False, intra_op_threads=2)[1] == (False, 2)
+    # Through a tf.data service the client keeps its prefetch (the rule is checked where it
+    # is made: building a dataset on a service registers it with the dispatcher).
+    ends_in = _prefetch(InputConfig(service="grpc://127.0.0.1:1"), packed=True)(
+        tf.data.Dataset.range(3))
+    assert isinstance(ends_in, type(tf.data.Dataset.range(3).prefetch(1)))
 
 
 def test_packing_refuses_a_fixed_feature_of_the_wrong_length():

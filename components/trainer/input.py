@@ -160,7 +160,17 @@ def _dataset_options(config: InputConfig, packed: bool) -> tf.data.Options:
     options.experimental_optimization.map_parallelization = True
     options.experimental_optimization.parallel_batch = True
     options.threading.private_threadpool_size = config.private_threadpool_size
+    intra_op_threads = 1 if packed else 0
+    if config.intra_op_threads is not None:
+        intra_op_threads = config.intra_op_threads
+    if intra_op_threads:  # 0: TF's default
+        options.threading.max_intra_op_parallelism = intra_op_threads
     return options
+
+
+def _prefetch(config: InputConfig, packed: bool):
+    wanted = (not packed or bool(config.service)) if config.prefetch is None else config.prefetch
+    return (lambda ds: ds.prefetch(AUTOTUNE)) if wanted else (lambda ds: ds)
 
 
 def _shuffle_if(training: bool, buffer: int, seed: Optional[int]):
@@ -325,6 +335,6 @@ def build_dataset(
         .apply(_on_data_service(config.service))
         .apply(_cache(config.cache, config.training, config.seed))
         .repeat(config.num_epochs)
-        .prefetch(AUTOTUNE)
+        .apply(_prefetch(config, packed=bool(rows_per_block)))
         .with_options(_dataset_options(config, packed=bool(rows_per_block)))
     )

@@ -54,6 +54,17 @@ class InputConfig:
     autotune: Optional[bool] = None
     # Only with autotune: the memory its buffers may use.
     ram_budget_bytes: Optional[int] = None
+    # A prefetch at the end of the chain. Packed records read directly arrive from the parallel
+    # map as whole parsed groups (about `shuffle_buffer` rows, 40 batches at the defaults)
+    # that the map keeps buffered ahead, so a prefetch there only adds a hand-over between
+    # threads per batch, which cost more than the batch's slicing on 2 cores
+    # (bench/RESULTS.md). None: on, except for packed records read directly.
+    prefetch: Optional[bool] = None
+    # Threads one op inside the chain may use (tf.data's max_intra_op_parallelism; 0 is TF's
+    # default). None: 1 for packed records, whose parallel map over whole groups already
+    # keeps every core busy, so an op that splits its work across the pool only adds
+    # wake-ups; TF's default for per-row records.
+    intra_op_threads: Optional[int] = None
     # "grpc://host:port" of a tf.data service dispatcher (`tfrp data-service`): reading and
     # parsing then run on the service's workers, so CPU machines can feed one trainer.
     service: Optional[str] = None
