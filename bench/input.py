@@ -201,7 +201,7 @@ def _stock(files, schema, rows) -> list[float]:
 
 def consumer_floor(files, schema, rows: int) -> dict:
     """What the consumer in `_time_epochs` costs alone: one packed batch, already made,
-    passed through the same prefetch and reduce as many times as an epoch has batches. Every
+    passed through a prefetch and the same reduce as many times as an epoch has batches. Every
     path pays about this much on top of its own work. Also a probe of this machine's
     per-element cost in tf.data (a 100,000-element range through a reduce), which moves
     from day to day here and weighs most on paths that handle rows one by one."""
