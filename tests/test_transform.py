@@ -128,12 +128,9 @@ def test_shuffled_unpack_moves_every_row_whole_and_bit_exact(tmp_path):
     assert seen != ids.tolist()  # shuffled, not merely read in order
 
 
-def test_tf_data_autotune_is_off_for_packed_records_and_on_for_per_row_ones(tmp_path):
-    """Measured (bench/RESULTS.md): the packed first epoch is faster and steadier without the
-    autotuner, the per-row one is not; a tf.data service client needs it; an explicit setting
-    wins either way."""
-    schema = packing.annotate(text_format.Parse(EXACT_SCHEMA, schema_pb2.Schema()), 64)
-    path = str(tmp_path / "packed.tfrecord")
+def _two_rows_packed(folder, schema) -> str:
+    """A file of one 64-row block of EXACT_SCHEMA holding two rows, ids 1 and 2."""
+    path = str(folder / "packed.tfrecord")
     table = pa.table({"id": pa.array([1, 2], pa.int64()),
                       "bits": pa.array([0.5, 1.5], pa.float32()),
                       "big": pa.array([3, 4], pa.int64()),
@@ -142,6 +139,15 @@ def test_tf_data_autotune_is_off_for_packed_records_and_on_for_per_row_ones(tmp_
     with tf.io.TFRecordWriter(path) as writer:
         for block in packing.pack_batch(table, schema, 64):
             writer.write(block)
+    return path
+
+
+def test_tf_data_autotune_is_off_for_packed_records_and_on_for_per_row_ones(tmp_path):
+    """Measured (bench/RESULTS.md): the packed first epoch is faster and steadier without the
+    autotuner, the per-row one is not; a tf.data service client needs it; an explicit setting
+    wins either way."""
+    schema = packing.annotate(text_format.Parse(EXACT_SCHEMA, schema_pb2.Schema()), 64)
+    path = _two_rows_packed(tmp_path, schema)
     per_row = text_format.Parse(EXACT_SCHEMA, schema_pb2.Schema())
 
     def autotuned(schema, **config):
@@ -166,15 +172,7 @@ def test_packed_records_read_directly_end_without_a_prefetch_and_with_one_thread
     keeps its prefetch, and an explicit setting wins either way."""
     schema = packing.annotate(text_format.Parse(EXACT_SCHEMA, schema_pb2.Schema()), 64)
     per_row = text_format.Parse(EXACT_SCHEMA, schema_pb2.Schema())
-    path = str(tmp_path / "packed.tfrecord")
-    table = pa.table({"id": pa.array([1, 2], pa.int64()),
-                      "bits": pa.array([0.5, 1.5], pa.float32()),
-                      "big": pa.array([3, 4], pa.int64()),
-                      "pair": pa.array([[1.0, 2.0], [3.0, 4.0]], pa.list_(pa.float32())),
-                      "name": pa.array([b"a", b"b"])})
-    with tf.io.TFRecordWriter(path) as writer:
-        for block in packing.pack_batch(table, schema, 64):
-            writer.write(block)
+    path = _two_rows_packed(tmp_path, schema)
 
     def built(schema, **config):
         dataset = build_dataset(path, schema, "id", config=InputConfig(num_epochs=1, **config))
