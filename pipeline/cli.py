@@ -438,9 +438,10 @@ def bench_examplegen(rows, repeats, work_dir, as_json, only) -> None:
 @_bench_options
 def bench_input(rows, repeats, work_dir, as_json) -> None:
     """Training input paths on the same rows: packed (direct, first and second epoch, and
-    through a tf.data service of two local workers), ours (first and cached epoch), the TFX stock tfx_bsl path over raw
-    and over Transform-like dense records, make_csv_dataset and naive parse_single_example;
-    what an iterator checkpoint costs, and what the consumer costs alone."""
+    through a tf.data service of two local workers), ours (first and cached epoch), the TFX
+    stock tfx_bsl path over raw and over Transform-like dense records, make_csv_dataset and
+    naive parse_single_example; what an iterator checkpoint costs, and what the consumer
+    costs alone."""
     from bench import input as bench_lib
 
     result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats,
