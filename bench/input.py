@@ -1,11 +1,11 @@
-"""`tfrp bench input`: training input paths over the same taxi-like rows, in one process.
+"""`tfrp bench input`: training input paths over the same taxi-like rows.
 
 Paths, each reading one full epoch of `rows` rows with the same batch size:
   packed      our `build_dataset` over packed records (1,024 rows per Example), first epoch
   packed-again the same dataset's second epoch, read and parsed again from disk (packed
-              data is not cached) through a new iterator, which costs less to make for a
-              dataset made before; a training run's later epochs go on in one iterator
-              and pay no start-up at all
+              data is not cached) through a new iterator, in the same process
+  service     the packed path with its reading and parsing on a tf.data service (a
+              dispatcher and two workers on loopback, in the same process)
   ours        our `build_dataset` (training mode) from per-row TFRecords, first epoch from disk
   ours-cached the same dataset's second epoch, served by `cache()` after parsing
   stock       TFX's stock Trainer path: tfx_bsl `TFExampleRecord.TensorFlowDataset` over the
@@ -16,8 +16,17 @@ Paths, each reading one full epoch of `rows` rows with the same batch size:
   csv         `tf.data.experimental.make_csv_dataset` over the same rows as CSV
   naive       `TFRecordDataset -> map(parse_single_example) -> batch`, no parallelism
 
-All TFRecord paths read the same files, whose bytes are read once beforehand so every path
-starts with a warm page cache. The paths are interleaved across repeats and medians reported.
+Each path runs as a user runs it, in a whole fresh child process (bench/processes.py): it
+imports, builds its dataset and reads its epoch(s); the in-run time of an epoch (its
+iterator's start included) is the rate, and the whole process's wall time is beside
+(`packed-again` and `ours-cached` share their first epoch's process). The children are
+interleaved across repeats and medians reported. Every file is read once beforehand, so
+every path starts with a warm page cache.
+
+The consumer is a training loop's: a `tf.function` iterating the dataset in the graph and
+counting rows, traced before the clock starts (a training loop traces its step once).
+`consumer_floor` reports what it costs alone, and what `Dataset.reduce` costs, the consumer
+used before 2026-11-25.
 """
 from __future__ import annotations
 
@@ -123,16 +132,29 @@ def _rows_in(label):
     return tf.shape(label, out_type=tf.int64)[0]
 
 
-def _time_epochs(dataset, rows: int, epochs: int = 1) -> list[float]:
-    """Seconds per full pass. The batches are consumed inside the TF runtime, as a training
-    step would consume them, so no path pays for turning tensors into Python objects."""
+def _counter():
+    """A training loop's consumer: every batch is taken in the graph, as a compiled training
+    step takes it, and its rows counted; nothing is turned into Python objects."""
     import tensorflow as tf
 
+    @tf.function
+    def count_rows(dataset):
+        rows = tf.constant(0, tf.int64)
+        for batch in dataset:
+            rows += _rows_in(batch[1])
+        return rows
+    return count_rows
+
+
+def _time_epochs(dataset, rows: int, epochs: int = 1) -> list[float]:
+    """Seconds per full pass, each through a new iterator (its start included). The
+    consumer is traced first, outside the clock."""
+    count_rows = _counter()
+    count_rows.get_concrete_function(dataset)
     times = []
     for _ in range(epochs):
         start = time.perf_counter()
-        seen = int(dataset.reduce(tf.constant(0, tf.int64),
-                                  lambda total, batch: total + _rows_in(batch[1])))
+        seen = int(count_rows(dataset))
         times.append(time.perf_counter() - start)
         if seen != rows:
             raise RuntimeError(f"one pass gave {seen} rows, expected {rows}")
@@ -155,13 +177,20 @@ def _packed(files, schema, rows) -> list[float]:
     return _time_epochs(build_dataset(files, schema, LABEL, config=config), rows, epochs=2)
 
 
-def _service(files, schema, rows, address: str) -> list[float]:
-    """The packed path with its reading and parsing on tf.data service workers."""
+def _service(files, schema, rows) -> list[float]:
+    """The packed path with its reading and parsing on tf.data service workers: a dispatcher
+    and two workers on loopback ports, in this process."""
+    from components.trainer import data_service
     from components.trainer.input import build_dataset
     from components.trainer.options import InputConfig
 
-    config = InputConfig(batch_size=BATCH_SIZE, num_epochs=1, service=address)
-    return _time_epochs(build_dataset(files, schema, LABEL, config=config), rows)
+    dispatcher = data_service.start_dispatcher(port=0)
+    workers = [data_service.start_worker(dispatcher.target) for _ in range(2)]
+    config = InputConfig(batch_size=BATCH_SIZE, num_epochs=1, service=dispatcher.target)
+    seconds = _time_epochs(build_dataset(files, schema, LABEL, config=config), rows)
+    for server in workers + [dispatcher]:
+        server.stop()
+    return seconds
 
 
 def checkpoint_costs(files, schema, steps: int = 50, repeats: int = 3) -> dict:
@@ -204,11 +233,12 @@ def _stock(files, schema, rows) -> list[float]:
 
 
 def consumer_floor(files, schema, rows: int) -> dict:
-    """What the consumer in `_time_epochs` costs alone: one packed batch, already made,
-    passed through a prefetch and the same reduce as many times as an epoch has batches. Every
-    path pays about this much on top of its own work. Also a probe of this machine's
-    per-element cost in tf.data (a 100,000-element range through a reduce), which moves
-    from day to day here and weighs most on paths that handle rows one by one."""
+    """What the consumer costs alone: one packed batch, already made, passed through a
+    prefetch and the consumer as many times as an epoch has batches. Every path pays about
+    this much on top of its own work. Beside it, the same through `Dataset.reduce` (the
+    consumer before 2026-11-25, which also traced its function inside the clock), and a probe
+    of this machine's per-element cost in tf.data (a 100,000-element range through a reduce),
+    which moves from day to day here and weighs most on paths that handle rows one by one."""
     import tensorflow as tf
 
     from components.trainer.input import build_dataset
@@ -219,6 +249,12 @@ def consumer_floor(files, schema, rows: int) -> dict:
     batches = -(-rows // BATCH_SIZE)
     ready = tf.data.Dataset.from_tensors(batch).repeat(batches).prefetch(tf.data.AUTOTUNE)
     ready_seconds = _time_epochs(ready, batches * BATCH_SIZE, epochs=3)
+    reduce_seconds = []
+    for _ in range(3):
+        start = time.perf_counter()
+        ready.reduce(tf.constant(0, tf.int64),
+                     lambda total, batch: total + _rows_in(batch[1])).numpy()
+        reduce_seconds.append(time.perf_counter() - start)
     probe_elements, probe_seconds = 100_000, []
     for _ in range(3):
         start = time.perf_counter()
@@ -227,6 +263,7 @@ def consumer_floor(files, schema, rows: int) -> dict:
         probe_seconds.append(time.perf_counter() - start)
     return {"ready_batches": batches, "median_seconds": statistics.median(ready_seconds),
             "seconds": ready_seconds,
+            "reduce_median_seconds": statistics.median(reduce_seconds),
             "range_reduce_us_per_element": statistics.median(probe_seconds)
             / probe_elements * 1e6}
 
@@ -254,38 +291,56 @@ def _naive(files, schema, rows) -> list[float]:
     return _time_epochs(dataset, rows)
 
 
-def run_benchmark(rows: int, work_root: str, repeats: int = 3,
-                  log: Callable[[str], None] = print) -> dict:
+# Each child: (the function, the files and schema it reads, the paths its epochs report).
+CHILDREN = {
+    "packed": (_packed, "packed", ("packed", "packed-again")),
+    "service": (_service, "packed", ("service",)),
+    "ours": (_ours, "tfrecords", ("ours", "ours-cached")),
+    "stock": (_stock, "tfrecords", ("stock",)),
+    "stock-transformed": (_stock, "dense", ("stock-transformed",)),
+    "csv": (_csv, "csvs", ("csv",)),
+    "naive": (_naive, "tfrecords", ("naive",)),
+}
+SCHEMA_OF = {"packed": "packed_schema", "dense": "dense_schema"}
+
+
+def _child(name: str, rows: int, folder: str) -> dict:
+    """One child's work in this (fresh) process: epoch seconds per path it reports; the
+    `floor` child measures the consumer alone and the iterator checkpoints instead."""
     from components.codec import schema_file
 
-    paths = write_data(rows, os.path.join(work_root, f"input-{rows}"))
-    schema = schema_file.load_schema(paths["schema"])
+    paths = write_data(rows, folder)
+    if name == "floor":
+        packed_schema = schema_file.load_schema(paths["packed_schema"])
+        return {"consumer_floor": consumer_floor(paths["packed"], packed_schema, rows),
+                "checkpoint": {
+                    "per-row": checkpoint_costs(paths["tfrecords"],
+                                                schema_file.load_schema(paths["schema"])),
+                    "packed": checkpoint_costs(paths["packed"], packed_schema)}}
+    run, files, reports = CHILDREN[name]
+    schema = schema_file.load_schema(paths[SCHEMA_OF.get(files, "schema")])
+    return {"rows": rows, "epochs": dict(zip(reports, run(paths[files], schema, rows)))}
+
+
+def run_benchmark(rows: int, work_root: str, repeats: int = 3,
+                  log: Callable[[str], None] = print) -> dict:
+    from bench import processes
+
+    folder = os.path.join(work_root, f"input-{rows}")
+    paths = write_data(rows, folder)
     for path in paths["tfrecords"] + paths["csvs"] + paths["packed"] + paths["dense"]:
         # Warm the page cache for every path.
         with open(path, "rb") as f:
             while f.read(16 << 20):
                 pass
     seconds = {p: [] for p in PATHS}
-    packed_schema = schema_file.load_schema(paths["packed_schema"])
-    dense_schema = schema_file.load_schema(paths["dense_schema"])
-    from components.trainer import data_service
-
-    # A dispatcher and two workers in this process, on loopback ports.
-    dispatcher = data_service.start_dispatcher(port=0)
-    workers = [data_service.start_worker(dispatcher.target) for _ in range(2)]
+    process_seconds = {p: [] for p in PATHS}
     for repeat in range(repeats):
-        first, again = _packed(paths["packed"], packed_schema, rows)
-        seconds["packed"].append(first)
-        seconds["packed-again"].append(again)
-        seconds["service"].append(_service(paths["packed"], packed_schema, rows,
-                                           dispatcher.target)[0])
-        first, cached = _ours(paths["tfrecords"], schema, rows)
-        seconds["ours"].append(first)
-        seconds["ours-cached"].append(cached)
-        seconds["stock"].append(_stock(paths["tfrecords"], schema, rows)[0])
-        seconds["stock-transformed"].append(_stock(paths["dense"], dense_schema, rows)[0])
-        seconds["csv"].append(_csv(paths["csvs"], schema, rows)[0])
-        seconds["naive"].append(_naive(paths["tfrecords"], schema, rows)[0])
+        for name in CHILDREN:
+            sample = processes.run_child("bench.input", [name, str(rows), folder])
+            for path, epoch in sample["epochs"].items():
+                seconds[path].append(epoch)
+                process_seconds[path].append(sample["process_seconds"])
         log(f"repeat {repeat + 1}/{repeats}: " + ", ".join(
             f"{p} {s[-1]:.2f}s" for p, s in seconds.items()))
     result = {"rows": rows, "repeats": repeats, "batch_size": BATCH_SIZE, "paths": {}}
@@ -294,21 +349,20 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3,
     for path, values in seconds.items():
         median = statistics.median(values)
         result["paths"][path] = {"median_seconds": median, "rows_per_second": rows / median,
+                                 "median_process_seconds":
+                                     statistics.median(process_seconds[path]),
                                  "vs_stock": stock / median,
                                  "vs_stock_transformed": stock_transformed / median,
-                                 "seconds": values}
+                                 "seconds": values, "process_seconds": process_seconds[path]}
     result["ours_vs_csv"] = statistics.median(seconds["csv"]) / statistics.median(seconds["ours"])
     result["service_overhead"] = statistics.median(seconds["service"]) / \
         statistics.median(seconds["packed"])
-    result["consumer_floor"] = consumer_floor(paths["packed"], packed_schema, rows)
-    result["checkpoint"] = {"per-row": checkpoint_costs(paths["tfrecords"], schema),
-                            "packed": checkpoint_costs(paths["packed"], packed_schema)}
-    for server in workers + [dispatcher]:
-        server.stop()
+    result.update(processes.run_child("bench.input", ["floor", str(rows), folder]))
+    result.pop("process_seconds", None)
     return result
 
 
 if __name__ == "__main__":
     import sys
 
-    print(json.dumps(run_benchmark(int(sys.argv[1]), sys.argv[2], int(sys.argv[3])), indent=2))
+    print(json.dumps(_child(sys.argv[1], int(sys.argv[2]), sys.argv[3])))

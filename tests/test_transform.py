@@ -182,6 +182,10 @@ def test_packed_records_read_directly_end_without_a_prefetch_and_with_one_thread
 
     packed, settings = built(schema)
     assert settings == (False, 1)
+    # The interleave and the map say themselves whether order may change, and the packed
+    # chain needs no tf.data rewrites: none is left to run at each iterator's start.
+    assert packed.options().deterministic is None
+    assert packed.options().experimental_optimization.apply_default_optimizations is False
     assert sorted(int(v) for _, label in packed for v in label.numpy().ravel()) == [1, 2]
     assert built(per_row)[1] == (True, None)
     assert built(schema, prefetch=True, intra_op_threads=0)[1] == (True, None)
