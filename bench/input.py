@@ -63,7 +63,7 @@ def write_data(rows: int, folder: str) -> dict:
     dense_schema = os.path.join(folder, "dense_schema.pbtxt")
     schema_path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                "schemas", "taxi", "schema.pbtxt")
-    version = f"{rows}:{data.SEED}:packed{PACKED_ROWS}:dense"
+    version = f"{rows}:{data.SEED}:packed{PACKED_ROWS}:dense:dictionary"
     if not (os.path.exists(stamp) and open(stamp).read() == version):
         table = data.taxi_like_table(rows)
         columns = {name: serializer.arrow_kind(col.type)

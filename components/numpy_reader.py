@@ -191,11 +191,21 @@ def _row_values(example, column: _Column):
     return values, len(values)
 
 
+def _stored_values(example, column: _Column) -> np.ndarray:
+    """A block's values of one column as stored, dictionary-coded strings decoded."""
+    features = example.features.feature
+    dictionary = features.get(column.name + packing.DICTIONARY_SUFFIX)
+    if dictionary is not None:
+        codes = _values(features[column.name + packing.CODES_SUFFIX], np.int64)
+        return _values(dictionary, object)[codes] if len(codes) else np.zeros(0, object)
+    feature = features.get(column.name)
+    return _values(feature, column.dtype) if feature is not None \
+        else np.zeros(0, column.dtype)
+
+
 def _block_values(example, column: _Column, rows: int):
     """(values, lengths or None) of one column of a packed block's `rows` real rows."""
-    feature = example.features.feature.get(column.name)
-    values = _values(feature, column.dtype) if feature is not None \
-        else np.zeros(0, column.dtype)
+    values = _stored_values(example, column)
     if column.kind == "fixed" or (column.kind == "scalar" and
                                   column.name + LENGTHS_SUFFIX not in example.features.feature):
         width = int(np.prod(column.shape)) if column.kind == "fixed" else 1

@@ -10,6 +10,14 @@ variable ones (everything else):
   <variable>        the values of all N rows, concatenated
   <variable>__lengths  N int64s: values per row (0 for a missing value and for padding)
 
+A string feature's values are stored dictionary-coded (schema tag
+`tfrp.packed_strings=dictionary`, which every block written since 2026-11-25 has):
+  <string>__dictionary  the block's distinct values
+  <string>__codes       each value (as above: N * k, or concatenated) as its index there
+Strings repeat (categories, names), so blocks are smaller, and a reader moves integer codes
+and makes each string once, where parsing and shuffling strings made every string twice.
+Blocks without the tag keep the values under <string> itself and are read as before.
+
 The schema stored beside packed data is the *row* schema plus an annotation tag
 `tfrp.packed_rows=<N>`; `packed_rows(schema)` reads it back. The Arrow->block encoder lives here
 beside the block parser so the two sides of the format are in one file.
@@ -29,7 +37,10 @@ from components.codec import parser
 
 ROWS_KEY = "__rows__"
 LENGTHS_SUFFIX = "__lengths"
+DICTIONARY_SUFFIX = "__dictionary"
+CODES_SUFFIX = "__codes"
 TAG_PREFIX = "tfrp.packed_rows="
+DICTIONARY_TAG = "tfrp.packed_strings=dictionary"
 
 
 def packed_rows(schema: schema_pb2.Schema) -> int:
@@ -40,11 +51,18 @@ def packed_rows(schema: schema_pb2.Schema) -> int:
     return 0
 
 
+def dictionary_coded(schema: schema_pb2.Schema) -> bool:
+    """Whether packed blocks under `schema` store their strings dictionary-coded."""
+    return DICTIONARY_TAG in schema.annotation.tag
+
+
 def annotate(schema: schema_pb2.Schema, rows: int) -> schema_pb2.Schema:
+    """The schema of data packed `rows` to a block, in the current layout."""
     packed = copy.deepcopy(schema)
-    kept = [t for t in packed.annotation.tag if not t.startswith(TAG_PREFIX)]
+    kept = [t for t in packed.annotation.tag
+            if not t.startswith(TAG_PREFIX) and t != DICTIONARY_TAG]
     del packed.annotation.tag[:]
-    packed.annotation.tag.extend(kept + [f"{TAG_PREFIX}{rows}"])
+    packed.annotation.tag.extend(kept + [f"{TAG_PREFIX}{rows}", DICTIONARY_TAG])
     return packed
 
 
@@ -53,8 +71,13 @@ def block_schema(schema: schema_pb2.Schema) -> schema_pb2.Schema:
     the stored records is given."""
     blocks = schema_pb2.Schema()
     blocks.feature.add(name=ROWS_KEY, type=schema_pb2.INT)
+    coded = dictionary_coded(schema)
     for feature in schema.feature:
-        blocks.feature.add(name=feature.name, type=feature.type)
+        if coded and feature.type == schema_pb2.BYTES:
+            blocks.feature.add(name=feature.name + DICTIONARY_SUFFIX, type=schema_pb2.BYTES)
+            blocks.feature.add(name=feature.name + CODES_SUFFIX, type=schema_pb2.INT)
+        else:
+            blocks.feature.add(name=feature.name, type=feature.type)
         if not parser.is_fixed(feature):
             blocks.feature.add(name=feature.name + LENGTHS_SUFFIX, type=schema_pb2.INT)
     return blocks
@@ -96,6 +119,16 @@ def _column_values(column, dtype) -> tuple[np.ndarray, np.ndarray]:
     return flat, lengths.astype(np.int64)
 
 
+def _dictionary_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, dictionary) of an array of bytes: dictionary[codes] == values."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    encoded = pc.dictionary_encode(pa.array(values, pa.binary()))
+    return (encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+            np.asarray(encoded.dictionary.to_pylist(), dtype=object))
+
+
 def _feature(values: np.ndarray, dtype) -> tf.train.Feature:
     import tensorflow as tf
 
@@ -113,6 +146,7 @@ def pack_batch(batch, schema: schema_pb2.Schema, rows_per_block: int) -> list[by
 
     spec = parser.feature_spec_from_schema(schema)
     features = parser.feature_by_name(schema)
+    coded = dictionary_coded(schema)
     names = list(batch.schema.names)
     unknown = sorted(set(names) - set(spec))
     if unknown:
@@ -125,27 +159,36 @@ def pack_batch(batch, schema: schema_pb2.Schema, rows_per_block: int) -> list[by
             row = int(np.argmax(lengths != size))
             raise ValueError(f"feature {name!r} is fixed at {size} value(s) per row, but row "
                              f"{row} of the batch has {int(lengths[row])}")
-        columns[name] = (flat, np.concatenate([[0], np.cumsum(lengths)]), size)
+        dictionary, padding = None, parser.default_value(features[name])
+        if coded and spec[name].dtype == tf.string:
+            # The padding value goes in the dictionary too, so a short block codes it.
+            flat, dictionary = _dictionary_codes(np.append(
+                flat, np.array([padding], dtype=object)))
+            padding, flat = flat[-1], flat[:-1]
+        columns[name] = (flat, np.concatenate([[0], np.cumsum(lengths)]), size, dictionary,
+                         padding)
     blocks = []
     for start in range(0, batch.num_rows, rows_per_block):
         end = min(start + rows_per_block, batch.num_rows)
         block = {ROWS_KEY: _feature(np.array([end - start], np.int64), tf.int64)}
-        for name, (flat, offsets, size) in columns.items():
+        for name, (flat, offsets, size, dictionary, padding) in columns.items():
             dtype = spec[name].dtype
             values = flat[offsets[start]:offsets[end]]
             if size is not None:
                 pad = (rows_per_block - (end - start)) * size
                 if pad:
-                    default = parser.default_value(features[name])
-                    filler = np.full(pad, default, dtype=object if dtype == tf.string
-                                     else values.dtype)
+                    filler = np.full(pad, padding, dtype=values.dtype)
                     values = np.concatenate([values, filler])
-                block[name] = _feature(values, dtype)
             else:
                 lengths = np.zeros(rows_per_block, np.int64)
                 lengths[:end - start] = np.diff(offsets[start:end + 1])
-                block[name] = _feature(values, dtype)
                 block[name + LENGTHS_SUFFIX] = _feature(lengths, tf.int64)
+            if dictionary is None:
+                block[name] = _feature(values, dtype)
+                continue
+            used, codes = np.unique(values, return_inverse=True)
+            block[name + DICTIONARY_SUFFIX] = _feature(dictionary[used], tf.string)
+            block[name + CODES_SUFFIX] = _feature(codes.astype(np.int64), tf.int64)
         blocks.append(tf.train.Example(
             features=tf.train.Features(feature=block)).SerializeToString())
     return blocks
@@ -160,13 +203,17 @@ def block_spec(schema: schema_pb2.Schema, feature_names) -> dict:
 
     rows = packed_rows(schema)
     spec = parser.feature_spec_from_schema(schema)
+    coded = dictionary_coded(schema)
     out = {ROWS_KEY: tf.io.FixedLenFeature([1], tf.int64)}
     for name in feature_names:
-        size = _fixed_size(spec[name])
+        size, dtype, key = _fixed_size(spec[name]), spec[name].dtype, name
+        if coded and dtype == tf.string:
+            out[name + DICTIONARY_SUFFIX] = tf.io.VarLenFeature(tf.string)
+            dtype, key = tf.int64, name + CODES_SUFFIX
         if size is not None:
-            out[name] = tf.io.FixedLenFeature([rows * size], spec[name].dtype)
+            out[key] = tf.io.FixedLenFeature([rows * size], dtype)
         else:
-            out[name] = tf.io.VarLenFeature(spec[name].dtype)
+            out[key] = tf.io.VarLenFeature(dtype)
             out[name + LENGTHS_SUFFIX] = tf.io.FixedLenFeature([rows], tf.int64)
     return out
 
@@ -188,23 +235,45 @@ def unpack(parsed: dict, schema: schema_pb2.Schema, feature_names,
     if shuffle_seed is not None:
         index = tf.random.experimental.stateless_shuffle(index, seed=shuffle_seed)
     destination = _destinations(index, tf.size(real))
+    coded = dictionary_coded(schema)
     out = {}
     for name in feature_names:
         size = _fixed_size(spec[name])
+        dictionary = parsed[name + DICTIONARY_SUFFIX] \
+            if coded and spec[name].dtype == tf.string else None
         if size is not None:
-            values = _move_rows(tf.reshape(parsed[name], [-1, size]), index, destination)
+            stored = parsed[name] if dictionary is None else \
+                parsed[name + CODES_SUFFIX] + _dictionary_starts(dictionary)[:, None]
+            values = _move_rows(tf.reshape(stored, [-1, size]), index, destination)
+            if dictionary is not None:  # each string is made once, in its final place
+                values = tf.gather(dictionary.values, values)
             shape = spec[name].shape
             out[name] = tf.reshape(values, [-1, *shape]) if len(shape) > 1 else values
             continue
+        if dictionary is None:
+            values = parsed[name].values
+        else:
+            codes = parsed[name + CODES_SUFFIX]
+            values = tf.gather(dictionary.values, codes.values + tf.gather(
+                _dictionary_starts(dictionary), codes.indices[:, 0]))
         lengths = tf.reshape(parsed[name + LENGTHS_SUFFIX], [-1])
         feature = parser.find_feature(schema, name)
         if parser.is_scalar(feature):
-            out[name] = _scalar_rows(parsed[name].values, lengths, index,
-                                     parser.default_value(feature))
+            out[name] = _scalar_rows(values, lengths, index, parser.default_value(feature))
             continue
-        out[name] = tf.gather(tf.RaggedTensor.from_row_lengths(parsed[name].values, lengths),
-                              index)
+        out[name] = tf.gather(tf.RaggedTensor.from_row_lengths(values, lengths), index)
     return out
+
+
+def _dictionary_starts(dictionary: "tf.SparseTensor") -> "tf.Tensor":
+    """Where each block's dictionary starts among all the blocks' values: a block's code
+    plus its start indexes `dictionary.values`."""
+    import tensorflow as tf
+
+    blocks = tf.cast(dictionary.dense_shape[0], tf.int32)
+    sizes = tf.math.bincount(tf.cast(dictionary.indices[:, 0], tf.int32), minlength=blocks,
+                             maxlength=blocks, dtype=tf.int64)
+    return tf.cumsum(sizes, exclusive=True)
 
 
 def _destinations(index: "tf.Tensor", stored_rows: "tf.Tensor") -> "tf.Tensor":

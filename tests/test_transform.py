@@ -30,43 +30,94 @@ feature { name: "point" type: FLOAT shape { dim { size: 2 } } presence { min_fra
 """
 
 
-def test_packed_round_trip_with_missing_lists_and_a_short_last_block(tmp_path):
+ROW_SCHEMA_WITH_A_FIXED_STRING = ROW_SCHEMA + """
+feature { name: "kind" type: BYTES shape { dim { size: 1 } } presence { min_fraction: 1.0 } }
+"""
+
+
+@pytest.mark.parametrize("layout", ["dictionary", "plain"])
+def test_packed_round_trip_with_missing_lists_and_a_short_last_block(tmp_path, layout):
+    """Every reader of packed blocks (the TF input function, the TensorFlow-free reader and
+    the Spark decoder) gives back the rows, in the current layout (strings dictionary-coded)
+    and in the one before it (strings stored as they are), which must stay readable."""
+    from components import numpy_reader
+    from components.spark.read import _FileDecoder
+
     rows = 10
     table = pa.table({
         "fare": pa.array([1.5, None, 3.25, 4.0, None, 6.5, 7.0, 8.0, 9.5, None], pa.float32()),
         "hour": pa.array(list(range(rows)), pa.int64()),
-        "company": pa.array([b"a", b"b", None, b"d", b"e", None, b"g", b"h", b"i", b"j"]),
+        "company": pa.array([b"a", b"b", None, b"d", b"\xff\xfe", None, b"a", b"", b"i",
+                             b"a"]),
         "tags": pa.array([[b"x"], [], None, [b"y", b"z"], [b"w"], [], [b"v"] * 3, None, [],
-                          [b"u"]], pa.list_(pa.binary())),
+                          [b"\x80"]], pa.list_(pa.binary())),
         "point": pa.array([[float(i), -float(i)] for i in range(rows)], pa.list_(pa.float32())),
+        "kind": pa.array([b"cab", b"\xc3", b"cab", b"", b"van"] * 2),
     })
-    schema = packing.annotate(text_format.Parse(ROW_SCHEMA, schema_pb2.Schema()), 4)
+    schema = packing.annotate(
+        text_format.Parse(ROW_SCHEMA_WITH_A_FIXED_STRING, schema_pb2.Schema()), 4)
     assert packing.packed_rows(schema) == 4
+    if layout == "plain":
+        schema.annotation.tag.remove(packing.DICTIONARY_TAG)
     blocks = packing.pack_batch(table, schema, 4)
     assert len(blocks) == 3  # 4 + 4 + 2
     last = tf.train.Example.FromString(blocks[-1])
     assert last.features.feature[packing.ROWS_KEY].int64_list.value == [2]
+    stored = set(last.features.feature)
+    if layout == "dictionary":
+        assert {"kind" + packing.DICTIONARY_SUFFIX, "kind" + packing.CODES_SUFFIX,
+                "tags" + packing.DICTIONARY_SUFFIX, "tags__lengths"} <= stored
+        assert not stored & {"kind", "company", "tags"}
+        # The last block's rows of "kind" (b"", b"van") and its padding (b"" again): each
+        # distinct value stored once, the padding coded like the rows.
+        assert sorted(last.features.feature["kind__dictionary"].bytes_list.value) == \
+            [b"", b"van"]
+        assert len(last.features.feature["kind__codes"].int64_list.value) == 4
+    else:
+        assert {"kind", "company", "tags"} <= stored and not stored & {
+            "kind" + packing.DICTIONARY_SUFFIX, "kind" + packing.CODES_SUFFIX}
     path = str(tmp_path / "packed.tfrecord")
     with tf.io.TFRecordWriter(path) as writer:
         for block in blocks:
             writer.write(block)
+    expected = {
+        "hour": list(range(rows)),
+        # Missing scalars read as the schema default, exactly as in the per-row path.
+        "fare": [v if v is not None else 0.0 for v in table["fare"].to_pylist()],
+        "company": [v or b"" for v in table["company"].to_pylist()],
+        "tags": [v or [] for v in table["tags"].to_pylist()],
+        "point": table["point"].to_pylist(),
+        "kind": table["kind"].to_pylist(),
+    }
 
     dataset = build_dataset(path, schema, "hour", config=InputConfig(
         batch_size=3, training=False, num_epochs=1))
-    got = {k: [] for k in ("fare", "company", "tags", "point", "hour")}
+    got = {k: [] for k in expected}
     for features, label in dataset:
         assert features["fare"].shape[1] == 1 and features["point"].shape[1] == 2
         got["hour"] += label.numpy().ravel().tolist()
-        got["fare"] += features["fare"].numpy().ravel().tolist()
-        got["company"] += features["company"].numpy().ravel().tolist()
+        for name in ("fare", "company", "kind"):
+            got[name] += features[name].numpy().ravel().tolist()
         got["tags"] += features["tags"].to_list()
         got["point"] += features["point"].numpy().tolist()
-    assert got["hour"] == list(range(rows))
-    # Missing scalars read as the schema default, exactly as in the per-row path.
-    assert got["fare"] == [v if v is not None else 0.0 for v in table["fare"].to_pylist()]
-    assert got["company"] == [v or b"" for v in table["company"].to_pylist()]
-    assert got["tags"] == [v or [] for v in table["tags"].to_pylist()]
-    assert got["point"] == table["point"].to_pylist()
+    assert got == expected
+
+    read = {k: [] for k in expected}
+    for batch in numpy_reader.iter_batches([path], schema, batch_size=4):
+        for name in ("hour", "fare", "company", "kind"):
+            read[name] += batch[name].ravel().tolist()
+        read["point"] += batch["point"].tolist()
+        ends = np.cumsum(batch["tags__lengths"])
+        read["tags"] += [batch["tags"][end - n:end].tolist()
+                         for n, end in zip(batch["tags__lengths"], ends)]
+    assert read == expected
+
+    spark_rows = pa.Table.from_batches(list(_FileDecoder(schema, str(tmp_path), [], [[path]])(
+        [pa.record_batch([pa.array([0])], names=["task"])]))).to_pydict()
+    # A block stores a missing list and an empty one alike (0 values), so both read as [].
+    assert {k: spark_rows[k] for k in ("hour", "kind", "tags")} == \
+        {k: expected[k] for k in ("hour", "kind", "tags")}
+    assert spark_rows["company"] == table["company"].to_pylist()
 
     shuffled = build_dataset(path, schema, "hour", config=InputConfig(
         batch_size=4, training=True, num_epochs=1))
@@ -408,7 +459,11 @@ def test_raw_images_equal_the_encoded_images_decoded_and_resized(raw_digits, dig
     # Every stored value is exactly the pixels: 12 * 12 * 1 bytes, no header.
     first = next(iter(tf.data.TFRecordDataset(
         glob.glob(str(out / "examples" / "Split-train" / "*")), "GZIP")))
-    values = tf.train.Example.FromString(first.numpy()).features.feature["image"].bytes_list
+    features = tf.train.Example.FromString(first.numpy()).features.feature
+    # Packed blocks keep each distinct value once (packing.py, dictionary-coded strings).
+    values = features["image" + packing.DICTIONARY_SUFFIX].bytes_list \
+        if packing.dictionary_coded(stored) else \
+        features["image"].bytes_list
     assert values.value and {len(v) for v in values.value} == {12 * 12}
 
     spec = ImageSpec(*RAW_SHAPE)

@@ -220,6 +220,7 @@ def unpack_blocks(blocks, block_rows: int):
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    blocks = _decode_dictionaries(blocks)
     names = blocks.schema.names
     real = pc.list_flatten(blocks.column(names.index(packing.ROWS_KEY))).to_numpy(
         zero_copy_only=False).astype(np.int64)
@@ -253,5 +254,35 @@ def unpack_blocks(blocks, block_rows: int):
             else:
                 row_offsets = np.arange(0, len(take) + 1, k, dtype=np.int32)
                 columns.append(pa.ListArray.from_arrays(pa.array(row_offsets), values))
+        out_names.append(name)
+    return pa.RecordBatch.from_arrays(columns, out_names)
+
+
+def _decode_dictionaries(blocks):
+    """Blocks with each dictionary-coded string column (`<name>__dictionary` and
+    `<name>__codes`, see `packing`) turned back into `<name>`: per block, the list of its
+    values as stored, in the column's place."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = blocks.schema.names
+    columns, out_names = [], []
+    for name in names:
+        if name.endswith(packing.CODES_SUFFIX):
+            continue
+        column = blocks.column(names.index(name))
+        if name.endswith(packing.DICTIONARY_SUFFIX):
+            name = name[:-len(packing.DICTIONARY_SUFFIX)]
+            codes = blocks.column(names.index(name + packing.CODES_SUFFIX))
+            dictionary_starts = column.offsets.to_numpy().astype(np.int64)
+            code_offsets = codes.offsets.to_numpy().astype(np.int64)
+            block_of_code = np.repeat(np.arange(len(codes)), np.diff(code_offsets))
+            positions = pc.list_flatten(codes).to_numpy(zero_copy_only=False).astype(
+                np.int64) + (dictionary_starts[:-1] - dictionary_starts[0])[block_of_code]
+            column = pa.ListArray.from_arrays(
+                pa.array(code_offsets - code_offsets[0], pa.int32()),
+                pc.list_flatten(column).take(pa.array(positions)))
+        columns.append(column)
         out_names.append(name)
     return pa.RecordBatch.from_arrays(columns, out_names)

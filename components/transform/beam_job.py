@@ -158,7 +158,7 @@ def _analyze(make_pipeline, options, examples_dir, raw_schema, graph_dir, temp_d
         _ = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(graph_dir)
 
 
-def _transform(make_pipeline, options, examples_dir, splits, raw_schema, row_schema,
+def _transform(make_pipeline, options, examples_dir, splits, raw_schema, schema,
                graph_dir, temp_dir, staging) -> list:
     with make_pipeline() as pipeline, tft_beam.Context(temp_dir=temp_dir):
         transform_fn = pipeline | "ReadTransformFn" >> tft_beam.ReadTransformFn(graph_dir)
@@ -169,7 +169,7 @@ def _transform(make_pipeline, options, examples_dir, splits, raw_schema, row_sch
             transformed, _ = ((raw, source.TensorAdapterConfig()), transform_fn) | \
                 f"Transform[{split}]" >> tft_beam.TransformDataset(output_record_batches=True)
             outputs.append(transformed | f"Encode[{split}]" >> beam.ParDo(_EncodeChunks(
-                split, row_schema, options.packed_rows, staging,
+                split, schema, options.packed_rows, staging,
                 options.sharding)).with_outputs(ROW_COUNTS, main="chunks"))
         chunks = [o.chunks for o in outputs] | "AllChunks" >> beam.Flatten()
         counts = [o[ROW_COUNTS] for o in outputs] | "AllCounts" >> beam.Flatten()
@@ -214,15 +214,15 @@ def run(options: TransformOptions, examples_dir: str, raw_schema: schema_pb2.Sch
             dataset_metadata.DatasetMetadata(raw_schema),
             os.path.join(graph_staging, tft.TFTransformOutput.RAW_METADATA_DIR))
         row_schema = tft.TFTransformOutput(graph_staging).transformed_metadata.schema
+        schema = stored_schema(row_schema, options, raw_image_names(raw_schema, options))
+        # The encoder is given the schema stored beside the blocks, so they say the same.
         result = _transform(make_pipeline, options, examples_dir, splits, raw_schema,
-                            row_schema, graph_staging, temp_dir, staging)
+                            schema, graph_staging, temp_dir, staging)
         written = [shards.Shard(**s) for s in result["shards"]]
         manifest = shards.build_manifest(written, [], options.sharding.compression, 0,
                                          schema=schema_file.SCHEMA_FILE)
         reconcile(manifest, result["rows"], rows_in(examples_dir, splits, input_manifest))
-        schema_file.write_schema(
-            stored_schema(row_schema, options, raw_image_names(raw_schema, options)),
-            os.path.join(staging, schema_file.SCHEMA_FILE))
+        schema_file.write_schema(schema, os.path.join(staging, schema_file.SCHEMA_FILE))
         shards.write_manifest(staging, manifest)
         fileio.copy_tree(graph_staging, graph_dir)
     logging.info("Transformed %d rows into %s (%s)", manifest["rows_written"], output_dir,
