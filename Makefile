@@ -12,7 +12,7 @@ IMAGE_TAG ?= 0.1.0
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: run test install image clean
+.PHONY: run test install system-packages image clean
 
 install: $(STAMP)
 
@@ -24,7 +24,11 @@ $(STAMP): setup.py constraints.txt
 run: $(STAMP)
 	$(BIN)/tfrp run
 
-test: $(STAMP)
+# Chromium and a JRE, installed when missing and this user may; `make run` needs neither.
+system-packages:
+	@bash scripts/test-system-packages.sh
+
+test: system-packages $(STAMP)
 	$(BIN)/python -m pytest
 
 image:

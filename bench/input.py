@@ -94,6 +94,7 @@ def _write_dense(table, schema_path: str, packed_files: list[str], packed_schema
     import tensorflow as tf
 
     from components import packing
+    from components.packing.write import pack_batch
     from components.codec import parser, schema_file, serializer
 
     schema = schema_file.load_schema(schema_path)
@@ -115,7 +116,7 @@ def _write_dense(table, schema_path: str, packed_files: list[str], packed_schema
     for i, (packed_path, dense_path) in enumerate(zip(packed_files, dense_files)):
         part = filled.slice(i * per_file, per_file)
         with tf.io.TFRecordWriter(packed_path) as writer:
-            for block in packing.pack_batch(part, packed, PACKED_ROWS):
+            for block in pack_batch(part, packing.PackedLayout.from_schema(packed)):
                 writer.write(block)
         with tf.io.TFRecordWriter(dense_path) as writer:
             for batch in part.to_batches(max_chunksize=8192):

@@ -23,6 +23,7 @@ def main(folder: str) -> dict:
 
     from bench import input as bench_input
     from components import packing
+    from components.packing import graph as packed_graph
     from components.codec import schema_file
     from components.trainer.input import build_dataset
     from components.trainer.options import InputConfig
@@ -45,12 +46,13 @@ def main(folder: str) -> dict:
     def rows(total, batch):
         return total + bench_input._rows_in(batch[1])
 
-    spec = packing.block_spec(schema, [label])
+    layout = packing.PackedLayout.from_schema(schema)
+    spec = packed_graph.block_spec(layout, [label])
     records = tf.data.Dataset.from_tensor_slices(files).interleave(
         lambda path: tf.data.TFRecordDataset(path, buffer_size=8 << 20),
         cycle_length=autotune, num_parallel_calls=autotune, deterministic=False)
     unpacked = records.batch(10).map(
-        lambda blocks: packing.unpack(tf.io.parse_example(blocks, spec), schema, [label]),
+        lambda blocks: packed_graph.unpack(tf.io.parse_example(blocks, spec), layout, [label]),
         num_parallel_calls=autotune, deterministic=False)
     timed("read: records, sequential", tf.data.TFRecordDataset(files))
     timed("read: records, parallel interleave", records)
@@ -76,20 +78,22 @@ def main(folder: str) -> dict:
 
 def _move_numbers(files: list, schema, names: list) -> dict:
     """One group's numeric columns (10 blocks) put in a shuffled row order, by TF's gather and
-    by the bit-pattern scatter `packing.unpack` uses; checked equal, bit for bit."""
+    by the bit-pattern scatter `packing.graph.unpack` uses; checked equal, bit for bit."""
     import numpy as np
     import tensorflow as tf
 
     from components import packing
+    from components.packing import graph as packed_graph
 
     parsed = tf.io.parse_example(next(iter(tf.data.TFRecordDataset(files[0]).batch(10))),
-                                 packing.block_spec(schema, names))
+                                 packed_graph.block_spec(
+                                     packing.PackedLayout.from_schema(schema), names))
     columns = [tf.reshape(parsed[name], [-1, 1]) for name in names]
     index = tf.random.experimental.stateless_shuffle(
         tf.range(tf.shape(columns[0])[0], dtype=tf.int64), seed=[0, 1])
-    destination = packing._destinations(index, tf.size(index))
+    destination = packed_graph._destinations(index, tf.size(index))
     ways = {"gather": tf.function(lambda: [tf.gather(c, index) for c in columns]),
-            "scatter": tf.function(lambda: [packing._move_rows(c, index, destination)
+            "scatter": tf.function(lambda: [packed_graph._move_rows(c, index, destination)
                                              for c in columns])}
     moved = {way: move() for way, move in ways.items()}
     for by_gather, by_scatter in zip(moved["gather"], moved["scatter"]):

@@ -13,6 +13,8 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 
 from components import fileio, tfrecord_io
 from components.codec import parser, schema_file
+from components.packing.arrow import RowDecoder
+
 
 def record_files(path: str) -> list[str]:
     """TFRecord files at `path`: the file itself, or every data file below a folder."""
@@ -33,17 +35,26 @@ def iter_rows(path: str, limit: Optional[int] = None,
     """Rows as {feature: python value(s)}; a scalar feature gives a value or None."""
     schema = schema if schema is not None else schema_file.find_schema(path)
     scalars = {f.name for f in schema.feature if parser.is_scalar(f)} if schema else None
+    # Packed data is read as its rows; without a stored schema, tfx_bsl infers the types.
+    decoder = RowDecoder(schema) if schema is not None else None
     count = 0
     for file in record_files(path):
         batch: list[bytes] = []
-        for _, record in tfrecord_io.iter_records(file):
+        for offset, record in tfrecord_io.iter_records(file):
+            first = offset if not batch else first
             batch.append(record)
             if limit is not None and count + len(batch) >= limit:
                 break
         if batch:
-            decoded = parser.decode_examples(batch, schema).to_pydict()
+            if decoder is None:
+                decoded = parser.decode_examples(batch).to_pydict()
+            else:
+                decoded = decoder.decode(tfrecord_io.RecordBlock.of_records(
+                    file, first, batch)).to_pydict()
             names = list(decoded)
-            for i in range(len(batch)):
+            for i in range(len(next(iter(decoded.values()), []))):
+                if limit is not None and count >= limit:
+                    return
                 row = {}
                 for name in names:
                     value = decoded[name][i]
@@ -53,7 +64,7 @@ def iter_rows(path: str, limit: Optional[int] = None,
                         value = value[0] if value else None
                     row[name] = value
                 yield row
-            count += len(batch)
+                count += 1
         if limit is not None and count >= limit:
             return
 

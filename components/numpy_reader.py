@@ -15,95 +15,21 @@ each row is read once per epoch.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import random
 from typing import Iterator, Optional, Sequence
 
 import numpy as np
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import packing, tfrecord_io
+from components import tfrecord_io
 from components.codec import parser, schema_file
+from components.packing.arrow import RowDecoder
+from components.packing.layout import LENGTHS_SUFFIX
 
-LENGTHS_SUFFIX = packing.LENGTHS_SUFFIX
-# Up to this many values, iterating the protobuf container beats decoding its wire form.
-_SHORT_LIST = 32
+# Rows decoded at a time (whole records: per-row records, or blocks of packed rows).
+_ROWS_PER_DECODE = 4096
 _NUMPY_TYPES = {schema_pb2.INT: np.int64, schema_pb2.FLOAT: np.float32,
                 schema_pb2.BYTES: object}
-
-
-@functools.lru_cache(maxsize=None)
-def example_class():
-    """tf.train.Example as a protobuf class of its own (same wire format), built from the
-    three-message definition in a private descriptor pool, so it needs no TensorFlow and never
-    clashes with TensorFlow's own registration when both are loaded."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
-    proto = descriptor_pb2.FileDescriptorProto(name="tfrp_example.proto", package="tensorflow",
-                                               syntax="proto3")
-    label = descriptor_pb2.FieldDescriptorProto
-    for name, kind in (("BytesList", label.TYPE_BYTES), ("FloatList", label.TYPE_FLOAT),
-                       ("Int64List", label.TYPE_INT64)):
-        message = proto.message_type.add(name=name)
-        field = message.field.add(name="value", number=1, type=kind,
-                                  label=label.LABEL_REPEATED)
-        if kind != label.TYPE_BYTES:
-            field.options.packed = True
-    feature = proto.message_type.add(name="Feature")
-    feature.oneof_decl.add(name="kind")
-    for number, name in ((1, "bytes_list"), (2, "float_list"), (3, "int64_list")):
-        feature.field.add(name=name, number=number, type=label.TYPE_MESSAGE,
-                          label=label.LABEL_OPTIONAL, oneof_index=0,
-                          type_name=".tensorflow." + name.title().replace("_", ""))
-    features = proto.message_type.add(name="Features")
-    entry = features.nested_type.add(name="FeatureEntry")
-    entry.options.map_entry = True
-    entry.field.add(name="key", number=1, type=label.TYPE_STRING, label=label.LABEL_OPTIONAL)
-    entry.field.add(name="value", number=2, type=label.TYPE_MESSAGE,
-                    label=label.LABEL_OPTIONAL, type_name=".tensorflow.Feature")
-    features.field.add(name="feature", number=1, type=label.TYPE_MESSAGE,
-                       label=label.LABEL_REPEATED,
-                       type_name=".tensorflow.Features.FeatureEntry")
-    example = proto.message_type.add(name="Example")
-    example.field.add(name="features", number=1, type=label.TYPE_MESSAGE,
-                      label=label.LABEL_OPTIONAL, type_name=".tensorflow.Features")
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(proto)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.Example"))
-
-
-def _values(feature, dtype) -> np.ndarray:
-    """A Feature's values as a numpy array. Number lists are read from their packed wire form
-    (one memcpy for floats, vectorised varints for ints): iterating the protobuf container
-    element by element costs several times more."""
-    kind = feature.WhichOneof("kind")
-    if kind is None:
-        return np.zeros(0, dtype)
-    message = getattr(feature, kind)
-    if dtype is object:
-        values = message.value
-        return np.array(list(values), dtype=object) if values else np.zeros(0, object)
-    if len(message.value) <= _SHORT_LIST:
-        return np.fromiter(message.value, dtype, count=len(message.value))
-    wire = message.SerializeToString()  # 0x0A, varint length, packed values
-    start = 2
-    while wire[start - 1] & 0x80:  # the length's varint ends at the first byte below 0x80
-        start += 1
-    if dtype == np.float32:
-        return np.frombuffer(wire, "<f4", offset=start).copy()
-    return _varints(np.frombuffer(wire, np.uint8, offset=start)).view(np.int64)
-
-
-def _varints(data: np.ndarray) -> np.ndarray:
-    """Protobuf varints back to back in `data` -> uint64 values, without a Python loop."""
-    if not len(data) or data.max() < 0x80:  # every value below 128: one byte each
-        return data.astype(np.uint64)
-    last = data < 0x80
-    starts = np.flatnonzero(np.concatenate([[True], last[:-1]]))
-    group = np.cumsum(np.concatenate([[0], last[:-1]]))
-    position = np.arange(len(data)) - starts[group]
-    parts = (data & 0x7F).astype(np.uint64) << (7 * position).astype(np.uint64)
-    return np.add.reduceat(parts, starts)  # the 7-bit parts never overlap: add is or
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,9 +50,8 @@ def _columns(schema: schema_pb2.Schema, names: Optional[Sequence[str]]) -> list[
     columns = []
     for name in wanted:
         feature = features[name]
-        always = feature.HasField("presence") and feature.presence.min_fraction >= 1.0
         shape = tuple(d.size for d in feature.shape.dim)
-        if feature.HasField("shape") and always and shape not in ((), (1,)):
+        if parser.is_fixed(feature) and shape not in ((), (1,)):
             kind = "fixed"
         elif parser.is_scalar(feature):
             kind = "scalar"
@@ -181,52 +106,56 @@ class _Batcher:
         return batch
 
 
-def _row_values(example, column: _Column):
-    """(values as stored for one row, count) of one per-row Example."""
-    feature = example.features.feature.get(column.name)
-    values = _values(feature, column.dtype) if feature is not None \
-        else np.zeros(0, column.dtype)
+def _column_values(column, decoded) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """(values, lengths or None) of one decoded column (a list per row, from
+    `packing.arrow.RowDecoder`, packed or not), in the form `iter_batches` gives."""
+    offsets = decoded.offsets.to_numpy().astype(np.int64)
+    values = decoded.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])).to_numpy(
+        zero_copy_only=False)
+    if values.dtype != column.dtype:
+        values = values.astype(column.dtype)
+    lengths = np.diff(offsets)
     if column.kind == "scalar":
-        return (values[:1] if len(values) else np.array([column.default], column.dtype)), 1
-    return values, len(values)
-
-
-def _stored_values(example, column: _Column) -> np.ndarray:
-    """A block's values of one column as stored, dictionary-coded strings decoded."""
-    features = example.features.feature
-    dictionary = features.get(column.name + packing.DICTIONARY_SUFFIX)
-    if dictionary is not None:
-        codes = _values(features[column.name + packing.CODES_SUFFIX], np.int64)
-        return _values(dictionary, object)[codes] if len(codes) else np.zeros(0, object)
-    feature = features.get(column.name)
-    return _values(feature, column.dtype) if feature is not None \
-        else np.zeros(0, column.dtype)
-
-
-def _block_values(example, column: _Column, rows: int):
-    """(values, lengths or None) of one column of a packed block's `rows` real rows."""
-    values = _stored_values(example, column)
-    if column.kind == "fixed" or (column.kind == "scalar" and
-                                  column.name + LENGTHS_SUFFIX not in example.features.feature):
-        width = int(np.prod(column.shape)) if column.kind == "fixed" else 1
-        return values[:rows * width], None
-    lengths = _values(example.features.feature[column.name + LENGTHS_SUFFIX],
-                      np.int64)[:rows]
-    values = values[:int(lengths.sum())]
-    if column.kind == "scalar":  # nullable scalar: 0 or 1 value per row
-        dense = np.full(rows, column.default, column.dtype)
-        dense[lengths > 0] = values
+        dense = np.full(len(lengths), column.default, column.dtype)
+        present = lengths > 0
+        dense[present] = values[offsets[:-1][present] - offsets[0]]
         return dense, None
+    if column.kind == "fixed":
+        return values, None
     return values, lengths
 
 
-def _file_records(path: str, stride: int = 1, offset: int = 0) -> Iterator[bytes]:
-    for index, (_, record) in enumerate(tfrecord_io.iter_records(path)):
+def _file_records(path: str, stride: int = 1, offset: int = 0
+                  ) -> Iterator[tuple[int, bytes]]:
+    for index, (position, record) in enumerate(tfrecord_io.iter_records(path)):
         if index % stride == offset:
-            yield record
+            yield position, record
 
 
-def _shuffled(records: Iterator[bytes], buffer: int, rng: random.Random) -> Iterator[bytes]:
+def _groups(records: Iterator, size: int) -> Iterator[list]:
+    group = []
+    for record in records:
+        group.append(record)
+        if len(group) == size:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
+def _decode(decoder: RowDecoder, group: list[tuple[str, int, bytes]]):
+    """The group's records decoded together; when one is bad, decoded one by one again so
+    that the error names its own file and offset."""
+    try:
+        return decoder.decode(tfrecord_io.RecordBlock.of_records(
+            group[0][0], group[0][1], [record for _, _, record in group]))
+    except ValueError:
+        for path, offset, record in group:
+            decoder.decode(tfrecord_io.RecordBlock.of_records(path, offset, [record]))
+        raise
+
+
+def _shuffled(records: Iterator, buffer: int, rng: random.Random) -> Iterator:
     """Records in random order through a buffer of `buffer` records (blocks, when packed)."""
     pool: list[bytes] = []
     for record in records:
@@ -257,29 +186,22 @@ def iter_batches(files: Sequence[str], schema: Optional[schema_pb2.Schema] = Non
         if schema is None:
             raise FileNotFoundError(f"no schema.pbtxt beside {files[:1]}; pass schema=")
     columns = _columns(schema, features)
-    rows_per_block = packing.packed_rows(schema)
-    example_type = example_class()
+    decoder = RowDecoder(schema, [c.name for c in columns])
     batcher = _Batcher(columns, batch_size)
-    records = (record for path in files
-               for record in _file_records(path, record_stride, record_offset))
+    records = ((path, offset, record) for path in files
+               for offset, record in _file_records(path, record_stride, record_offset))
     if shuffle_buffer > 1:
         records = _shuffled(records, shuffle_buffer, random.Random(seed))
-    for record in records:
-        example = example_type.FromString(record)
-        if rows_per_block:
-            rows = int(_values(example.features.feature[packing.ROWS_KEY], np.int64)[0])
-            values, lengths = {}, {}
-            for column in columns:
-                values[column.name], found = _block_values(example, column, rows)
-                if found is not None:
-                    lengths[column.name] = found
-        else:
-            rows, values, lengths = 1, {}, {}
-            for column in columns:
-                values[column.name], count = _row_values(example, column)
-                if column.kind == "ragged":
-                    lengths[column.name] = np.array([count], np.int64)
-        yield from batcher.add(rows, values, lengths)
+    group_size = max(1, _ROWS_PER_DECODE // max(1, decoder.layout.rows if decoder.layout
+                                                else 1))
+    for group in _groups(records, group_size):
+        decoded = _decode(decoder, group)
+        values, lengths = {}, {}
+        for column, array in zip(columns, decoded.columns):
+            values[column.name], found = _column_values(column, array)
+            if found is not None:
+                lengths[column.name] = found
+        yield from batcher.add(decoded.num_rows, values, lengths)
     yield from batcher.flush()
 
 

@@ -146,6 +146,22 @@ class RecordBlock:
         """The file offset (uncompressed) of record `index`'s framing."""
         return self.offset + int(self.starts[index]) - _HEADER.size
 
+    @classmethod
+    def of_records(cls, path: str, offset: int, records: list[bytes]) -> "RecordBlock":
+        """Records already read, as one block; `offset` is the first record's framing
+        offset in `path`, so an error about the first record names the right place (and
+        about a later one, too, when they followed each other in the file)."""
+        import numpy as np
+
+        sizes = np.array([len(r) for r in records], np.int64)
+        gaps = _HEADER.size + _FOOTER.size
+        starts = np.cumsum(sizes + gaps) - sizes - _FOOTER.size
+        buffer = np.zeros(int(starts[-1] + sizes[-1] + _FOOTER.size) if records else 0,
+                          np.uint8)
+        for start, record in zip(starts.tolist(), records):
+            buffer[start:start + len(record)] = np.frombuffer(record, np.uint8)
+        return cls(path, offset, buffer, starts, starts + sizes)
+
     def parts(self, max_records: int) -> Iterator["RecordBlock"]:
         """This block as blocks of at most `max_records` records over the same buffer."""
         for first in range(0, len(self.starts), max(1, max_records)):

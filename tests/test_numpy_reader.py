@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 import tensorflow as tf
 
-from components import numpy_reader
+from components import numpy_reader, tfrecord_io
 from components.codec import parser, schema_file, serializer
 from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
@@ -130,7 +130,7 @@ import collections, sys
 sys.modules["tensorflow"] = None  # the package's own Example proto clashes with TensorFlow's
 import numpy as np
 from tfrecord.reader import tfrecord_loader
-from components import numpy_reader
+from components import numpy_reader, tfrecord_io
 from components.codec import parser, schema_file
 
 files, folder = sys.argv[1:-1], sys.argv[-1]
@@ -211,19 +211,39 @@ def test_absent_and_empty_feature_nulls_read_the_same(tmp_path):
     assert results["absent"]["tfdv"] == ({"n": (2, 2)}, {"s": (2, 2)})
 
 
-def test_long_number_lists_decode_exactly_from_their_wire_form():
-    """Lists longer than the short-list cut are decoded from packed bytes: every varint size,
-    negative ints (ten bytes) and float32 specials."""
+def test_long_number_lists_read_back_exactly(tmp_path):
+    """Every varint size, negative ints (ten bytes) and float32 specials, in lists long
+    enough to be stored packed on the wire."""
     ints = [0, 1, 127, 128, 300, -1, -2 ** 63, 2 ** 63 - 1, 1_427_722_200] * 9
     floats = [0.0, -0.0, 1.5, float("inf"), -3.4e38, 1e-45] * 9
     batch = pa.RecordBatch.from_arrays([pa.array([ints], pa.list_(pa.int64())),
                                         pa.array([floats], pa.list_(pa.float32()))],
                                        ["i", "f"])
-    (record,) = serializer.encode_examples(batch)
-    example = numpy_reader.example_class().FromString(record)
-    assert numpy_reader._values(example.features.feature["i"], np.int64).tolist() == ints
-    decoded = numpy_reader._values(example.features.feature["f"], np.float32)
-    assert decoded.tobytes() == np.array(floats, np.float32).tobytes()
+    path = str(tmp_path / "lists.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        writer.write(serializer.encode_examples(batch)[0])
+    schema = serializer.schema_from_profile(
+        {"i": (serializer.INT, True), "f": (serializer.FLOAT, True)}, 1, {"i": 1, "f": 1}, {})
+    (only,) = list(numpy_reader.iter_batches([path], schema))
+    assert only["i"].tolist() == ints and only["i__lengths"].tolist() == [len(ints)]
+    assert only["f"].tobytes() == np.array(floats, np.float32).tobytes()
+
+
+def test_a_damaged_record_is_named_by_file_and_offset(tmp_path):
+    """Records are decoded in groups; a bad one is still named on its own."""
+    batch = pa.RecordBatch.from_arrays([pa.array([[1]] * 5, pa.list_(pa.int64()))], ["n"])
+    records = serializer.encode_examples(batch)
+    records[3] = serializer.encode_examples(pa.RecordBatch.from_arrays(
+        [pa.array([[b"text"]], pa.list_(pa.binary()))], ["n"]))[0]
+    path = str(tmp_path / "mixed.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in records:
+            writer.write(record)
+    offsets = [offset for offset, _ in tfrecord_io.iter_records(path)]
+    schema = serializer.schema_from_profile({"n": (serializer.INT, False)}, 5, {"n": 5}, {})
+    with pytest.raises(ValueError, match=f"mixed.tfrecord: record at byte offset "
+                                         f"{offsets[3]}: feature 'n' is not a int64_list"):
+        list(numpy_reader.iter_batches([path], schema))
 
 
 def test_reads_stock_csv_example_gen_shards_like_the_tensorflow_input_function(

@@ -17,6 +17,7 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from components import packing
+from components.packing.write import pack_batch
 from components.codec import schema_file
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -84,7 +85,8 @@ def write_examples(folder, packed_rows: int) -> str:
     for shard in range(4):
         part = table.slice(shard * ROWS // 4, ROWS // 4)
         if packed_rows:
-            records = packing.pack_batch(part, row_schema(), packed_rows)
+            records = pack_batch(part, packing.PackedLayout.from_schema(
+                row_schema(packed_rows)))
         else:
             records = [tf.train.Example(features=tf.train.Features(feature={
                 "row_id": tf.train.Feature(int64_list=tf.train.Int64List(value=[row["row_id"]])),

@@ -280,6 +280,7 @@ def test_reads_packed_transform_output_and_stock_example_gen(spark, stock_taxi_e
     assert dict(inferred.dtypes)["payment_type"] == "binary"
 
     from components import packing
+    from components.packing.write import pack_batch
     import pyarrow as pa
 
     schema = schema_file.load_schema(stock_schema)
@@ -296,7 +297,8 @@ def test_reads_packed_transform_output_and_stock_example_gen(spark, stock_taxi_e
         feature.ClearField("value_count")
         feature.ClearField("shape")
         feature.shape.dim.add(size=1)
-    blocks = packing.pack_batch(table, row_schema, 1024)
+    blocks = pack_batch(table, packing.PackedLayout.from_schema(
+        packing.annotate(row_schema, 1024)))
     folder = tmp_path / "packed" / "Split-train"
     folder.mkdir(parents=True)
     with tf.io.TFRecordWriter(str(folder / "data_tfrecord-00000-of-00001")) as writer:

@@ -13,6 +13,8 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.trainer.fn_args_utils import FnArgs
 
 from components import packing, shards, taxi
+from components.packing.layout import ROWS_KEY
+from components.packing.write import pack_batch
 from components.codec import parser, schema_file
 from components.shards import ShardingOptions
 from components.trainer import module
@@ -35,38 +37,105 @@ feature { name: "kind" type: BYTES shape { dim { size: 1 } } presence { min_frac
 """
 
 
-@pytest.mark.parametrize("layout", ["dictionary", "plain"])
-def test_packed_round_trip_with_missing_lists_and_a_short_last_block(tmp_path, layout):
-    """Every reader of packed blocks (the TF input function, the TensorFlow-free reader and
-    the Spark decoder) gives back the rows, in the current layout (strings dictionary-coded)
-    and in the one before it (strings stored as they are), which must stay readable."""
+def pack(table, schema, rows: int, version: int = packing.layout.CURRENT_VERSION) -> list:
+    """`table` packed `rows` to a block under the row `schema`, in layout `version`."""
+    return pack_batch(table, packing.PackedLayout.from_schema(
+        packing.annotate(schema, rows, version)))
+
+
+PACKED_TABLE = pa.table({
+    "fare": pa.array([1.5, None, 3.25, 4.0, None, 6.5, 7.0, 8.0, 9.5, None], pa.float32()),
+    "hour": pa.array(list(range(10)), pa.int64()),
+    "company": pa.array([b"a", b"b", None, b"d", b"\xff\xfe", None, b"a", b"", b"i", b"a"]),
+    "tags": pa.array([[b"x"], [], None, [b"y", b"z"], [b"w"], [], [b"v"] * 3, None, [],
+                      [b"\x80"]], pa.list_(pa.binary())),
+    "point": pa.array([[float(i), -float(i)] for i in range(10)], pa.list_(pa.float32())),
+    "kind": pa.array([b"cab", b"\xc3", b"cab", b"", b"van"] * 2),
+})
+# What every reader gives back. A block stores a missing list and an empty one alike (0
+# values), so both read as []; a missing scalar is null where the reader has nulls (Spark,
+# inspect) and the schema default where it has none (TensorFlow, numpy).
+PACKED_EXPECTED = {
+    "hour": list(range(10)),
+    "company": PACKED_TABLE["company"].to_pylist(),
+    "fare": PACKED_TABLE["fare"].to_pylist(),
+    "tags": [v or [] for v in PACKED_TABLE["tags"].to_pylist()],
+    "point": PACKED_TABLE["point"].to_pylist(),
+    "kind": PACKED_TABLE["kind"].to_pylist(),
+}
+
+
+def _read_with_tensorflow(path, schema) -> dict:
+    got = {k: [] for k in PACKED_EXPECTED}
+    for features, label in build_dataset(path, schema, "hour", config=InputConfig(
+            batch_size=3, training=False, num_epochs=1)):
+        assert features["fare"].shape[1] == 1 and features["point"].shape[1] == 2
+        got["hour"] += label.numpy().ravel().tolist()
+        for name in ("fare", "company", "kind"):
+            got[name] += features[name].numpy().ravel().tolist()
+        got["tags"] += features["tags"].to_list()
+        got["point"] += features["point"].numpy().tolist()
+    return got
+
+
+def _read_with_numpy(path, schema) -> dict:
     from components import numpy_reader
+
+    got = {k: [] for k in PACKED_EXPECTED}
+    for batch in numpy_reader.iter_batches([path], schema, batch_size=4):
+        for name in ("hour", "fare", "company", "kind"):
+            got[name] += batch[name].ravel().tolist()
+        got["point"] += batch["point"].tolist()
+        ends = np.cumsum(batch["tags__lengths"])
+        got["tags"] += [batch["tags"][end - n:end].tolist()
+                        for n, end in zip(batch["tags__lengths"], ends)]
+    return got
+
+
+def _read_with_spark_decoder(path, schema) -> dict:
     from components.spark.read import _FileDecoder
 
-    rows = 10
-    table = pa.table({
-        "fare": pa.array([1.5, None, 3.25, 4.0, None, 6.5, 7.0, 8.0, 9.5, None], pa.float32()),
-        "hour": pa.array(list(range(rows)), pa.int64()),
-        "company": pa.array([b"a", b"b", None, b"d", b"\xff\xfe", None, b"a", b"", b"i",
-                             b"a"]),
-        "tags": pa.array([[b"x"], [], None, [b"y", b"z"], [b"w"], [], [b"v"] * 3, None, [],
-                          [b"\x80"]], pa.list_(pa.binary())),
-        "point": pa.array([[float(i), -float(i)] for i in range(rows)], pa.list_(pa.float32())),
-        "kind": pa.array([b"cab", b"\xc3", b"cab", b"", b"van"] * 2),
-    })
-    schema = packing.annotate(
-        text_format.Parse(ROW_SCHEMA_WITH_A_FIXED_STRING, schema_pb2.Schema()), 4)
+    return pa.Table.from_batches(list(_FileDecoder(schema, os.path.dirname(path), [], [[path]])(
+        [pa.record_batch([pa.array([0])], names=["task"])]))).to_pydict()
+
+
+def _read_with_inspect(path, schema) -> dict:
+    from components import example_rows
+
+    rows = list(example_rows.iter_rows(path, schema=schema))
+    return {name: [row[name] for row in rows] for name in PACKED_EXPECTED}
+
+
+def _with_defaults(expected: dict) -> dict:
+    return {**expected, "fare": [v if v is not None else 0.0 for v in expected["fare"]],
+            "company": [v or b"" for v in expected["company"]]}
+
+
+PACKED_READERS = {
+    "tensorflow": (_read_with_tensorflow, _with_defaults),
+    "numpy": (_read_with_numpy, _with_defaults),
+    "spark": (_read_with_spark_decoder, lambda expected: expected),
+    "inspect": (_read_with_inspect, lambda expected: expected),
+}
+
+
+@pytest.mark.parametrize("reader", sorted(PACKED_READERS))
+@pytest.mark.parametrize("version", [packing.layout.DICTIONARY_STRINGS,
+                                     packing.layout.PLAIN_STRINGS])
+def test_packed_round_trip_with_missing_lists_and_a_short_last_block(tmp_path, version, reader):
+    """Every reader of packed blocks gives back the rows, in the current layout (strings
+    dictionary-coded) and in the one before it (strings stored as they are), which must stay
+    readable."""
+    row_schema = text_format.Parse(ROW_SCHEMA_WITH_A_FIXED_STRING, schema_pb2.Schema())
+    schema = packing.annotate(row_schema, 4, version)
     assert packing.packed_rows(schema) == 4
-    if layout == "plain":
-        schema.annotation.tag.remove(packing.DICTIONARY_TAG)
-    blocks = packing.pack_batch(table, schema, 4)
+    blocks = pack(PACKED_TABLE, row_schema, 4, version)
     assert len(blocks) == 3  # 4 + 4 + 2
     last = tf.train.Example.FromString(blocks[-1])
-    assert last.features.feature[packing.ROWS_KEY].int64_list.value == [2]
+    assert last.features.feature[ROWS_KEY].int64_list.value == [2]
     stored = set(last.features.feature)
-    if layout == "dictionary":
-        assert {"kind" + packing.DICTIONARY_SUFFIX, "kind" + packing.CODES_SUFFIX,
-                "tags" + packing.DICTIONARY_SUFFIX, "tags__lengths"} <= stored
+    if version == packing.layout.DICTIONARY_STRINGS:
+        assert {"kind__dictionary", "kind__codes", "tags__dictionary", "tags__lengths"} <= stored
         assert not stored & {"kind", "company", "tags"}
         # The last block's rows of "kind" (b"", b"van") and its padding (b"" again): each
         # distinct value stored once, the padding coded like the rows.
@@ -74,55 +143,41 @@ def test_packed_round_trip_with_missing_lists_and_a_short_last_block(tmp_path, l
             [b"", b"van"]
         assert len(last.features.feature["kind__codes"].int64_list.value) == 4
     else:
-        assert {"kind", "company", "tags"} <= stored and not stored & {
-            "kind" + packing.DICTIONARY_SUFFIX, "kind" + packing.CODES_SUFFIX}
+        assert {"kind", "company", "tags"} <= stored and \
+            not stored & {"kind__dictionary", "kind__codes"}
     path = str(tmp_path / "packed.tfrecord")
     with tf.io.TFRecordWriter(path) as writer:
         for block in blocks:
             writer.write(block)
-    expected = {
-        "hour": list(range(rows)),
-        # Missing scalars read as the schema default, exactly as in the per-row path.
-        "fare": [v if v is not None else 0.0 for v in table["fare"].to_pylist()],
-        "company": [v or b"" for v in table["company"].to_pylist()],
-        "tags": [v or [] for v in table["tags"].to_pylist()],
-        "point": table["point"].to_pylist(),
-        "kind": table["kind"].to_pylist(),
-    }
+    read, expected = PACKED_READERS[reader]
+    assert read(path, schema) == expected(PACKED_EXPECTED)
 
-    dataset = build_dataset(path, schema, "hour", config=InputConfig(
-        batch_size=3, training=False, num_epochs=1))
-    got = {k: [] for k in expected}
-    for features, label in dataset:
-        assert features["fare"].shape[1] == 1 and features["point"].shape[1] == 2
-        got["hour"] += label.numpy().ravel().tolist()
-        for name in ("fare", "company", "kind"):
-            got[name] += features[name].numpy().ravel().tolist()
-        got["tags"] += features["tags"].to_list()
-        got["point"] += features["point"].numpy().tolist()
-    assert got == expected
 
-    read = {k: [] for k in expected}
-    for batch in numpy_reader.iter_batches([path], schema, batch_size=4):
-        for name in ("hour", "fare", "company", "kind"):
-            read[name] += batch[name].ravel().tolist()
-        read["point"] += batch["point"].tolist()
-        ends = np.cumsum(batch["tags__lengths"])
-        read["tags"] += [batch["tags"][end - n:end].tolist()
-                         for n, end in zip(batch["tags__lengths"], ends)]
-    assert read == expected
-
-    spark_rows = pa.Table.from_batches(list(_FileDecoder(schema, str(tmp_path), [], [[path]])(
-        [pa.record_batch([pa.array([0])], names=["task"])]))).to_pydict()
-    # A block stores a missing list and an empty one alike (0 values), so both read as [].
-    assert {k: spark_rows[k] for k in ("hour", "kind", "tags")} == \
-        {k: expected[k] for k in ("hour", "kind", "tags")}
-    assert spark_rows["company"] == table["company"].to_pylist()
-
-    shuffled = build_dataset(path, schema, "hour", config=InputConfig(
+def test_packed_rows_come_out_shuffled_and_whole_in_the_tensorflow_input_function(tmp_path):
+    row_schema = text_format.Parse(ROW_SCHEMA_WITH_A_FIXED_STRING, schema_pb2.Schema())
+    path = str(tmp_path / "packed.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for block in pack(PACKED_TABLE, row_schema, 4):
+            writer.write(block)
+    shuffled = build_dataset(path, packing.annotate(row_schema, 4), "hour", config=InputConfig(
         batch_size=4, training=True, num_epochs=1))
     hours = [h for _, label in shuffled for h in label.numpy().ravel().tolist()]
-    assert sorted(hours) == list(range(rows))
+    assert sorted(hours) == list(range(10))
+
+
+def test_schemas_written_before_the_layout_version_tag_still_name_their_layout():
+    schema = text_format.Parse(ROW_SCHEMA, schema_pb2.Schema())
+    schema.annotation.tag.extend(["tfrp.packed_rows=8", "tfrp.packed_strings=dictionary"])
+    layout = packing.PackedLayout.from_schema(schema)
+    assert (layout.rows, layout.version) == (8, packing.layout.DICTIONARY_STRINGS)
+    assert layout.feature("company").dictionary and not layout.feature("fare").dictionary
+    schema.annotation.tag.remove("tfrp.packed_strings=dictionary")
+    assert packing.PackedLayout.from_schema(schema).version == packing.layout.PLAIN_STRINGS
+    assert packing.PackedLayout.from_schema(text_format.Parse(
+        ROW_SCHEMA, schema_pb2.Schema())) is None
+    # Annotating again replaces both tags.
+    assert [t for t in packing.annotate(schema, 16).annotation.tag
+            if t.startswith("tfrp.packed")] == ["tfrp.packed_rows=16", "tfrp.packed_layout=2"]
 
 
 EXACT_SCHEMA = """
@@ -154,18 +209,19 @@ def test_shuffled_unpack_moves_every_row_whole_and_bit_exact(tmp_path):
         "pair": pa.array(list(pair), pa.list_(pa.float32())),
         "name": pa.array([f"row {i} of a name longer than a short string".encode()
                           for i in ids])})
-    schema = packing.annotate(text_format.Parse(EXACT_SCHEMA, schema_pb2.Schema()), 64)
+    schema = text_format.Parse(EXACT_SCHEMA, schema_pb2.Schema())
     paths = []
     for part in range(3):  # 3 files of 334, 333 and 333 rows: each ends in a short block
         path = str(tmp_path / f"packed-{part}.tfrecord")
         with tf.io.TFRecordWriter(path) as writer:
-            for block in packing.pack_batch(table.slice(part * 334, 334), schema, 64):
+            for block in pack(table.slice(part * 334, 334), schema, 64):
                 writer.write(block)
         paths.append(path)
 
     config = InputConfig(batch_size=50, training=True, num_epochs=1, shuffle_buffer=256)
     seen = []
-    for features, label in build_dataset(paths, schema, "id", config=config):
+    for features, label in build_dataset(paths, packing.annotate(schema, 64), "id",
+                                         config=config):
         row = label.numpy().ravel()
         assert features["bits"].numpy().view(np.uint32).ravel().tolist() == \
             bits.view(np.uint32)[row].tolist()
@@ -188,7 +244,7 @@ def _two_rows_packed(folder, schema) -> str:
                       "pair": pa.array([[1.0, 2.0], [3.0, 4.0]], pa.list_(pa.float32())),
                       "name": pa.array([b"a", b"b"])})
     with tf.io.TFRecordWriter(path) as writer:
-        for block in packing.pack_batch(table, schema, 64):
+        for block in pack_batch(table, packing.PackedLayout.from_schema(schema)):
             writer.write(block)
     return path
 
@@ -252,7 +308,7 @@ def test_packing_refuses_a_fixed_feature_of_the_wrong_length():
     schema = text_format.Parse(ROW_SCHEMA, schema_pb2.Schema())
     table = pa.table({"point": pa.array([[1.0, 2.0], [3.0]], pa.list_(pa.float32()))})
     with pytest.raises(ValueError, match="'point' is fixed at 2 value.*row 1 .* has 1"):
-        packing.pack_batch(table, schema, 4)
+        pack(table, schema, 4)
 
 
 @pytest.fixture(scope="module")
@@ -278,7 +334,7 @@ def test_transform_writes_packed_shards_with_every_row(transformed, taxi_example
         # and the counts add up to the split's rows (only a bundle's last block is short).
         blocks = [tf.train.Example.FromString(r.numpy())
                   for r in tf.data.TFRecordDataset(files, "GZIP")]
-        rows_per_block = [b.features.feature[packing.ROWS_KEY].int64_list.value[0]
+        rows_per_block = [b.features.feature[ROWS_KEY].int64_list.value[0]
                           for b in blocks]
         assert len(blocks) == entry["records"] >= -(-entry["rows"] // 256)
         assert sum(rows_per_block) == entry["rows"] and max(rows_per_block) == 256
@@ -460,10 +516,9 @@ def test_raw_images_equal_the_encoded_images_decoded_and_resized(raw_digits, dig
     first = next(iter(tf.data.TFRecordDataset(
         glob.glob(str(out / "examples" / "Split-train" / "*")), "GZIP")))
     features = tf.train.Example.FromString(first.numpy()).features.feature
-    # Packed blocks keep each distinct value once (packing.py, dictionary-coded strings).
-    values = features["image" + packing.DICTIONARY_SUFFIX].bytes_list \
-        if packing.dictionary_coded(stored) else \
-        features["image"].bytes_list
+    # Packed blocks keep each distinct value once (components/packing/, dictionary-coded strings).
+    assert packing.PackedLayout.from_schema(stored).feature("image").dictionary
+    values = features["image__dictionary"].bytes_list
     assert values.value and {len(v) for v in values.value} == {12 * 12}
 
     spec = ImageSpec(*RAW_SHAPE)

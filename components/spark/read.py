@@ -15,8 +15,9 @@ from typing import Union
 
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import fileio, packing, shards, tfrecord_io
+from components import fileio, shards, tfrecord_io
 from components.codec import parser, schema_file
+from components.packing.arrow import RowDecoder
 from components.spark.session import deal_by_weight
 
 SAMPLE_RECORDS = 1_000
@@ -149,15 +150,13 @@ class _FileDecoder:
                  groups: list[list[str]]):
         self._schema, self._root, self._partition_names = schema, root, partition_names
         self._groups = groups
-        self._block_rows = packing.packed_rows(schema)
-        self._stored_schema = packing.block_schema(schema) if self._block_rows else schema
-        self._records_per_decode = parser.records_per_decode(self._stored_schema)
+        self._decoder = RowDecoder(schema)
 
     def __call__(self, batches):
         for batch in batches:
             for path in (p for task in batch.column(0).to_pylist() for p in self._groups[task]):
                 for block in tfrecord_io.iter_record_blocks(path):
-                    for part in block.parts(self._records_per_decode):
+                    for part in block.parts(self._decoder.records_per_decode):
                         yield self._with_partitions(path, self._rows(part))
 
     def _with_partitions(self, path: str, decoded):
@@ -174,16 +173,14 @@ class _FileDecoder:
     def _rows(self, block):
         import pyarrow as pa
 
-        decoded = parser.decode_record_block(block, self._stored_schema)
-        if self._block_rows:
-            decoded = unpack_blocks(decoded, self._block_rows)
+        decoded = self._decoder.decode(block)
         columns = [_typed(decoded.column(i), feature, self._schema)
                    for i, feature in enumerate(self._schema.feature)]
         return pa.RecordBatch.from_arrays(columns, [f.name for f in self._schema.feature])
 
 
 def _typed(column, feature: schema_pb2.Feature, schema: schema_pb2.Schema):
-    """A decoded column (lists, or scalars after unpacking) as the Spark type's Arrow type:
+    """A decoded column (a list per row) as the Spark type's Arrow type:
     scalars take a row's one value, an empty list is a null."""
     import numpy as np
     import pyarrow as pa
@@ -210,79 +207,3 @@ def _typed(column, feature: schema_pb2.Feature, schema: schema_pb2.Schema):
             first = pa.array(offsets[:-1] - offsets[0], mask=lengths == 0)
             column = pc.list_flatten(column).take(first)
     return column.cast(value_type)
-
-
-def unpack_blocks(blocks, block_rows: int):
-    """Packed blocks (see `packing`) as one row per entry, on Arrow arrays: a fixed feature's
-    N*k values are cut into rows of k (k = 1: scalars), a variable one is cut by its
-    `__lengths`, and each block's padding rows are dropped."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    blocks = _decode_dictionaries(blocks)
-    names = blocks.schema.names
-    real = pc.list_flatten(blocks.column(names.index(packing.ROWS_KEY))).to_numpy(
-        zero_copy_only=False).astype(np.int64)
-    columns, out_names = [], []
-    for name in names:
-        if name == packing.ROWS_KEY or name.endswith(packing.LENGTHS_SUFFIX):
-            continue
-        column = blocks.column(names.index(name))
-        offsets = column.offsets.to_numpy().astype(np.int64)
-        flat = pc.list_flatten(column)
-        lengths_name = name + packing.LENGTHS_SUFFIX
-        if lengths_name in names:
-            lengths = blocks.column(names.index(lengths_name))
-            per_block = lengths.offsets.to_numpy().astype(np.int64)
-            all_lengths = pc.list_flatten(lengths).to_numpy(zero_copy_only=False)
-            keep = np.concatenate([np.arange(start, start + n) for start, n in
-                                   zip(per_block[:-1], real)]) if len(real) else \
-                np.zeros(0, np.int64)
-            row_lengths = all_lengths[keep].astype(np.int64)
-            row_offsets = np.concatenate([[0], np.cumsum(row_lengths)]).astype(np.int32)
-            columns.append(pa.ListArray.from_arrays(pa.array(row_offsets), flat))
-        else:
-            sizes = np.diff(offsets)
-            k = int(sizes[0] // block_rows) if len(sizes) else 1
-            take = np.concatenate([np.arange(start, start + n * k) for start, n in
-                                   zip(offsets[:-1], real)]) if len(real) else \
-                np.zeros(0, np.int64)
-            values = flat.take(pa.array(take))
-            if k == 1:
-                columns.append(values)
-            else:
-                row_offsets = np.arange(0, len(take) + 1, k, dtype=np.int32)
-                columns.append(pa.ListArray.from_arrays(pa.array(row_offsets), values))
-        out_names.append(name)
-    return pa.RecordBatch.from_arrays(columns, out_names)
-
-
-def _decode_dictionaries(blocks):
-    """Blocks with each dictionary-coded string column (`<name>__dictionary` and
-    `<name>__codes`, see `packing`) turned back into `<name>`: per block, the list of its
-    values as stored, in the column's place."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    names = blocks.schema.names
-    columns, out_names = [], []
-    for name in names:
-        if name.endswith(packing.CODES_SUFFIX):
-            continue
-        column = blocks.column(names.index(name))
-        if name.endswith(packing.DICTIONARY_SUFFIX):
-            name = name[:-len(packing.DICTIONARY_SUFFIX)]
-            codes = blocks.column(names.index(name + packing.CODES_SUFFIX))
-            dictionary_starts = column.offsets.to_numpy().astype(np.int64)
-            code_offsets = codes.offsets.to_numpy().astype(np.int64)
-            block_of_code = np.repeat(np.arange(len(codes)), np.diff(code_offsets))
-            positions = pc.list_flatten(codes).to_numpy(zero_copy_only=False).astype(
-                np.int64) + (dictionary_starts[:-1] - dictionary_starts[0])[block_of_code]
-            column = pa.ListArray.from_arrays(
-                pa.array(code_offsets - code_offsets[0], pa.int32()),
-                pc.list_flatten(column).take(pa.array(positions)))
-        columns.append(column)
-        out_names.append(name)
-    return pa.RecordBatch.from_arrays(columns, out_names)

@@ -15,6 +15,7 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from components import packing, tfrecord_io
+from components.packing import graph as packed_graph
 from components.codec import parser
 from components.images import ImageSpec, decode_images, with_storage_from
 from components.trainer.options import InputConfig
@@ -120,16 +121,17 @@ def example_parser(schema: schema_pb2.Schema, feature_names: Sequence[str],
                        f"(it has {sorted(features_by_name)})")
     names = list(dict.fromkeys(feature_names))
     images = with_storage_from(images, schema)
-    if packing.packed_rows(schema):
-        spec = packing.block_spec(schema, names)
+    layout = packing.PackedLayout.from_schema(schema)
+    if layout:
+        spec = packed_graph.block_spec(layout, names)
 
         def to_rows(serialized: tf.Tensor) -> dict:
             # The group's own first record seeds its row order: a different order for every
             # group and epoch, and no random state a checkpoint would have to hold.
             seed = tf.stack([tf.constant(shuffle_seed, tf.int64),
                              tf.strings.to_hash_bucket_fast(serialized[0], 1 << 62)])
-            return packing.unpack(tf.io.parse_example(serialized, spec), schema, names,
-                                  shuffle_seed=seed if shuffle_rows else None)
+            return packed_graph.unpack(tf.io.parse_example(serialized, spec), layout, names,
+                                      shuffle_seed=seed if shuffle_rows else None)
     else:
         spec = {k: v for k, v in parser.feature_spec_from_schema(schema).items() if k in names}
 
@@ -290,7 +292,7 @@ def build_dataset(
         [label_key] if label_key else []), config.images, shuffle_rows=config.training,
         shuffle_seed=config.seed or 0)
 
-    # Packed data (components/packing.py) holds blocks of rows: the records shuffled are whole
+    # Packed data (components/packing/) holds blocks of rows: the records shuffled are whole
     # blocks, one map parses a group of about `shuffle_buffer` rows (shuffled among
     # themselves), and the rows are then cut into batches of `batch_size`.
     rows_per_block = packing.packed_rows(schema)

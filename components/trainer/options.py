@@ -41,7 +41,7 @@ class InputConfig:
     # Opt-in: scan the files first and read damaged ones past their bad records.
     skip_corrupt: bool = False
     drop_remainder: bool = False
-    # Packed data (see components/packing.py) is shuffled as whole blocks in a buffer of this
+    # Packed data (see components/packing/) is shuffled as whole blocks in a buffer of this
     # many blocks, then row by row within each group of `shuffle_buffer` rows parsed together.
     block_shuffle_buffer: int = 16
     # 0 keeps TF's global pool; a private pool isolates input work from the model's ops.

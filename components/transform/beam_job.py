@@ -28,6 +28,7 @@ from tfx_bsl.public import tfxio
 
 from components import beam_shards, fileio, images, packing, shards, tfrecord_io
 from components.codec import parser, schema_file, serializer
+from components.packing.write import pack_batch
 from components.transform.defaults import default_preprocessing_fn, dense_scalar
 from components.transform.options import TransformOptions
 
@@ -100,9 +101,11 @@ class _EncodeChunks(beam.DoFn):
 
     Packing buffers rows across batches, so only each bundle's last block can be short."""
 
-    def __init__(self, split: str, schema: schema_pb2.Schema, packed_rows: int, staging: str,
+    def __init__(self, split: str, schema: schema_pb2.Schema, staging: str,
                  sharding: shards.ShardingOptions):
-        self._split, self._schema, self._packed = split, schema, packed_rows
+        self._split = split
+        self._layout = packing.PackedLayout.from_schema(schema)
+        self._packed = self._layout.rows if self._layout else 0
         self._staging, self._sharding = staging, sharding
 
     def start_bundle(self):
@@ -127,8 +130,8 @@ class _EncodeChunks(beam.DoFn):
         if self._pending_rows >= self._packed:
             table = pa.Table.from_batches(self._pending)
             full = (table.num_rows // self._packed) * self._packed
-            self._writer.add("", self._split, packing.pack_batch(
-                table.slice(0, full), self._schema, self._packed))
+            self._writer.add("", self._split, pack_batch(table.slice(0, full),
+                                                         self._layout))
             self._records += full // self._packed
             rest = table.slice(full)
             self._pending = rest.to_batches() if rest.num_rows else []
@@ -139,8 +142,8 @@ class _EncodeChunks(beam.DoFn):
         from apache_beam.transforms.window import GlobalWindows
 
         if self._pending_rows:
-            self._writer.add("", self._split, packing.pack_batch(
-                pa.Table.from_batches(self._pending), self._schema, self._packed))
+            self._writer.add("", self._split, pack_batch(pa.Table.from_batches(self._pending),
+                                                         self._layout))
             self._records += 1
         for chunk in self._writer.close():
             yield GlobalWindows.windowed_value(chunk)
@@ -169,8 +172,7 @@ def _transform(make_pipeline, options, examples_dir, splits, raw_schema, schema,
             transformed, _ = ((raw, source.TensorAdapterConfig()), transform_fn) | \
                 f"Transform[{split}]" >> tft_beam.TransformDataset(output_record_batches=True)
             outputs.append(transformed | f"Encode[{split}]" >> beam.ParDo(_EncodeChunks(
-                split, schema, options.packed_rows, staging,
-                options.sharding)).with_outputs(ROW_COUNTS, main="chunks"))
+                split, schema, staging, options.sharding)).with_outputs(ROW_COUNTS, main="chunks"))
         chunks = [o.chunks for o in outputs] | "AllChunks" >> beam.Flatten()
         counts = [o[ROW_COUNTS] for o in outputs] | "AllCounts" >> beam.Flatten()
         written = chunks | "WriteShards" >> beam_shards.WriteShards(staging, options.sharding)

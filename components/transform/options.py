@@ -17,7 +17,7 @@ class TransformOptions(JsonOptions):
     # The schema-derived preprocessing_fn keeps this feature in its own units (a string label
     # becomes vocabulary ids); see components/transform/defaults.py.
     label_key: Optional[str] = None
-    # Rows per packed tf.Example (components/packing.py); 0 writes one tf.Example per row,
+    # Rows per packed tf.Example (components/packing/); 0 writes one tf.Example per row,
     # the layout stock components read.
     packed_rows: int = 1024
     analyze_split: str = "train"

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The system packages `make test` needs beyond .venv: Chromium renders the run report
+# (tests/test_report.py) and a Java 17 runtime runs Spark (tests/test_spark.py). Missing ones
+# are installed when this user may (root, or sudo without a password); otherwise this stops
+# with one line saying which packages and the command that installs them.
+set -euo pipefail
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -eq 0 ]; then
+  sudo=()
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+  sudo=(sudo -n)
+else
+  echo "make test needs the system packages ${missing[*]}; install them with: sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "installing the system packages the tests need: ${missing[*]}" >&2
+"${sudo[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null

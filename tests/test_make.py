@@ -1,0 +1,49 @@
+"""`make test`'s own set-up: the system packages its tests need, checked before pytest runs."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "test-system-packages.sh")
+
+
+def _path_with(folder, names: list[str]) -> str:
+    """A PATH that holds only `names` (linked from this machine's own), so the script sees a
+    machine without the rest."""
+    folder.mkdir()
+    for name in names:
+        os.symlink(shutil.which(name), folder / name)
+    return str(folder)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="switching to an unprivileged user needs root and setpriv")
+def test_a_user_who_cannot_install_is_told_the_packages_and_the_command_in_one_line():
+    # pytest's own temporary folders are root's alone; this user must be able to enter it.
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, 0o755)
+        path = _path_with(Path(folder) / "bin", ["bash", "id"])  # no chromium, java, sudo
+        result = subprocess.run(
+            [shutil.which("setpriv"), "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+             shutil.which("bash"), os.path.abspath(SCRIPT)],
+            capture_output=True, text=True, env={"PATH": path}, timeout=60)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "make test needs the system packages chromium openjdk-17-jre-headless; install them "
+        "with: sudo apt-get update && sudo apt-get install -y chromium "
+        "openjdk-17-jre-headless"]
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None or shutil.which("java") is None,
+                    reason="the packages are installed by make test before the suite runs")
+def test_nothing_is_done_when_the_packages_are_there(tmp_path):
+    path = _path_with(tmp_path / "bin", ["bash", "id", "chromium", "java"])
+    result = subprocess.run([shutil.which("bash"), SCRIPT], capture_output=True, text=True,
+                            env={"PATH": path}, timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
