@@ -141,7 +141,7 @@ def _shards_dataset(examples: str):
     from components.trainer.options import InputConfig
 
     config = InputConfig(batch_size=BATCH_SIZE, num_epochs=1, shuffle_buffer=1000,
-                         images={"image": ImageSpec(SIZE, SIZE, 3)})
+                         image_specs={"image": ImageSpec(SIZE, SIZE, 3)})
     return build_dataset(os.path.join(examples, "Split-train", "*"),
                          schema_file.load_schema(examples), "label", feature_keys=["image"],
                          config=config).map(lambda f, label: (f["image"], label))

@@ -187,7 +187,7 @@ def _service(files, schema, rows) -> list[float]:
 
     dispatcher = data_service.start_dispatcher(port=0)
     workers = [data_service.start_worker(dispatcher.target) for _ in range(2)]
-    config = InputConfig(batch_size=BATCH_SIZE, num_epochs=1, service=dispatcher.target)
+    config = InputConfig(batch_size=BATCH_SIZE, num_epochs=1, data_service=dispatcher.target)
     seconds = _time_epochs(build_dataset(files, schema, LABEL, config=config), rows)
     for server in workers + [dispatcher]:
         server.stop()

@@ -32,7 +32,7 @@ from isal import igzip, isal_zlib
 
 from components import fileio, tfrecord_io
 from components.codec.schema_file import SCHEMA_FILE
-from components.options import JsonOptions
+from components.options import JsonOptions, SettingError, setting
 
 MANIFEST_FILE = "manifest.json"
 DEFAULT_SHARD_SIZE_MB = 128.0
@@ -46,25 +46,21 @@ _MIN_CHUNK_BYTES = 64 << 10
 
 @dataclasses.dataclass(frozen=True)
 class ShardingOptions(JsonOptions):
-    num_shards: Optional[int] = None
-    shard_size_mb: Optional[float] = None
-    compression: str = "gzip"  # "gzip" | "none"
+    num_shards: Optional[int] = setting(None, "Shards per split.", minimum=1)
+    shard_size_mb: Optional[float] = setting(
+        None, f"Target shard size on disk in MB (default {DEFAULT_SHARD_SIZE_MB:g}; small data "
+        "gets one shard).", above=0)
+    compression: str = setting("gzip", "Shard compression.", choices=("gzip", "none"))
     # Level 1: on taxi rows level 6 (stock ExampleGen's, through Beam) is 15 % smaller and
     # makes the run itself a third longer (bench/RESULTS.md, "ExampleGen as whole processes").
     # Levels 1-3 deflate with ISA-L, 4-9 with zlib (`gzip_member`).
-    compression_level: int = 1
+    compression_level: int = setting(1, "Gzip level (stock ExampleGen writes at 6).",
+                                     minimum=1, maximum=9)
 
     def __post_init__(self):
+        super().__post_init__()
         if self.num_shards is not None and self.shard_size_mb is not None:
-            raise ValueError("Give --num-shards or --shard-size-mb, not both")
-        if self.num_shards is not None and self.num_shards < 1:
-            raise ValueError("--num-shards must be at least 1")
-        if self.shard_size_mb is not None and self.shard_size_mb <= 0:
-            raise ValueError("--shard-size-mb must be positive")
-        if self.compression not in ("gzip", "none"):
-            raise ValueError(f"--compression must be gzip or none, not {self.compression!r}")
-        if not 1 <= self.compression_level <= 9:
-            raise ValueError(f"--compression-level must be 1 to 9, not {self.compression_level}")
+            raise SettingError(["num_shards", "shard_size_mb"], "give {0} or {1}, not both")
 
     @property
     def target_bytes(self) -> float:

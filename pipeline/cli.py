@@ -9,7 +9,9 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import click  # noqa: E402
 
+from components.example_gen.options import ExampleGenOptions  # noqa: E402
 from components.trainer.options import DATA_SERVICE_PORT  # noqa: E402
+from pipeline.cli_options import given_settings, setting_options, usage_error  # noqa: E402
 
 # Libraries whose INFO and WARNING lines are about their own internals (TFX's metadata queries,
 # Beam's missing snappy, TF's deprecation notices), not about the user's data or model.
@@ -50,30 +52,18 @@ def main(verbose: bool) -> None:
 
 
 def _config_options(command):
-    """Settings of the pipeline: a YAML file, `--set key=value` for any setting, and named
-    options for the common ones. Later wins: defaults < YAML < --set < named options."""
+    """Settings of the pipeline: a YAML file, `--set key=value` for any setting, and a flag
+    for each setting `PipelineConfig` declares with help (sharding's included). Later wins:
+    defaults < YAML < --set < flags."""
+    from pipeline.configs import PipelineConfig
+
+    command = setting_options(PipelineConfig)(command)
     for option in reversed([
             click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
                          help="YAML file of settings (see pipeline/configs.py)."),
             click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE",
                          help="Any setting, e.g. --set packed_rows=0 --set beam_runner="
-                              "DataflowRunner. Repeatable."),
-            click.option("--dataset", type=click.Choice(["taxi", "digits", "images", "table"]),
-                         default=None, help="taxi (default) or digits, both bundled; images: "
-                         "your folder of images and labels.csv as --data-root; table: your "
-                         "CSV, Parquet, JSONL or TFRecord data as --data-root, with "
-                         "--set label_key=COLUMN."),
-            click.option("--data-root", default=None,
-                         help="A file or folder to read instead of the bundled dataset."),
-            click.option("--pipeline-name", default=None),
-            click.option("--output-root", default=None,
-                         help="Local runs write everything below it (default tfrp_runs)."),
-            click.option("--pipeline-root", default=None,
-                         help="Where artifacts go (gs://... for Kubeflow and Vertex)."),
-            click.option("--train-steps", type=int, default=None),
-            click.option("--eval-steps", type=int, default=None),
-            click.option("--image-tag", default=None,
-                         help="Tag of the container image the components run.")]):
+                              "DataflowRunner. Repeatable.")]):
         command = option(command)
     return command
 
@@ -81,12 +71,13 @@ def _config_options(command):
 def _load_config(config_file, assignments, **named):
     from pipeline.configs import PipelineConfig, parse_assignments
 
+    flags = given_settings(PipelineConfig, named)
     try:
         overrides = parse_assignments(list(assignments))
-        overrides.update({k: v for k, v in named.items() if v is not None})
+        overrides.update(flags)
         return PipelineConfig.create(config_file, overrides)
     except (KeyError, ValueError, TypeError) as e:
-        raise click.UsageError(str(e).strip("'\""))
+        raise usage_error(e, flags) from None
 
 
 @main.command()
@@ -187,73 +178,27 @@ def submit(template, project, region, pipeline_root, service_account, dry_run) -
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("source")
 @click.argument("output_dir")
-@click.option("--format", "fmt", default=None,
-              type=click.Choice(["auto", "csv", "parquet", "jsonl", "tfrecord", "images"]),
-              help="Default: auto, from the file extensions.")
-@click.option("--num-shards", type=int, default=None, help="Shards per split.")
-@click.option("--shard-size-mb", type=float, default=None,
-              help="Target shard size on disk (default 128; small data gets one shard).")
-@click.option("--splits", default=None,
-              help="Deterministic hash split, name:weight pairs (default train:2,eval:1).")
-@click.option("--split-key", default=None, help="Hash this column instead of the whole row.")
-@click.option("--partition-by", default=None, help="Write COL=<value>/Split-... folders.")
-@click.option("--compression", default=None, type=click.Choice(["gzip", "none"]),
-              help="Default: gzip.")
-@click.option("--compression-level", default=None, type=click.IntRange(1, 9),
-              help="Gzip level (default 1; stock ExampleGen writes at 6).")
-@click.option("--on-bad-record", default=None, type=click.Choice(["fail", "quarantine"]),
-              help="Default: fail, naming the file and row.")
-@click.option("--engine", default=None, type=click.Choice(["beam", "spark"]),
-              help="Default: beam.")
-@click.option("--spark-master", default=None,
-              help="With --engine spark: local[N], spark://host:7077, yarn (default local[*]).")
-@click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
-              help="With --engine spark: a Spark setting; repeat for more.")
+@setting_options(ExampleGenOptions)
 @click.pass_context
-def examplegen(ctx, source, output_dir, fmt, num_shards, shard_size_mb, splits, split_key,
-               partition_by, compression, compression_level, on_bad_record, engine, spark_master,
-               spark_conf) -> None:
+def examplegen(ctx, source, output_dir, **named) -> None:
     """Convert SOURCE into sharded TFRecords in OUTPUT_DIR (no TFX orchestration).
 
     Extra arguments go to Beam, e.g. --runner=DataflowRunner --direct_num_workers=2.
     Options left out take ExampleGenOptions' defaults.
     """
-    from components.example_gen.options import ExampleGenOptions
-    from components.shards import ShardingOptions
-
-    def given(**values):
-        return {k: v for k, v in values.items() if v is not None}
+    from components import example_gen
+    from components.options import from_flat
 
     try:
-        options = ExampleGenOptions(
-            source=source, sharding=ShardingOptions(**given(
-                num_shards=num_shards, shard_size_mb=shard_size_mb, compression=compression,
-                compression_level=compression_level)),
-            **given(format=fmt, splits=splits, split_key=split_key, partition_by=partition_by,
-                    on_bad_record=on_bad_record, engine=engine, spark_master=spark_master,
-                    spark_conf=dict(item.split("=", 1) for item in spark_conf) or None))
-    except ValueError as e:
-        raise click.ClickException(str(e))
-    if options.engine == "spark":
-        from components.spark import example_gen_job
-        from components.spark.session import SparkSetupError
-
-        try:
-            manifest = example_gen_job.run(options, output_dir)
-        except (ValueError, FileExistsError, SparkSetupError) as e:
-            raise click.ClickException(str(e))
-    else:
-        from components.example_gen import beam_job
-        from components.example_gen.sources.base import input_error_line
-
-        try:
-            manifest = beam_job.run(options, output_dir, beam_pipeline_args=ctx.args,
-                                    progress=True)
-        except Exception as e:
-            line = input_error_line(e)
-            if line is None:
-                raise
-            raise click.ClickException(line)
+        options = from_flat(ExampleGenOptions, {
+            **given_settings(ExampleGenOptions, named), "source": source})
+    except (KeyError, ValueError) as e:
+        raise usage_error(e) from None
+    try:
+        manifest = example_gen.run(options, output_dir, beam_pipeline_args=ctx.args,
+                                   progress=True)
+    except example_gen.InputError as e:
+        raise click.ClickException(str(e)) from None
     for split, info in sorted(manifest["splits"].items()):
         click.echo(f"{split}: {info['rows']:,} rows in {len(info['shards'])} shard(s), "
                    f"{info['bytes'] / 2**20:.1f} MiB")

@@ -4,9 +4,10 @@ Precedence: the dataclass defaults, then a YAML file, then `--set key=value` and
 CLI options. Settings left at None take the dataset's own default (label, image shape, schema).
 
 A component setting's default lives in its component's options class; the field here names
-it (`batch_size: int = TrainerOptions.batch_size`), and `example_gen_options()`,
-`transform_options()` and `trainer_options()` hand every setting to the options field of the
-same name. docs/ARCHITECTURE.md walks through adding one.
+it (`batch_size: int = InputConfig.batch_size`), or holds the options whole (`sharding`), and
+`example_gen_options()`, `transform_options()` and `trainer_options()` hand every setting to
+the options field of the same name. A nested setting keeps its own name in YAML and `--set`
+(`num_shards: 4`). docs/ARCHITECTURE.md walks through adding one.
 """
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ from typing import Any, Mapping, Optional
 
 from components import taxi
 from components.example_gen.options import ExampleGenOptions
-from components.options import settings_for
+from components.options import check_settings, flat_fields, from_flat, setting, settings_for
 from components.shards import ShardingOptions
 from components.trainer import tasks
-from components.trainer.options import TrainerOptions
+from components.trainer.options import DEFAULT_SEED, InputConfig, TrainerOptions
 from components.transform.options import TransformOptions
 
 DEFAULT_ROOT = "tfrp_runs"
@@ -61,18 +62,22 @@ REQUIRED_SETTINGS = {"images": ("data_root", "image_shape", "num_classes"),
 
 @dataclasses.dataclass
 class PipelineConfig:
-    pipeline_name: Optional[str] = None  # default: tfrp-<dataset>
-    # A bundled dataset (taxi: the sample in the tfx wheel; digits: scikit-learn's images).
-    dataset: str = "taxi"
-    # A source file or folder (local, gs://, ...) instead of the bundled dataset's data.
-    data_root: Optional[str] = None
+    # Fields declared with `setting(..., help)` are also `tfrp run` flags; every field is a
+    # YAML key and a `--set` name.
+    pipeline_name: Optional[str] = setting(None, "The pipeline's name (default: "
+                                                 "tfrp-<dataset>).")
+    dataset: str = setting(
+        "taxi", "taxi or digits, both bundled; images: your folder of images and labels.csv "
+        "as --data-root; table: your CSV, Parquet, JSONL or TFRecord data as --data-root, "
+        "with --set label_key=COLUMN.", choices=tuple(DATASET_DEFAULTS))
+    data_root: Optional[str] = setting(
+        None, "A file or folder (local, gs://, ...) to read instead of the bundled dataset.")
     data_format: str = ExampleGenOptions.format
     splits: str = ExampleGenOptions.splits
     split_key: Optional[str] = None
-    num_shards: Optional[int] = None
-    shard_size_mb: Optional[float] = None
-    compression: str = ShardingOptions.compression
-    compression_level: int = ShardingOptions.compression_level
+    # Shards of ExampleGen and Transform: num_shards, shard_size_mb, compression,
+    # compression_level (components/shards.py).
+    sharding: ShardingOptions = dataclasses.field(default_factory=ShardingOptions)
     on_bad_record: str = ExampleGenOptions.on_bad_record
     # ExampleGen's engine: "beam" (beam_runner and the Beam flags below) or "spark"
     # (spark_master, e.g. spark://host:7077 or yarn; unset: local[*]). The other components
@@ -106,20 +111,20 @@ class PipelineConfig:
     # the Trainer then reads them with no decode (more disk, far less CPU per epoch).
     image_storage: str = TransformOptions.image_storage
     num_classes: Optional[int] = None
-    train_steps: int = 1000
-    eval_steps: int = 100
+    train_steps: int = setting(1000, "Training steps.")
+    eval_steps: int = setting(100, "Evaluation steps.")
     # Reporting windows: train_steps is cut into this many epochs of input-wait figures.
     epochs: int = TrainerOptions.epochs
-    batch_size: int = TrainerOptions.batch_size
-    seed: int = TrainerOptions.seed  # weight initialisation and input shuffling
+    batch_size: int = InputConfig.batch_size
+    seed: int = DEFAULT_SEED  # weight initialisation and input shuffling
     # "none", "memory" or a file prefix: where parsed batches are cached after one epoch.
-    cache: str = TrainerOptions.cache
+    cache: str = InputConfig.cache
     # Read damaged training shards past their bad records (logged and counted).
-    skip_corrupt: bool = TrainerOptions.skip_corrupt
-    shuffle_buffer: int = TrainerOptions.shuffle_buffer
+    skip_corrupt: bool = InputConfig.skip_corrupt
+    shuffle_buffer: int = InputConfig.shuffle_buffer
     # "grpc://host:port" of a tf.data service dispatcher: the Trainer's input parsing runs on
     # the service's workers (`tfrp data-service dispatcher|worker`). Unset: in the trainer.
-    data_service: Optional[str] = TrainerOptions.data_service
+    data_service: Optional[str] = InputConfig.data_service
     # Checkpoint model, optimizer and input position every N steps (0: never), into
     # checkpoint_dir (default: the Trainer's model_run_dir); a restart resumes mid-epoch.
     checkpoint_every: int = TrainerOptions.checkpoint_every
@@ -142,11 +147,13 @@ class PipelineConfig:
     # Any further Beam flags, passed through as given.
     beam_args: list[str] = dataclasses.field(default_factory=list)
     image: str = DEFAULT_IMAGE
-    image_tag: str = DEFAULT_IMAGE_TAG
-    # Everything a local run writes goes below this one folder (ignored by git).
-    output_root: str = DEFAULT_ROOT
+    image_tag: str = setting(DEFAULT_IMAGE_TAG, "Tag of the container image the components "
+                                                "run.")
+    output_root: str = setting(DEFAULT_ROOT, "Local runs write everything below this one "
+                                             "folder.")
     # Override the folders derived from output_root (gs:// paths on Kubeflow and Vertex).
-    pipeline_root: Optional[str] = None
+    pipeline_root: Optional[str] = setting(None, "Where artifacts go (gs://... for Kubeflow "
+                                                 "and Vertex).")
     serving_dir: Optional[str] = None
     metadata_path: Optional[str] = None
     # Where schemas/<dataset>/schema.pbtxt lives: the repo here, the image's copy in a container.
@@ -154,9 +161,7 @@ class PipelineConfig:
     enable_cache: bool = True
 
     def __post_init__(self) -> None:
-        if self.dataset not in DATASET_DEFAULTS:
-            raise ValueError(f"dataset must be one of {sorted(DATASET_DEFAULTS)}, "
-                             f"not {self.dataset!r}")
+        check_settings(self)
         if self.pipeline_name is None:
             self.pipeline_name = f"tfrp-{self.dataset}"
         for name, value in DATASET_DEFAULTS[self.dataset].items():
@@ -225,18 +230,15 @@ class PipelineConfig:
         return args
 
     # -- the components' options --------------------------------------------------------------
-    def sharding_options(self) -> ShardingOptions:
-        return ShardingOptions(**settings_for(ShardingOptions, self))
-
     def example_gen_options(self, source: str) -> ExampleGenOptions:
-        return ExampleGenOptions(**settings_for(ExampleGenOptions, self), source=source,
-                                 format=self.data_format, sharding=self.sharding_options())
+        return from_flat(ExampleGenOptions, {**settings_for(ExampleGenOptions, self),
+                                             "source": source, "format": self.data_format})
 
     def transform_options(self) -> TransformOptions:
         settings = settings_for(TransformOptions, self)
         if self.preprocessing_fn == SCHEMA_PREPROCESSING:
             settings["preprocessing_fn"] = None  # derived from the schema
-        return TransformOptions(**settings, sharding=self.sharding_options())
+        return from_flat(TransformOptions, settings)
 
     def trainer_options(self) -> TrainerOptions:
         settings = {k: v for k, v in settings_for(TrainerOptions, self).items()
@@ -254,7 +256,7 @@ class PipelineConfig:
         if yaml_path:
             settings.update(load_yaml(yaml_path))
         settings.update({k: v for k, v in (overrides or {}).items() if v is not None})
-        return cls(**{name: coerce(name, value) for name, value in settings.items()})
+        return from_flat(cls, {name: coerce(name, value) for name, value in settings.items()})
 
     def replace(self, **changes: Any) -> "PipelineConfig":
         return dataclasses.replace(self, **changes)
@@ -262,7 +264,9 @@ class PipelineConfig:
 
 @functools.lru_cache(maxsize=None)
 def field_types() -> dict[str, Any]:
-    return typing.get_type_hints(PipelineConfig)
+    """Every setting's type by its flat name (nested options' settings by their own)."""
+    return {**typing.get_type_hints(PipelineConfig),
+            **{field.name: hint for field, hint in flat_fields(PipelineConfig)}}
 
 
 def coerce(name: str, value: Any) -> Any:

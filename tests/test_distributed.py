@@ -194,7 +194,7 @@ def epoch_row_ids(examples: str, service=None) -> list[int]:
 
     dataset = build_dataset(os.path.join(examples, "Split-train", "*"),
                             schema_file.load_schema(examples), None, feature_keys=["row_id"],
-                            config=InputConfig(batch_size=64, num_epochs=1, service=service))
+                            config=InputConfig(batch_size=64, num_epochs=1, data_service=service))
     return [int(v) for batch in dataset for v in batch["row_id"].numpy().ravel()]
 
 
@@ -213,7 +213,7 @@ def test_training_through_the_data_service_reduces_loss(row_id_examples, data_se
     schema = schema_file.load_schema(row_id_examples)
     files = os.path.join(row_id_examples, "Split-train", "*")
     data = build_dataset(files, schema, "label", feature_keys=["x"],
-                         config=InputConfig(batch_size=64, service=data_service))
+                         config=InputConfig(batch_size=64, data_service=data_service))
     sample = build_dataset(files, schema, "label", feature_keys=["x"],
                            config=InputConfig(batch_size=64, training=False)).take(2)
     model = module.build_tabular_model(schema, ["x"], sample, module.Head("binary"))

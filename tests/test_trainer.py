@@ -175,7 +175,7 @@ def test_image_examples_decode_in_the_input_chain(digits_examples):
     schema = schema_file.load_schema(digits_examples)
     for dtype in ("uint8", "float32"):
         config = InputConfig(batch_size=32, training=False, num_epochs=1,
-                             images={"image": ImageSpec(8, 8, 1, dtype)})
+                             image_specs={"image": ImageSpec(8, 8, 1, dtype)})
         features, label = next(iter(build_dataset(
             os.path.join(digits_examples, "Split-*", "*"), schema, "label",
             feature_keys=["image"], config=config)))

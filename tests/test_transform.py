@@ -265,7 +265,7 @@ def test_tf_data_autotune_is_off_for_packed_records_and_on_for_per_row_ones(tmp_
     assert autotuned(per_row) is True
     # A tf.data service client needs the autotuner's model. (Building a dataset on a service
     # registers it with the dispatcher, so the rule is checked where it is made.)
-    assert _dataset_options(InputConfig(service="grpc://127.0.0.1:1"),
+    assert _dataset_options(InputConfig(data_service="grpc://127.0.0.1:1"),
                             packed=True).autotune.enabled is True
     assert autotuned(schema, autotune=True) is True
     assert autotuned(per_row, autotune=False) is False
@@ -299,7 +299,7 @@ def test_packed_records_read_directly_end_without_a_prefetch_and_with_one_thread
     assert built(per_row, prefetch=False, intra_op_threads=2)[1] == (False, 2)
     # Through a tf.data service the client keeps its prefetch (the rule is checked where it
     # is made: building a dataset on a service registers it with the dispatcher).
-    ends_in = _prefetch(InputConfig(service="grpc://127.0.0.1:1"), packed=True)(
+    ends_in = _prefetch(InputConfig(data_service="grpc://127.0.0.1:1"), packed=True)(
         tf.data.Dataset.range(3))
     assert isinstance(ends_in, type(tf.data.Dataset.range(3).prefetch(1)))
 
@@ -493,7 +493,7 @@ def raw_digits(request, digits_examples, tmp_path_factory):
 
 
 def _labelled_pixels(examples: str, schema, spec) -> list[tuple[int, bytes]]:
-    config = InputConfig(batch_size=100, training=False, num_epochs=1, images={"image": spec})
+    config = InputConfig(batch_size=100, training=False, num_epochs=1, image_specs={"image": spec})
     dataset = build_dataset(os.path.join(examples, "Split-*", "*"), schema, "label",
                             feature_keys=["image"], config=config)
     pairs = []

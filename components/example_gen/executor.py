@@ -1,5 +1,5 @@
-"""ShardedExampleGen's TFX executor: a thin adapter from TFX's artifacts to the Beam job, or
-to the Spark job with `engine="spark"`."""
+"""ShardedExampleGen's TFX executor: a thin adapter from TFX's artifacts to `example_gen.run`
+(the Beam job, or the Spark job with `engine="spark"`)."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,8 +8,7 @@ from tfx.components.example_gen import utils as example_gen_utils
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
-from components import shards, tfx_artifacts
-from components.example_gen import beam_job
+from components import example_gen, shards, tfx_artifacts
 from components.example_gen.options import ExampleGenOptions
 from components.options import OPTIONS_KEY
 
@@ -21,13 +20,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
            exec_properties: dict[str, Any]) -> None:
         options = ExampleGenOptions.from_json(exec_properties[OPTIONS_KEY])
         examples = artifact_utils.get_single_instance(output_dict["examples"])
-        if options.engine == "spark":
-            from components.spark import example_gen_job
-
-            manifest = example_gen_job.run(options, examples.uri)
-        else:
-            manifest = beam_job.run(options, examples.uri,
-                                    make_pipeline=self._make_beam_pipeline)
+        manifest = example_gen.run(options, examples.uri, make_pipeline=self._make_beam_pipeline)
         tfx_artifacts.set_examples_properties(examples, shards.split_names(manifest))
         examples.set_string_custom_property(
             example_gen_utils.FINGERPRINT_PROPERTY_NAME,

@@ -5,31 +5,34 @@ import dataclasses
 from typing import Optional
 
 from components.example_gen.splits import DEFAULT_SPLITS, parse_splits
-from components.options import JsonOptions
+from components.example_gen.sources.registry import FORMATS
+from components.options import JsonOptions, setting
 from components.shards import ShardingOptions
 
 
 @dataclasses.dataclass(frozen=True)
 class ExampleGenOptions(JsonOptions):
-    source: str
-    format: str = "auto"
-    splits: str = DEFAULT_SPLITS
-    split_key: Optional[str] = None
-    partition_by: Optional[str] = None
-    on_bad_record: str = "fail"  # "fail" | "quarantine"
-    sharding: ShardingOptions = ShardingOptions()
+    source: str = setting(flag=False)
+    format: str = setting("auto", "The source's format; auto: from the file extensions.",
+                          choices=("auto", *FORMATS))
+    splits: str = setting(DEFAULT_SPLITS, "Deterministic hash split, name:weight pairs.")
+    split_key: Optional[str] = setting(None, "Hash this column instead of the whole row.")
+    partition_by: Optional[str] = setting(None, "Write COL=<value>/Split-... folders.")
+    on_bad_record: str = setting("fail", "fail names the file and row; quarantine sets bad "
+                                 "rows aside with counts.", choices=("fail", "quarantine"))
+    sharding: ShardingOptions = dataclasses.field(default_factory=ShardingOptions)
     # Where the work runs: "beam" (the pipeline's Beam args) or "spark" (a Spark cluster, or
-    # local[*] without a master). spark_conf: Spark settings, such as spark.executor.memory.
-    engine: str = "beam"
-    spark_master: Optional[str] = None
-    spark_conf: Optional[dict] = None
+    # local[*] without a master).
+    engine: str = setting("beam", "Where the work runs.", choices=("beam", "spark"))
+    spark_master: Optional[str] = setting(
+        None, "With engine spark: local[N], spark://host:7077, yarn (unset: local[*]).")
+    spark_conf: Optional[dict] = setting(
+        None, "With engine spark: a Spark setting, such as spark.executor.memory=4g.",
+        metavar="KEY=VALUE")
     # Sizes and modification times of local source files, taken when the pipeline is built:
     # an edited source changes the component's parameters, so a cached run re-reads it.
     source_fingerprint: Optional[str] = None
 
     def __post_init__(self):
-        if self.on_bad_record not in ("fail", "quarantine"):
-            raise ValueError("--on-bad-record must be fail or quarantine")
-        if self.engine not in ("beam", "spark"):
-            raise ValueError(f"--engine must be beam or spark, not {self.engine!r}")
+        super().__post_init__()
         parse_splits(self.splits)

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from components.example_gen.sources.base import SourceError
+from components.options import SettingError
 
 DEFAULT_SPLITS = "train:2,eval:1"  # the same 2:1 hash split stock ExampleGen uses
 # hash_rows folds each column in as `combined * HASH_STEP ^ hash(column)`.
@@ -23,12 +24,14 @@ def parse_splits(text: str) -> list[tuple[str, int]]:
     for part in text.split(","):
         name, _, buckets = part.strip().partition(":")
         if not name or not buckets.isdigit() or int(buckets) < 1:
-            raise ValueError(f"--splits wants name:weight pairs like train:8,eval:2, got {text!r}")
+            raise SettingError(["splits"], "{0} wants name:weight pairs like train:8,eval:2, "
+                                           f"got {text!r}")
         if not name.replace("_", "").replace("-", "").isalnum():
-            raise ValueError(f"split name {name!r} must be letters, digits, '-' or '_'")
+            raise SettingError(["splits"], f"{{0}}: split name {name!r} must be letters, "
+                                           "digits, '-' or '_'")
         splits.append((name, int(buckets)))
     if len({n for n, _ in splits}) != len(splits):
-        raise ValueError(f"--splits names a split twice: {text!r}")
+        raise SettingError(["splits"], f"{{0}} names a split twice: {text!r}")
     return splits
 
 

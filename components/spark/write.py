@@ -10,6 +10,7 @@ object.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 from typing import Optional
@@ -19,7 +20,7 @@ from components.codec import serializer
 from components.example_gen import encode
 from components.example_gen.options import ExampleGenOptions
 from components.example_gen.sources.base import FileProfile
-from components.example_gen.splits import DEFAULT_SPLITS
+from components.options import from_flat
 from components.shards import ShardingOptions
 from components.spark import columns as spark_columns
 from components.spark.session import deal_by_weight
@@ -27,24 +28,21 @@ from components.spark.session import deal_by_weight
 FORMAT = "spark-dataframe"
 
 
-def write_examples(df, output_dir: str, *, splits: str = DEFAULT_SPLITS,
-                   split_key: Optional[str] = None, partition_by: Optional[str] = None,
-                   num_shards: Optional[int] = None, shard_size_mb: Optional[float] = None,
-                   compression: str = ShardingOptions.compression,
-                   compression_level: int = ShardingOptions.compression_level,
-                   on_bad_record: str = ExampleGenOptions.on_bad_record) -> dict:
+def write_examples(df, output_dir: str, options: Optional[ExampleGenOptions] = None,
+                   **settings) -> dict:
     """Writes `df` as `Split-*/data_tfrecord-…` shards with `schema.pbtxt` and
     `manifest.json` under `output_dir` (which must be empty), and returns the manifest.
 
-    A typed DataFrame has no unparseable rows, so `on_bad_record` is recorded but nothing is
-    quarantined; rows in = rows written is checked like every run's accounting."""
-    options = ExampleGenOptions(
-        source=f"DataFrame[{', '.join(df.columns)}]", format=FORMAT, splits=splits,
-        split_key=split_key, partition_by=partition_by, on_bad_record=on_bad_record,
-        engine="spark",
-        sharding=ShardingOptions(num_shards=num_shards, shard_size_mb=shard_size_mb,
-                                 compression=compression,
-                                 compression_level=compression_level))
+    The settings are ExampleGen's: an `ExampleGenOptions`, or its settings by name as
+    keywords (`num_shards=4, compression="none"`), not both; its `source` and `engine` are
+    this DataFrame and Spark. A typed DataFrame has no unparseable rows, so `on_bad_record`
+    is recorded but nothing is quarantined; rows in = rows written is checked like every
+    run's accounting."""
+    frame = {"source": f"DataFrame[{', '.join(df.columns)}]", "engine": "spark"}
+    if options is not None and settings:
+        raise TypeError(f"give ExampleGenOptions or its settings {sorted(settings)}, not both")
+    options = dataclasses.replace(options, **frame) if options is not None else \
+        from_flat(ExampleGenOptions, {**settings, **frame})
     planned = spark_columns.plan_columns(df.schema)
     features = spark_columns.select_features(df, planned)
     kinds = _kinds(features, [c.name for c in planned])

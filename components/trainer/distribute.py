@@ -1,6 +1,7 @@
 """Distribution strategy and device-side input, written for a multi-GPU box, correct on CPU."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -75,3 +76,31 @@ def distribute(strategy: tf.distribute.Strategy,
     """
     return strategy.distribute_datasets_from_function(
         dataset_fn, options=input_options(prefetch_to_device))
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerFolders:
+    """Where one training process writes. The chief (or the only process) writes the run's
+    outputs into `model_run_dir`; another worker writes its report (and the copy of the model
+    that saving under MultiWorkerMirroredStrategy needs) in a `worker-<i>/` folder of its
+    own, and saves its input position beside the chief's."""
+
+    worker: Optional[int]  # None: this process writes the run's outputs
+    run_dir: str
+    checkpoint_dir: str
+
+    @property
+    def writes_outputs(self) -> bool:
+        return self.worker is None
+
+
+def worker_folders(strategy: tf.distribute.Strategy, model_run_dir: str,
+                   checkpoint_dir: Optional[str] = None) -> WorkerFolders:
+    """This process's folders; checkpoints default to `<model_run_dir>/checkpoints`."""
+    worker = worker_index(strategy)
+    checkpoints = checkpoint_dir or os.path.join(model_run_dir, "checkpoints")
+    if worker is None:
+        return WorkerFolders(None, model_run_dir, checkpoints)
+    own = f"worker-{worker}"
+    return WorkerFolders(worker, os.path.join(model_run_dir, own),
+                         os.path.join(checkpoints, own))

@@ -17,6 +17,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 
 from components import fileio
+from components.trainer.options import InputNotCheckpointable
 
 # The thresholds the TensorFlow profiler's input-pipeline analyser uses.
 NOT_INPUT_BOUND = "not input-bound"
@@ -102,10 +103,6 @@ class Checkpointing:
     directory: str
     every_steps: int
     keep: int = 2
-
-
-class InputNotCheckpointable(RuntimeError):
-    """An input stage whose position cannot be saved: resuming would restart the epoch."""
 
 
 def train(model: tf.keras.Model, strategy: tf.distribute.Strategy, train_data, *,

@@ -152,7 +152,7 @@ def example_parser(schema: schema_pb2.Schema, feature_names: Sequence[str],
 def _dataset_options(config: InputConfig, packed: bool) -> tf.data.Options:
     options = tf.data.Options()
     # A tf.data service client needs the autotuner's model (without it TF warns every second).
-    autotune = not packed or bool(config.service)
+    autotune = not packed or bool(config.data_service)
     options.autotune.enabled = autotune if config.autotune is None else config.autotune
     if config.ram_budget_bytes:
         options.autotune.ram_budget = config.ram_budget_bytes
@@ -177,7 +177,8 @@ def _dataset_options(config: InputConfig, packed: bool) -> tf.data.Options:
 
 
 def _prefetch(config: InputConfig, packed: bool):
-    wanted = (not packed or bool(config.service)) if config.prefetch is None else config.prefetch
+    wanted = (not packed or bool(config.data_service)) if config.prefetch is None \
+        else config.prefetch
     return (lambda ds: ds.prefetch(AUTOTUNE)) if wanted else (lambda ds: ds)
 
 
@@ -270,11 +271,11 @@ def build_dataset(
         its own share of the files.
     """
     config = config or InputConfig()
-    if config.service and config.skip_corrupt:
+    if config.data_service and config.skip_corrupt:
         raise ValueError("skip_corrupt reads damaged files in this process, which tf.data "
                          "service workers cannot run; use one or the other")
     files, record_share = resolve_files(file_patterns), None
-    if not config.service:  # else the service hands out the files
+    if not config.data_service:  # else the service hands out the files
         files, record_share = input_share(files, input_context)
     if record_share:
         logging.warning("%d input pipelines but %d file(s): sharding by record; write at "
@@ -289,7 +290,7 @@ def build_dataset(
     keep = list(feature_keys) if feature_keys is not None else [
         k for k in features_by_name if k != label_key]
     parse = example_parser(schema, list(keep) + list(label_inputs) + (
-        [label_key] if label_key else []), config.images, shuffle_rows=config.training,
+        [label_key] if label_key else []), config.image_specs, shuffle_rows=config.training,
         shuffle_seed=config.seed or 0)
 
     # Packed data (components/packing/) holds blocks of rows: the records shuffled are whole
@@ -340,7 +341,7 @@ def build_dataset(
                drop_remainder=config.drop_remainder and not rows_per_block)
         .map(to_features_and_label, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
         .apply(to_batches)
-        .apply(_on_data_service(config.service))
+        .apply(_on_data_service(config.data_service))
         .apply(_cache(config.cache, config.training, config.seed))
         .repeat(config.num_epochs)
         .apply(_prefetch(config, packed=bool(rows_per_block)))

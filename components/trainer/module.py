@@ -235,93 +235,129 @@ def _transform_features_signature(model: keras.Model, transform_output, label_ke
     return transform_features
 
 
+@dataclasses.dataclass(frozen=True)
+class Schemas:
+    """The schemas of one training run, each by the role it plays."""
+
+    stored: schema_pb2.Schema  # the schema input as given: its packing and raw-pixel tags
+    read: schema_pb2.Schema  # what the input function parses the examples with
+    model: schema_pb2.Schema  # the features the model sees (after Transform, with a graph)
+    transform_output: Any = None  # tft.TFTransformOutput, when there is a Transform graph
+
+
+def resolve_schemas(fn_args: Any) -> Schemas:
+    """With a Transform graph the examples are its output: ShardedTransform's post-transform
+    schema says whether they are packed, and is read as it is; any other schema input (stock
+    wiring passes the raw one) means one transformed row each, read with the graph's
+    transformed schema."""
+    stored = schema_file.load_schema(fn_args.schema_path)
+    if not getattr(fn_args, "transform_graph_path", None):
+        return Schemas(stored, stored, stored)
+    import tensorflow_transform as tft
+
+    transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
+    transformed = transform_output.transformed_metadata.schema
+    read = stored if packing.packed_rows(stored) else transformed
+    return Schemas(stored, read, transformed, transform_output)
+
+
+@dataclasses.dataclass
+class TrainingInput:
+    """The input functions of one run: every replica's reader of the training or eval files,
+    all parsing with the same schema, features and label; the files the training readers
+    took are recorded for the report."""
+
+    options: TrainerOptions
+    schema: schema_pb2.Schema
+    feature_keys: list[str]
+    label_fn: Optional[Callable]
+    images: Mapping[str, ImageSpec]
+    train_files: list[str]
+    read_files: list[str] = dataclasses.field(default_factory=list)
+
+    def dataset_fn(self, files, training: bool
+                   ) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
+        options = self.options
+
+        def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            config = options.input_config(
+                context.get_per_replica_batch_size(options.input.batch_size), training,
+                self.images)
+            if training:
+                self.read_files.extend(input_share(self.train_files, context)[0])
+            return build_dataset(files, self.schema,
+                                 None if self.label_fn else options.label_key,
+                                 feature_keys=self.feature_keys, label_fn=self.label_fn,
+                                 label_inputs=options.label_inputs if self.label_fn else (),
+                                 config=config, input_context=context)
+        return make
+
+    def sample(self, files) -> tf.data.Dataset:
+        """A few batches of the training files, in file order: statistics for the model's
+        first layers and the task's head."""
+        return self.dataset_fn(files, False)(tf.distribute.InputContext()).take(
+            NORMALIZATION_BATCHES)
+
+
 def run_fn(fn_args: Any) -> None:
     """Trains on `fn_args.train_files`, evaluates, writes input_report.json and TensorBoard
     logs into `model_run_dir`, and exports a tf.Example serving model."""
     options = TrainerOptions.from_custom_config(fn_args.custom_config)
-    # The schema of the examples trained on. With a Transform graph, the examples are its
-    # output: ShardedTransform's post-transform schema says whether they are packed, and any
-    # other schema input (stock wiring passes the raw one) means one transformed row each.
-    stored_schema = data_schema = schema_file.load_schema(fn_args.schema_path)
-    transform_output = None
-    if getattr(fn_args, "transform_graph_path", None):
-        import tensorflow_transform as tft
-
-        transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
-        if not packing.packed_rows(data_schema):
-            data_schema = transform_output.transformed_metadata.schema
-    schema = transform_output.transformed_metadata.schema if transform_output else data_schema
-    train_files = resolve_files(fn_args.train_files)
-
+    schemas = resolve_schemas(fn_args)
     # ShardedTransform's stored schema says which image features it wrote as raw pixels.
-    images = with_storage_from(options.image_specs(), stored_schema)
-    label_key = options.label_key
-    label_inputs = tuple(options.label_inputs)
-    feature_keys = model_feature_keys(schema, label_key, options.excluded(), images,
-                                      label_inputs)
-    label_fn = None
-    if label_key not in parser.feature_by_name(schema) and options.label_fn:
-        label_fn = _import_function(options.label_fn)
+    images = with_storage_from(options.image_specs(), schemas.stored)
+    feature_keys = model_feature_keys(schemas.model, options.label_key, options.excluded(),
+                                      images, options.label_inputs)
     keras.utils.set_random_seed(options.seed)
     strategy = distribute.make_strategy()
-    # batch_size is global: each replica takes its share, whatever the cluster's size.
-    global_batch = options.batch_size
-    if global_batch % strategy.num_replicas_in_sync:
-        raise ValueError(f"batch_size {global_batch} does not split evenly over "
-                         f"{strategy.num_replicas_in_sync} replicas")
-    if options.checkpoint_every and (options.data_service or options.skip_corrupt):
-        raise fit.InputNotCheckpointable(
-            f"checkpoint_every={options.checkpoint_every} cannot resume mid-epoch with "
-            + ("data_service (the service's position is not saved)" if options.data_service
-               else "skip_corrupt (damaged files are read by a Python generator whose "
-                    "position is not saved)")
-            + "; a restarted Trainer would begin the epoch again. Drop one of the two.")
-    worker = distribute.worker_index(strategy)
-    # The chief writes the run's outputs; another worker writes its report (and its copy of
-    # the model, which saving under MultiWorkerMirroredStrategy needs) in a folder of its own.
-    run_dir = fn_args.model_run_dir if worker is None else os.path.join(
-        fn_args.model_run_dir, f"worker-{worker}")
-    # Each worker saves its own input position, beside the chief's.
-    checkpoint_dir = options.checkpoint_dir or os.path.join(fn_args.model_run_dir,
-                                                            "checkpoints")
-    if worker is not None:
-        checkpoint_dir = os.path.join(checkpoint_dir, f"worker-{worker}")
-    read_files: list[str] = []
-
-    def dataset_fn(files, training: bool):
-        def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
-            config = dataclasses.replace(options.input_config(
-                context.get_per_replica_batch_size(global_batch), training), images=images)
-            if training:
-                read_files.extend(input_share(train_files, context)[0])
-            return build_dataset(files, data_schema, None if label_fn else label_key,
-                                 feature_keys=feature_keys, label_fn=label_fn,
-                                 label_inputs=label_inputs if label_fn else (),
-                                 config=config, input_context=context)
-        return make
+    options.check_replicas(strategy.num_replicas_in_sync)
+    folders = distribute.worker_folders(strategy, fn_args.model_run_dir, options.checkpoint_dir)
+    train_files = resolve_files(fn_args.train_files)
+    inputs = TrainingInput(options, schemas.read, feature_keys,
+                           _label_fn(options, schemas.model), images, train_files)
 
     with corrupt_files_named(train_files + resolve_files(fn_args.eval_files)):
-        sample = dataset_fn(fn_args.train_files, False)(tf.distribute.InputContext()).take(
-            NORMALIZATION_BATCHES)
-        head = make_head(options, schema, label_key, images, sample, transform_output)
+        sample = inputs.sample(fn_args.train_files)
+        head = make_head(options, schemas.model, options.label_key, images, sample,
+                         schemas.transform_output)
         logging.info("Task: %s%s", head.task, f" ({head.num_classes} classes)"
                      if head.task == tasks.MULTICLASS else "")
         with strategy.scope():
-            if images:
-                name, image = next(iter(images.items()))
-                model = build_image_model(name, image, head)
-            else:
-                model = build_tabular_model(schema, feature_keys, sample, head)
-        train = distribute.distribute(strategy, dataset_fn(fn_args.train_files, True))
-        evaluation = distribute.distribute(strategy, dataset_fn(fn_args.eval_files, False))
-        epochs = max(1, options.epochs)
-        result = fit.train(model, strategy, train, steps=fn_args.train_steps,
-                           steps_per_epoch=max(1, -(-fn_args.train_steps // epochs)),
-                           log_dir=run_dir, global_batch_size=global_batch,
-                           eval_data=evaluation, eval_steps=fn_args.eval_steps or 0,
-                           checkpointing=fit.Checkpointing(
-                               checkpoint_dir, options.checkpoint_every)
-                           if options.checkpoint_every else None)
+            model = build_model(schemas.model, feature_keys, images, sample, head)
+        result = fit.train(
+            model, strategy,
+            distribute.distribute(strategy, inputs.dataset_fn(fn_args.train_files, True)),
+            steps=fn_args.train_steps,
+            steps_per_epoch=max(1, -(-fn_args.train_steps // max(1, options.epochs))),
+            log_dir=folders.run_dir, global_batch_size=options.input.batch_size,
+            eval_data=distribute.distribute(strategy,
+                                            inputs.dataset_fn(fn_args.eval_files, False)),
+            eval_steps=fn_args.eval_steps or 0,
+            checkpointing=fit.Checkpointing(folders.checkpoint_dir, options.checkpoint_every)
+            if options.checkpoint_every else None)
+    _write_input_report(result, head, strategy, inputs.read_files, folders.run_dir)
+    export_model(model, fn_args.serving_model_dir, folders, serving_signatures(
+        model, schemas, feature_keys, images, head, options.label_key))
+
+
+def _label_fn(options: TrainerOptions, schema: schema_pb2.Schema) -> Optional[Callable]:
+    """The function computing the label, when the examples lack it and one is set."""
+    if options.label_key in parser.feature_by_name(schema) or not options.label_fn:
+        return None
+    return _import_function(options.label_fn)
+
+
+def build_model(schema: schema_pb2.Schema, feature_keys: list[str],
+                images: Mapping[str, ImageSpec], sample: tf.data.Dataset,
+                head: Head) -> keras.Model:
+    if images:
+        name, image = next(iter(images.items()))
+        return build_image_model(name, image, head)
+    return build_tabular_model(schema, feature_keys, sample, head)
+
+
+def _write_input_report(result, head: Head, strategy: tf.distribute.Strategy,
+                        read_files: list[str], run_dir: str) -> None:
     report = result.report()
     report.update(task=head.task, strategy=distribute.strategy_name(strategy),
                   replicas=strategy.num_replicas_in_sync,
@@ -330,22 +366,34 @@ def run_fn(fn_args: Any) -> None:
     logging.info("Input report: %s (overall input wait %.1f%%, %s)", report_path,
                  100 * report["overall"]["input_wait_share"], report["overall"]["label"])
 
+
+def serving_signatures(model: keras.Model, schemas: Schemas, feature_keys: list[str],
+                       images: Mapping[str, ImageSpec], head: Head, label_key: str) -> dict:
+    """serving_default (raw Examples in, the task's outputs out) and, with a Transform graph
+    that makes the label, the Evaluator's transform_features."""
     signatures = {"serving_default": _serving_signature(
-        model, schema, feature_keys, images, head, transform_output)}
-    if transform_output is not None and label_key in parser.feature_by_name(schema):
+        model, schemas.model, feature_keys, images, head, schemas.transform_output)}
+    if schemas.transform_output is not None and \
+            label_key in parser.feature_by_name(schemas.model):
         signatures[TRANSFORM_SIGNATURE] = _transform_features_signature(
-            model, transform_output, label_key)
-    if worker is None:
-        # Without save_traces Keras does not trace every layer's call for the SavedModel;
-        # the signatures above are what serving and the Evaluator use, and the export takes
-        # 0.6 s instead of 10 (taxi model, measured).
-        model.save(fn_args.serving_model_dir, save_format="tf", signatures=signatures,
-                   save_traces=False)
-        logging.info("Exported serving model to %s", fn_args.serving_model_dir)
+            model, schemas.transform_output, label_key)
+    return signatures
+
+
+def export_model(model: keras.Model, serving_model_dir: str,
+                 folders: distribute.WorkerFolders, signatures: dict) -> None:
+    """The chief exports the serving model. Every other worker must save too (saving under
+    MultiWorkerMirroredStrategy is collective), into a scratch copy it then deletes."""
+    # Without save_traces Keras does not trace every layer's call for the SavedModel; the
+    # signatures are what serving and the Evaluator use, and the export takes 0.6 s instead
+    # of 10 (taxi model, measured).
+    target = serving_model_dir if folders.writes_outputs else \
+        os.path.join(folders.run_dir, "model_copy")
+    model.save(target, save_format="tf", signatures=signatures, save_traces=False)
+    if folders.writes_outputs:
+        logging.info("Exported serving model to %s", serving_model_dir)
     else:
-        scratch = os.path.join(run_dir, "model_copy")
-        model.save(scratch, save_format="tf", signatures=signatures, save_traces=False)
-        tf.io.gfile.rmtree(scratch)
+        tf.io.gfile.rmtree(target)
 
 
 def make_head(options: TrainerOptions, schema: schema_pb2.Schema, label_key: str,

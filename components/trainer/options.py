@@ -7,7 +7,8 @@ import dataclasses
 from typing import Any, Mapping, Optional
 
 from components.images import ImageSpec
-from components.options import JsonOptions
+from components.options import JsonOptions, SettingError, from_flat
+from components.trainer import tasks
 
 DEFAULT_SEED = 42
 # The serving model's signature from raw Examples to the transformed features, label included:
@@ -19,9 +20,14 @@ IMAGE_METADATA = ("height", "width", "channels", "format")
 DATA_SERVICE_PORT = 5050
 
 
+class InputNotCheckpointable(RuntimeError):
+    """An input stage whose position cannot be saved: resuming would restart the epoch."""
+
+
 @dataclasses.dataclass
-class InputConfig:
-    """Every knob of the input chain. The defaults are the fast path."""
+class InputConfig(JsonOptions):
+    """Every knob of the input chain. The defaults are the fast path. In `TrainerOptions.input`
+    the batch size is the global one, which the Trainer splits across replicas."""
 
     batch_size: int = 256
     training: bool = True
@@ -67,8 +73,9 @@ class InputConfig:
     intra_op_threads: Optional[int] = None
     # "grpc://host:port" of a tf.data service dispatcher (`tfrp data-service`): reading and
     # parsing then run on the service's workers, so CPU machines can feed one trainer.
-    service: Optional[str] = None
-    images: Mapping[str, ImageSpec] = dataclasses.field(default_factory=dict)
+    data_service: Optional[str] = None
+    # How each image feature is read (the Trainer makes them from TrainerOptions.images).
+    image_specs: Mapping[str, ImageSpec] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,13 +99,10 @@ class TrainerOptions(JsonOptions):
     # Classes of a multiclass label; None takes the label's int_domain (a vocabulary's size),
     # else the largest label in the first batches plus one.
     num_classes: Optional[int] = None
-    batch_size: int = InputConfig.batch_size  # global: split across replicas
     epochs: int = 10  # reporting windows of train_steps
-    seed: int = DEFAULT_SEED  # weight initialisation and input shuffling
-    cache: str = InputConfig.cache
-    skip_corrupt: bool = InputConfig.skip_corrupt
-    shuffle_buffer: int = InputConfig.shuffle_buffer
-    data_service: Optional[str] = InputConfig.service  # see InputConfig.service
+    # How the examples are read: batch size (global), shuffling, seed (also the weights'),
+    # cache, damaged files, a tf.data service. Set by their own names in a custom_config.
+    input: InputConfig = dataclasses.field(default_factory=InputConfig)
     # Save model, optimizer, step and the input iterator's position every N steps (0: never);
     # a Trainer restarted with the same checkpoint_dir goes on from the last save, mid-epoch.
     checkpoint_every: int = 0
@@ -107,13 +111,33 @@ class TrainerOptions(JsonOptions):
     # pipeline run to find the checkpoints.
     checkpoint_dir: Optional[str] = None
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        tasks.check_task(self.task)
+        if self.checkpoint_every and (self.input.data_service or self.input.skip_corrupt):
+            raise InputNotCheckpointable(
+                f"checkpoint_every={self.checkpoint_every} cannot resume mid-epoch with "
+                + ("data_service (the service's position is not saved)"
+                   if self.input.data_service else
+                   "skip_corrupt (damaged files are read by a Python generator whose "
+                   "position is not saved)")
+                + "; a restarted Trainer would begin the epoch again. Drop one of the two.")
+
+    def check_replicas(self, replicas: int) -> None:
+        """The global batch must split evenly over the replicas training it."""
+        if self.input.batch_size % replicas:
+            raise SettingError(["batch_size"], f"{{0}} {self.input.batch_size} does not split "
+                                               f"evenly over {replicas} replicas")
+
     @classmethod
     def from_custom_config(cls, custom: Optional[Mapping[str, Any]]) -> "TrainerOptions":
+        """From a custom_config: this class's fields, and the input's by their own names
+        (`batch_size`) or whole under `input`."""
         values = dict(custom or {})
         for name in ("label_inputs", "exclude"):  # JSON turns tuples into lists
             if isinstance(values.get(name), list):
                 values[name] = tuple(values[name])
-        return cls.from_dict(values)
+        return from_flat(cls, values)
 
     def as_custom_config(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -127,8 +151,13 @@ class TrainerOptions(JsonOptions):
             return self.exclude
         return IMAGE_METADATA if self.images else ()
 
-    def input_config(self, per_replica_batch_size: int, training: bool) -> InputConfig:
-        return InputConfig(batch_size=per_replica_batch_size, training=training,
-                           shuffle_buffer=self.shuffle_buffer, seed=self.seed, cache=self.cache,
-                           skip_corrupt=self.skip_corrupt, images=self.image_specs(),
-                           service=self.data_service)
+    @property
+    def seed(self) -> int:
+        return DEFAULT_SEED if self.input.seed is None else self.input.seed
+
+    def input_config(self, per_replica_batch_size: int, training: bool,
+                     image_specs: Optional[Mapping[str, ImageSpec]] = None) -> InputConfig:
+        """The input settings for one replica's reader of the training or eval files."""
+        return dataclasses.replace(
+            self.input, batch_size=per_replica_batch_size, training=training,
+            image_specs=self.image_specs() if image_specs is None else image_specs)

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Optional
 
 from components.images import STORAGES
-from components.options import JsonOptions
+from components.options import JsonOptions, SettingError, setting
 from components.shards import ShardingOptions
 
 
@@ -27,14 +27,13 @@ class TransformOptions(JsonOptions):
     # once, here, and stored as uint8 pixels, so the Trainer reads them with no decode each
     # epoch (more bytes on disk, much less CPU; components/images.py). "encoded" keeps the
     # JPEG/PNG bytes and the input function decodes them.
-    image_storage: str = "encoded"
+    image_storage: str = setting("encoded", choices=STORAGES)
     image_shape: Optional[list[int]] = None
     sharding: ShardingOptions = dataclasses.field(default_factory=ShardingOptions)
 
     def __post_init__(self) -> None:
-        if self.image_storage not in STORAGES:
-            raise ValueError(f"image_storage is one of {list(STORAGES)}, "
-                             f"not {self.image_storage!r}")
+        super().__post_init__()
         if self.image_storage == "raw" and (not self.image_shape or len(self.image_shape) != 3):
-            raise ValueError("image_storage=raw stores pixels at the training size: set "
-                             "image_shape to [height, width, channels]")
+            raise SettingError(["image_storage", "image_shape"],
+                               "{0}=raw stores pixels at the training size: set {1} to "
+                               "[height, width, channels]")
