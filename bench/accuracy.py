@@ -13,6 +13,8 @@ import os
 import statistics
 from typing import Callable
 
+from bench.display import Table
+
 VARIANTS = {"packed": 1024, "per-row": 0}
 SCORE_BATCH = 1024
 
@@ -116,3 +118,9 @@ def run_benchmark(work_dir: str, seeds: int, steps: int,
     result["accuracy_gap_points"] = {"median": 100 * statistics.median(gaps),
                                      "per_seed": [100 * g for g in gaps]}
     return result
+
+
+def table(result: dict) -> Table:
+    return Table(result["median"], [("accuracy", "accuracy", "{:.4f}"), ("AUC", "auc", "{:.4f}")],
+                 f"packed - per-row accuracy: {result['accuracy_gap_points']['median']:+.2f} "
+                 f"points (median over {result['seeds']} seeds)")

@@ -3,7 +3,8 @@ run as a user runs it, in a whole fresh process (imports included) with the same
 
 - `stock`: CsvExampleGen in a one-component LocalDagRunner pipeline (gzip at zlib's level 6,
   which Beam's TFRecord sink uses).
-- `ours`: `tfrp examplegen SOURCE OUT`, our command line (gzip level 1, our default).
+- `ours`: what `tfrp examplegen SOURCE OUT` runs (`example_gen.run`, gzip level 1, our
+  default), without the command line's argument parsing.
 - `ours-gzip6`: the same at stock's gzip level.
 - `ours-tfx`: ShardedExampleGen in a one-component LocalDagRunner pipeline, like stock.
 
@@ -23,6 +24,7 @@ import time
 from typing import Callable
 
 from bench import processes
+from bench.display import Table
 
 IMPLEMENTATIONS = ("stock", "ours", "ours-gzip6", "ours-tfx")  # the first is the baseline
 
@@ -75,15 +77,19 @@ def _child(impl: str, data_dir: str, work_dir: str, beam_args: list[str]) -> dic
         tfx.orchestration.LocalDagRunner().run(pipeline)
         output = os.path.join(work_dir, "root")
     else:
-        from components.example_gen import beam_job  # what the command imports
-        from pipeline import cli
+        # What `tfrp examplegen` runs, without its argument parsing.
+        from components import example_gen
+        from components.example_gen import beam_job
+        from components.example_gen.options import ExampleGenOptions
+        from components.options import from_flat
 
         assert beam_job
         output = os.path.join(work_dir, "out")
-        level = ["--compression-level", "6"] if impl == "ours-gzip6" else []
+        level = {"compression_level": 6} if impl == "ours-gzip6" else {}
+        options = from_flat(ExampleGenOptions, {"source": data_dir, **level})
         rss_after_imports = _rss_mb()
         start = time.perf_counter()
-        cli.main(["examplegen", data_dir, output, *level, *beam_args], standalone_mode=False)
+        example_gen.run(options, output, beam_pipeline_args=beam_args, progress=True)
     seconds = time.perf_counter() - start
     result = {"impl": impl, "seconds": seconds, "data_bytes": _data_bytes(output),
               "rss_after_imports_mb": rss_after_imports,
@@ -115,6 +121,21 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3,
         entry["median_peak_rss_over_imports_mb"] = statistics.median(
             s["peak_rss_mb"] - s["rss_after_imports_mb"] for s in samples[impl])
     return dict(result, beam_args=beam_args)
+
+
+def table(result: dict) -> Table:
+    """Rate and times of each whole process, MiB of data files on disk, and peak RSS minus
+    the RSS right after imports."""
+    for entry in result["paths"].values():
+        entry["median_data_mib"] = entry["median_data_bytes"] / 2 ** 20
+    return Table(result["paths"], [
+        ("rows/s (process)", "rows_per_second", "{:,.0f}"),
+        ("process s", "median_process_seconds", "{:.2f}"),
+        ("in-run s", "median_seconds", "{:.2f}"),
+        (f"vs {result['baseline']}", "vs_baseline", "{:.2f}x"),
+        ("MiB", "median_data_mib", "{:,.1f}"),
+        ("peak RSS MiB", "median_peak_rss_mb", "{:,.0f}"),
+        ("over imports", "median_peak_rss_over_imports_mb", "{:,.0f}")])
 
 
 if __name__ == "__main__":

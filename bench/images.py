@@ -31,6 +31,7 @@ import sys
 from typing import Callable, Optional
 
 from bench import processes
+from bench.display import MEDIAN, PROCESS, RATE, Table
 
 SIZE = 64
 BATCH_SIZE = 64
@@ -224,6 +225,13 @@ def run_benchmark(count: int, work_root: str, repeats: int = 3,
         entry["vs_best_files"] = entry["rows_per_second"] / best_files
         entry["bytes_per_image"] = on_disk[path.removesuffix(TCMALLOC)] / count
     return dict(result, count=count, size=SIZE, batch_size=BATCH_SIZE, tcmalloc=tcmalloc)
+
+
+def table(result: dict) -> Table:
+    return Table(result["paths"], [
+        RATE, MEDIAN, ("1st epoch s", "median_first_epoch_seconds", "{:.2f}"), PROCESS,
+        ("vs files", "vs_baseline", "{:.2f}x"), ("vs files' best", "vs_best_files", "{:.2f}x"),
+        ("bytes/image", "bytes_per_image", "{:,.0f}")])
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ import statistics
 import time
 from typing import Callable
 
+from bench.display import MEDIAN, PROCESS, RATE, Table
+
 BATCH_SIZE = 256
 NUM_FILES = 8
 LABEL = "tips"
@@ -361,6 +363,21 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3,
     result.update(processes.run_child("bench.input", ["floor", str(rows), folder]))
     result.pop("process_seconds", None)
     return result
+
+
+def table(result: dict) -> Table:
+    saves = "; ".join(f"{name} iterator checkpoint {c['bytes']:,} bytes in "
+                      f"{c['median_seconds'] * 1000:.0f} ms"
+                      for name, c in result["checkpoint"].items())
+    floor = result["consumer_floor"]
+    return Table(result["paths"], [
+        RATE, MEDIAN, PROCESS, ("vs stock", "vs_stock", "{:.2f}x"),
+        ("vs stock-transformed", "vs_stock_transformed", "{:.2f}x")],
+        f"ours (first epoch) vs csv: {result['ours_vs_csv']:.2f}x; service / packed: "
+        f"{result['service_overhead']:.2f}x; {saves}; the consumer alone: "
+        f"{floor['ready_batches']:,} ready batches in {floor['median_seconds']:.2f} s "
+        f"({floor['reduce_median_seconds']:.2f} s through Dataset.reduce), a range "
+        f"through reduce {floor['range_reduce_us_per_element']:.1f} us an element")
 
 
 if __name__ == "__main__":

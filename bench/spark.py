@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Callable
 
+from bench.display import MEDIAN, RATE, Table
+
 CSV_FILES = 8
 SHARDS = 4
 
@@ -257,3 +259,18 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3, master: str = "lo
             "beam_over_spark_examplegen": medians["examplegen:beam"] /
             medians["examplegen:spark"]},
     }
+
+
+def table(result: dict) -> Table:
+    ratios = result["ratios"]
+    return Table(result["paths"], [RATE, MEDIAN], (
+        f"SparkSession start: {result['session_start_seconds']:.1f} s; executor imports: "
+        f"encode path {result['executor_import_seconds']['encode path']:.1f} s, tensorflow "
+        f"{result['executor_import_seconds']['tensorflow']:.1f} s; per-row recipe / our "
+        f"write: {ratios['per_row_over_ours_write']:.2f}x; our write / Parquet write: "
+        f"{ratios['ours_over_parquet_write']:.2f}x; read_examples / Parquet read: "
+        f"{ratios['ours_over_parquet_read']:.2f}x (plain shards "
+        f"{ratios['ours_plain_over_parquet_read']:.2f}x; gunzip alone per core "
+        f"{ratios['gunzip_floor_over_parquet_read']:.2f}x; Parquet read in Python executors "
+        f"{ratios['python_floor_over_parquet_read']:.2f}x); Beam / Spark ExampleGen (whole "
+        f"processes): {ratios['beam_over_spark_examplegen']:.2f}x"))

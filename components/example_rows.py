@@ -40,8 +40,10 @@ def iter_rows(path: str, limit: Optional[int] = None,
     count = 0
     for file in record_files(path):
         batch: list[bytes] = []
+        first = 0  # the file offset of the batch's first record
         for offset, record in tfrecord_io.iter_records(file):
-            first = offset if not batch else first
+            if not batch:
+                first = offset
             batch.append(record)
             if limit is not None and count + len(batch) >= limit:
                 break

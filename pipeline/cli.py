@@ -297,7 +297,7 @@ def bench() -> None:
 
 
 def _plot_option(command):
-    """`--plot FILE.png`: _report also draws the table's first column as a bar chart."""
+    """`--plot FILE.png`: also a bar chart of the table's first column."""
     def remember(ctx: click.Context, _, value):
         ctx.meta["plot"] = value
 
@@ -317,37 +317,16 @@ def _bench_options(command):
     return command
 
 
-# A bench table: (heading, key in each row's result, format of the value).
-Column = tuple[str, str, str]
-RATE, MEDIAN = ("rows/s", "rows_per_second", "{:,.0f}"), ("median s", "median_seconds", "{:.2f}")
+def _show(result: dict, table, as_json: bool) -> None:
+    from bench import display
+
+    context = click.get_current_context()
+    display.show(result, table, as_json, click.echo, plot=context.meta.get("plot"),
+                 title=context.command_path)
 
 
-def _report(result: dict, as_json: bool, rows: dict[str, dict], columns: list[Column],
-            summary: str = "") -> None:
-    """The result as JSON, or as a table of one line per measured path plus a summary; with
-    --plot, also a bar chart of the first column."""
-    plot = click.get_current_context().meta.get("plot")
-    if plot:
-        from bench.chart import bar_chart
-
-        heading, key, _ = columns[0]
-        command = click.get_current_context().command_path
-        bar_chart({name: row[key] for name, row in rows.items()}, plot,
-                  title=command, ylabel=heading, ratios=key == RATE[1])
-        click.echo(f"Chart: {plot}", err=True)
-    if as_json:
-        import json
-
-        click.echo(json.dumps(result, indent=2))
-        return
-    cells = [[name] + [fmt.format(row[key]) for _, key, fmt in columns]
-             for name, row in rows.items()]
-    headings = [""] + [heading for heading, _, _ in columns]
-    widths = [max(len(line[i]) for line in [headings] + cells) for i in range(len(headings))]
-    for line in [headings] + cells:
-        click.echo("  ".join(cell.rjust(width) for cell, width in zip(line, widths)))
-    if summary:
-        click.echo(summary)
+def _log(line: str) -> None:
+    click.echo(line, err=True)
 
 
 @bench.command("examplegen")
@@ -358,24 +337,15 @@ def _report(result: dict, as_json: bool, rows: dict[str, dict], columns: list[Co
               help="Measure only these (repeat the option; e.g. for memory at large N).")
 def bench_examplegen(rows, repeats, work_dir, as_json, only) -> None:
     """Ours vs stock CsvExampleGen on the same taxi-like CSV, each a whole process: stock in a
-    LocalDagRunner pipeline, ours as `tfrp examplegen` (also at stock's gzip level, and in a
-    LocalDagRunner pipeline). MiB is the data files' size on disk; the last column is peak
-    RSS minus the RSS right after imports."""
+    LocalDagRunner pipeline, ours as `tfrp examplegen` does it (also at stock's gzip level,
+    and in a LocalDagRunner pipeline). MiB is the data files' size on disk; the last column
+    is peak RSS minus the RSS right after imports."""
     from bench import examplegen as bench_lib
 
     result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats, log=_log,
                                      impls=[i for i in bench_lib.IMPLEMENTATIONS
                                             if not only or i in only])
-    for entry in result["paths"].values():
-        entry["median_data_mib"] = entry["median_data_bytes"] / 2 ** 20
-    _report(result, as_json, result["paths"],
-            [("rows/s (process)", "rows_per_second", "{:,.0f}"),
-             ("process s", "median_process_seconds", "{:.2f}"),
-             ("in-run s", "median_seconds", "{:.2f}"),
-             (f"vs {result['baseline']}", "vs_baseline", "{:.2f}x"),
-             ("MiB", "median_data_mib", "{:,.1f}"),
-             ("peak RSS MiB", "median_peak_rss_mb", "{:,.0f}"),
-             ("over imports", "median_peak_rss_over_imports_mb", "{:,.0f}")])
+    _show(result, bench_lib.table(result), as_json)
 
 
 @bench.command("input")
@@ -389,21 +359,8 @@ def bench_input(rows, repeats, work_dir, as_json) -> None:
     what the consumer costs alone."""
     from bench import input as bench_lib
 
-    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats,
-                                     log=lambda line: click.echo(line, err=True))
-    saves = "; ".join(f"{name} iterator checkpoint {c['bytes']:,} bytes in "
-                      f"{c['median_seconds'] * 1000:.0f} ms"
-                      for name, c in result["checkpoint"].items())
-    floor = result["consumer_floor"]
-    _report(result, as_json, result["paths"],
-            [RATE, MEDIAN, ("process s", "median_process_seconds", "{:.2f}"),
-             ("vs stock", "vs_stock", "{:.2f}x"),
-             ("vs stock-transformed", "vs_stock_transformed", "{:.2f}x")],
-            f"ours (first epoch) vs csv: {result['ours_vs_csv']:.2f}x; service / packed: "
-            f"{result['service_overhead']:.2f}x; {saves}; the consumer alone: "
-            f"{floor['ready_batches']:,} ready batches in {floor['median_seconds']:.2f} s "
-            f"({floor['reduce_median_seconds']:.2f} s through Dataset.reduce), a range "
-            f"through reduce {floor['range_reduce_us_per_element']:.1f} us an element")
+    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats, log=_log)
+    _show(result, bench_lib.table(result), as_json)
 
 
 @bench.command("encoder")
@@ -413,9 +370,10 @@ def bench_input(rows, repeats, work_dir, as_json) -> None:
 @_plot_option
 def bench_encoder(rows, repeats, as_json) -> None:
     """Our columnar tf.Example encoder vs tfx_bsl's, same batches, one core, whole processes."""
-    from bench import encoder as bench_lib
+    from bench import display, encoder as bench_lib
 
-    _report_processes(bench_lib.run_benchmark(rows, repeats, log=_log), as_json)
+    result = bench_lib.run_benchmark(rows, repeats, log=_log)
+    _show(result, display.processes_table(result), as_json)
 
 
 @bench.command("reader")
@@ -424,22 +382,10 @@ def bench_encoder(rows, repeats, as_json) -> None:
 def bench_reader(rows, repeats, work_dir, as_json) -> None:
     """The TensorFlow-free reader (packed and per-row) and the PyPI tfrecord package, each a
     whole process on one core with TensorFlow blocked."""
-    from bench import reader as bench_lib
+    from bench import display, reader as bench_lib
 
-    _report_processes(bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats,
-                                              log=_log), as_json)
-
-
-def _log(line: str) -> None:
-    click.echo(line, err=True)
-
-
-def _report_processes(result: dict, as_json: bool) -> None:
-    """A benchmark of whole processes (bench/processes.py): in-run rate, whole process time
-    and the ratio to its baseline."""
-    _report(result, as_json, result["paths"],
-            [RATE, MEDIAN, ("process s", "median_process_seconds", "{:.2f}"),
-             (f"vs {result['baseline']}", "vs_baseline", "{:.2f}x")])
+    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats, log=_log)
+    _show(result, display.processes_table(result), as_json)
 
 
 @bench.command("spark")
@@ -454,18 +400,7 @@ def bench_spark(rows, spark_master, repeats, work_dir, as_json) -> None:
 
     result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats, spark_master,
                                      log=_log)
-    ratios = result["ratios"]
-    _report(result, as_json, result["paths"], [RATE, MEDIAN], (
-        f"SparkSession start: {result['session_start_seconds']:.1f} s; executor imports: "
-        f"encode path {result['executor_import_seconds']['encode path']:.1f} s, tensorflow "
-        f"{result['executor_import_seconds']['tensorflow']:.1f} s; per-row recipe / our "
-        f"write: {ratios['per_row_over_ours_write']:.2f}x; our write / Parquet write: "
-        f"{ratios['ours_over_parquet_write']:.2f}x; read_examples / Parquet read: "
-        f"{ratios['ours_over_parquet_read']:.2f}x (plain shards "
-        f"{ratios['ours_plain_over_parquet_read']:.2f}x; gunzip alone per core "
-        f"{ratios['gunzip_floor_over_parquet_read']:.2f}x; Parquet read in Python executors "
-        f"{ratios['python_floor_over_parquet_read']:.2f}x); Beam / Spark ExampleGen (whole "
-        f"processes): {ratios['beam_over_spark_examplegen']:.2f}x"))
+    _show(result, bench_lib.table(result), as_json)
 
 
 @bench.command("images")
@@ -481,12 +416,7 @@ def bench_images(count, repeats, work_dir, as_json) -> None:
     from bench import images as bench_lib
 
     result = bench_lib.run_benchmark(count, os.path.abspath(work_dir), repeats, log=_log)
-    _report(result, as_json, result["paths"],
-            [RATE, MEDIAN, ("1st epoch s", "median_first_epoch_seconds", "{:.2f}"),
-             ("process s", "median_process_seconds", "{:.2f}"),
-             ("vs files", "vs_baseline", "{:.2f}x"),
-             ("vs files' best", "vs_best_files", "{:.2f}x"),
-             ("bytes/image", "bytes_per_image", "{:,.0f}")])
+    _show(result, bench_lib.table(result), as_json)
 
 
 @bench.command("accuracy")
@@ -500,12 +430,8 @@ def bench_accuracy(seeds, train_steps, work_dir, as_json) -> None:
     same steps and seed, scored on the same raw eval Examples."""
     from bench import accuracy as bench_lib
 
-    result = bench_lib.run_benchmark(os.path.abspath(work_dir), seeds, train_steps,
-                                     log=lambda line: click.echo(line, err=True))
-    _report(result, as_json, result["median"],
-            [("accuracy", "accuracy", "{:.4f}"), ("AUC", "auc", "{:.4f}")],
-            f"packed - per-row accuracy: {result['accuracy_gap_points']['median']:+.2f} "
-            f"points (median over {seeds} seeds)")
+    result = bench_lib.run_benchmark(os.path.abspath(work_dir), seeds, train_steps, log=_log)
+    _show(result, bench_lib.table(result), as_json)
 
 
 if __name__ == "__main__":

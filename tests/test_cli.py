@@ -138,3 +138,58 @@ def test_bench_plot_draws_one_labelled_bar_per_path(tmp_path):
     columns = bar.any(axis=0)
     starts = np.flatnonzero(columns[1:] & ~columns[:-1])
     assert len(paths) >= 2 and len(starts) == len(paths), (starts, list(paths))
+
+
+def test_every_sharding_setting_is_a_flag_of_both_commands_and_reaches_every_component(
+        tmp_path):
+    """A sharding setting is one field on ShardingOptions: both commands get its flag with
+    its help and default, and PipelineConfig hands it to ExampleGen and Transform by name."""
+    import dataclasses
+
+    from components.shards import ShardingOptions
+    from pipeline.configs import PipelineConfig
+
+    helps = {command: re.sub(r"\s+", " ", tfrp(command, "--help").stdout)
+             for command in ("examplegen", "run")}
+    samples = {"num_shards": 3, "shard_size_mb": 2.5, "compression": "none",
+               "compression_level": 4}
+    fields = dataclasses.fields(ShardingOptions)
+    assert {f.name for f in fields} == set(samples)
+    for field in fields:
+        flag = "--" + field.name.replace("_", "-")
+        for command, text in helps.items():
+            assert flag in text, (command, flag)
+            assert field.metadata["help"].split(" (")[0] in text, (command, flag)
+        config = PipelineConfig.create(None, {field.name: str(samples[field.name])})
+        if field.name == "num_shards":
+            continue  # checked with shard_size_mb unset below
+        for options in (config.example_gen_options("x.csv").sharding,
+                        config.transform_options().sharding):
+            assert getattr(options, field.name) == samples[field.name]
+    yaml_file = tmp_path / "settings.yaml"
+    yaml_file.write_text("num_shards: 3\ncompression: none\n")
+    config = PipelineConfig.create(str(yaml_file))
+    assert config.example_gen_options("x.csv").sharding == \
+        ShardingOptions(num_shards=3, compression="none")
+
+
+def test_a_wrong_setting_is_named_by_its_flag_on_the_command_line_and_by_name_elsewhere(
+        tmp_path):
+    from components.options import SettingError
+    from pipeline.configs import PipelineConfig
+
+    refused = tfrp("examplegen", "x.csv", str(tmp_path / "a"), "--compression-level", "12",
+                   check=False)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1] == \
+        "Error: --compression-level must be 1 to 9, not 12"
+    both = tfrp("examplegen", "x.csv", str(tmp_path / "b"), "--num-shards", "2",
+                "--shard-size-mb", "1", check=False)
+    assert both.stderr.strip().splitlines()[-1] == \
+        "Error: give --num-shards or --shard-size-mb, not both"
+    by_set = tfrp("run", "--set", "num_shards=0", check=False)
+    assert by_set.stderr.strip().splitlines()[-1] == "Error: num_shards must be at least 1, not 0"
+    yaml_file = tmp_path / "settings.yaml"
+    yaml_file.write_text("compression: zip\n")
+    with pytest.raises(SettingError, match="^compression must be gzip or none, not 'zip'$"):
+        PipelineConfig.create(str(yaml_file))

@@ -21,13 +21,13 @@ from components import example_rows, shards, tfrecord_io
 from components.codec import parser, schema_file
 from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
+from components.options import from_flat
 from components.shards import ShardingOptions
 
 
-def run_gen(source, out, **kwargs):
-    sharding_keys = ("num_shards", "shard_size_mb", "compression", "compression_level")
-    sharding = ShardingOptions(**{k: kwargs.pop(k) for k in sharding_keys if k in kwargs})
-    return beam_job.run(ExampleGenOptions(source=str(source), sharding=sharding, **kwargs),
+def run_gen(source, out, **settings):
+    """ExampleGen's Beam job with its settings by name (sharding's included)."""
+    return beam_job.run(from_flat(ExampleGenOptions, {"source": str(source), **settings}),
                         str(out))
 
 

@@ -5,17 +5,16 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from components.example_gen.splits import HASH_STEP
-
 _MIX_1, _MIX_2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _SHIFT_1, _SHIFT_2, _SHIFT_3 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 
 @numba.njit(cache=True, nogil=True)
-def mix_in_bits(combined, bits, valid, null_hash):
-    """`combined[row] = combined[row] * HASH_STEP ^ hash`, where hash is pandas'
-    `hash_array` of the value's bits (the splitmix64 finalizer), or `null_hash` where
-    `valid` (empty: no nulls) is 0."""
+def mix_in_bits(combined, bits, valid, null_hash, step):
+    """`combined[row] = combined[row] * step ^ hash`, where hash is pandas' `hash_array` of
+    the value's bits (the splitmix64 finalizer), or `null_hash` where `valid` (empty: no
+    nulls) is 0. `step` is `splits.HASH_STEP`, passed in so this module imports nothing of
+    ours."""
     for row in range(len(combined)):
         if len(valid) and not valid[row]:
             hashed = null_hash
@@ -26,4 +25,4 @@ def mix_in_bits(combined, bits, valid, null_hash):
             hashed ^= hashed >> _SHIFT_2
             hashed *= _MIX_2
             hashed ^= hashed >> _SHIFT_3
-        combined[row] = combined[row] * HASH_STEP ^ hashed
+        combined[row] = combined[row] * step ^ hashed

@@ -105,7 +105,7 @@ def _mix_in_numbers(combined: np.ndarray, array: pa.Array) -> None:
                               bitorder="little")[array.offset:array.offset + len(array)]
     from components.example_gen import split_hash
 
-    split_hash.mix_in_bits(combined, values, valid, _null_hash())
+    split_hash.mix_in_bits(combined, values, valid, _null_hash(), HASH_STEP)
 
 
 _NO_NULLS = np.zeros(0, np.uint8)

@@ -1,0 +1,93 @@
+"""The code's layout rules from docs/ARCHITECTURE.md, checked on the source itself: no import
+cycle between our modules (lazy imports inside functions count too), and the rooms import
+only what they may."""
+from __future__ import annotations
+
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ("components", "pipeline", "bench")
+
+
+def _modules() -> dict[str, str]:
+    """{dotted module name: file} for every module of our packages."""
+    found = {}
+    for package in PACKAGES:
+        for folder, _, names in os.walk(os.path.join(ROOT, package)):
+            for name in names:
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    dotted = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                    found[dotted.removesuffix(".__init__")] = path
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """{module: the modules of ours it imports anywhere in its file}."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                # `from package import module` imports the module; `from module import name`
+                # imports the module.
+                targets = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}"
+                           in modules else node.module for alias in node.names]
+            graph[name] |= {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan's algorithm)."""
+    index, low, on_stack, stack, groups = {}, {}, set(), [], []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_no_module_of_ours_takes_part_in_an_import_cycle():
+    graph = import_graph()
+    assert len(graph) > 50
+    assert cycles(graph) == []
+
+
+def test_the_checker_finds_a_cycle_through_a_lazy_import():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_components_and_bench_import_no_pipeline():
+    graph = import_graph()
+    wrong = sorted((name, target) for name, targets in graph.items()
+                   if name.startswith(("components", "bench")) for target in targets
+                   if target.split(".")[0] == "pipeline")
+    assert wrong == []
