@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import example_rows, shards, tfrecord_io
+from components import example_gen, example_rows, shards, tfrecord_io
 from components.codec import parser, schema_file
 from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
@@ -166,6 +166,59 @@ def test_image_folder_with_labels(tmp_path):
     assert {r["writer"] for r in rows} == {b"w0", b"w1", b"w2"}
     labels = sorted(r["label"] for r in rows)
     assert labels == sorted(int(t) for t in digits.target[:40])
+
+
+def test_real_photos_with_damaged_files_among_them_are_decoded_and_set_aside(tmp_path):
+    """scikit-learn's two photos (JPEG), crops of them, and the damage real folders hold: a
+    truncated JPEG (which its header alone would pass), an empty file, a text file named
+    .jpg, a TIFF (which the Trainer's decoder does not read). Each is quarantined with a
+    reason that names it and no object repr; the rest decode as the Trainer decodes them."""
+    import sklearn.datasets
+    from PIL import Image
+
+    photos = sorted(glob.glob(os.path.join(os.path.dirname(sklearn.datasets.__file__),
+                                           "images", "*.jpg")))
+    assert len(photos) == 2
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    rows = []
+    for label, photo in enumerate(photos):
+        with Image.open(photo) as image:
+            for i in range(6):
+                name = f"{label}-{i}.jpg"
+                image.crop((40 * i, 30 * i, 40 * i + 96, 30 * i + 96)).save(folder / name)
+                rows.append((name, label))
+    whole = open(photos[0], "rb").read()
+    (folder / "truncated.jpg").write_bytes(whole[:len(whole) // 2])
+    (folder / "empty.jpg").write_bytes(b"")
+    (folder / "notes.jpg").write_text("not a photo\n")
+    Image.open(photos[1]).crop((0, 0, 32, 32)).save(folder / "scan.tif")
+    damaged = ["truncated.jpg", "empty.jpg", "notes.jpg", "scan.tif"]
+    with open(folder / "labels.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["filename", "label"])
+        writer.writerows(rows + [(name, 0) for name in damaged])
+    manifest = run_gen(folder, tmp_path / "out", on_bad_record="quarantine")
+    assert_balanced(manifest)
+    assert (manifest["rows_written"], manifest["rows_quarantined"]) == (12, 4)
+    reasons = {}
+    for path in glob.glob(str(tmp_path / "out" / "quarantine" / "*")):
+        for line in open(path, encoding="utf-8"):
+            entry = json.loads(line)
+            reasons[os.path.basename(entry["file"])] = entry["reason"]
+    assert sorted(reasons) == sorted(damaged)
+    assert reasons["truncated.jpg"].startswith("damaged image: ")
+    assert reasons["empty.jpg"] == "empty file"
+    assert reasons["notes.jpg"] == "not an image (no image format recognised)"
+    assert reasons["scan.tif"].startswith("TIFF images are not read by the Trainer's decoder")
+    assert not any(" at 0x" in reason for reason in reasons.values())
+    for row in read_all(tmp_path / "out"):
+        assert tf.io.decode_image(row["image"]).shape == (96, 96, 3)
+    refused = tmp_path / "refused"
+    with pytest.raises(example_gen.InputError,
+                       match=f"^{folder}/truncated.jpg: offset 0: damaged image: [^\n]+$"):
+        example_gen.run(ExampleGenOptions(source=str(folder)), str(refused))
+    assert not os.path.exists(refused / "manifest.json")
 
 
 # --- shards, splits, partitions, compression ------------------------------------------------

@@ -14,11 +14,12 @@ import pandas as pd
 import pytest
 import tensorflow as tf
 
-from components import shards, tfrecord_io
-from components.codec import parser, schema_file
+from components import example_rows, shards, tfrecord_io
+from components.codec import parser, schema_file, serializer
 from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
 from components.spark import session as spark_session
+from components.spark import example_gen_job
 from components.spark.columns import UnsupportedColumnError
 from components.spark.read import file_groups, read_examples
 from components.spark.write import write_examples
@@ -166,8 +167,10 @@ def test_write_examples_writes_our_layout_with_every_type(spark, tmp_path):
     features = {f.name: f for f in schema.feature}
     assert list(features) == ["id", "small", "tiny", "ratio", "score", "word", "blob", "flag",
                               "day", "at", "price", "tags", "nums", "trip.miles", "trip.mode"]
-    assert "days since 1970-01-01" in features["day"].annotation.comment[0]
-    assert "microseconds since 1970-01-01" in features["at"].annotation.comment[0]
+    # Dates and timestamps are epoch seconds, as from every other source.
+    for name in ("day", "at"):
+        assert serializer.TIME_TAG in features[name].annotation.tag
+        assert features[name].annotation.comment[0] == serializer.TIME_COMMENT
     assert "DecimalType" in features["price"].annotation.comment[0]
     assert parser.is_scalar(features["id"]) and not parser.is_scalar(features["tags"])
 
@@ -184,9 +187,9 @@ def test_write_examples_writes_our_layout_with_every_type(spark, tmp_path):
     days = tf.concat(parsed["day"], 0).numpy()
     at = tf.concat(parsed["at"], 0).numpy()
     row = int(list(ids).index(10))
-    assert days[row] == 10
-    assert at[row] == int(datetime.datetime(2021, 3, 4, 5, 6, 7, 10,
-                                            tzinfo=datetime.timezone.utc).timestamp() * 1e6)
+    assert days[row] == 10 * 86_400
+    assert at[row] == int(datetime.datetime(2021, 3, 4, 5, 6, 7,
+                                            tzinfo=datetime.timezone.utc).timestamp())
 
 
 def test_read_examples_round_trips_what_write_examples_wrote(spark, tmp_path):
@@ -206,7 +209,7 @@ def test_read_examples_round_trips_what_write_examples_wrote(spark, tmp_path):
             continue
         assert bytes(row["blob"]) == bytes(original["blob"])  # non-UTF-8 bytes kept
         assert row["word"] == original["word"] and row["flag"] == int(original["flag"])
-        assert row["day"] == (original["day"] - datetime.date(1970, 1, 1)).days
+        assert row["day"] == (original["day"] - datetime.date(1970, 1, 1)).days * 86_400
         assert row["price"] == pytest.approx(float(original["price"]))
         assert row["score"] == pytest.approx(original["score"], rel=1e-6)
         assert list(row["tags"]) == original["tags"] and list(row["nums"]) == original["nums"]
@@ -357,6 +360,57 @@ def test_examplegen_engine_spark_writes_what_the_beam_job_writes(taxi_slice_dir,
         with open(os.path.join(out, name), "rb") as ours, \
                 open(os.path.join(taxi_examples, name), "rb") as beams:
             assert ours.read() == beams.read(), name
+
+
+MIXED_CSV = ("id,,day,at,mixed,name,name\n"
+             "1,x,2007-11-11,2013-01-01T10:00:00Z,2007-11-11,NA,\"NA\"\n"
+             "2,y,1969-12-31,2013-01-01T12:00:00+02:00,cab,b,c\n"
+             "3,,NA,2013-06-01T00:00:00Z,,\"\",d\n")
+
+
+@pytest.mark.parametrize("data", ["csv", "dataframe"])
+def test_dates_times_nulls_and_header_names_come_out_alike_from_both_engines(
+        spark, data, tmp_path):
+    """The same table through Spark and Beam gives the same rows and schema: dates and
+    times as epoch seconds, null spellings as nulls, stable names for an empty and a
+    repeated header cell."""
+    source = tmp_path / "mixed.csv"
+    source.write_text(MIXED_CSV)
+    beam_out = tmp_path / "beam"
+    beam_job.run(ExampleGenOptions(source=str(source), splits="all:1"), str(beam_out))
+    spark_out = str(tmp_path / "spark")
+    if data == "csv":
+        example_gen_job.run(ExampleGenOptions(source=str(source), splits="all:1",
+                                              engine="spark"), spark_out, spark=spark)
+    else:
+        import datetime
+
+        frame = spark.createDataFrame(
+            [(1, datetime.date(2007, 11, 11),
+              datetime.datetime(2013, 1, 1, 10, tzinfo=datetime.timezone.utc)),
+             (2, datetime.date(1969, 12, 31),
+              datetime.datetime(2013, 1, 1, 10, tzinfo=datetime.timezone.utc)),
+             (3, None, datetime.datetime(2013, 6, 1, tzinfo=datetime.timezone.utc))],
+            "id long, day date, at timestamp")
+        write_examples(frame, spark_out, splits="all:1")
+
+    def rows(folder):
+        return {row["id"]: row for row in example_rows.iter_rows(str(folder))}
+
+    ours, beams = rows(spark_out), rows(beam_out)
+    columns = ["id", "day", "at"] if data == "dataframe" else list(beams[1])
+    assert {i: {c: r[c] for c in columns} for i, r in ours.items()} == \
+        {i: {c: r[c] for c in columns} for i, r in beams.items()}
+    assert beams[1]["day"] == 1194739200 and beams[2]["day"] == -86_400
+    assert beams[3]["day"] is None
+    assert beams[1]["at"] == beams[2]["at"] == 1357034400
+    if data == "csv":
+        assert list(beams[1]) == ["id", "column_2", "day", "at", "mixed", "name", "name_2"]
+        assert (beams[1]["name"], beams[1]["name_2"]) == (None, b"NA")
+        assert beams[3]["name"] == b"" and beams[3]["column_2"] is None
+    tagged = {f.name for f in schema_file.load_schema(spark_out).feature
+              if serializer.TIME_TAG in f.annotation.tag}
+    assert tagged == {"day", "at"}
 
 
 def test_examplegen_engine_spark_names_a_bad_row_in_one_line(taxi_slice_dir, tmp_path):

@@ -8,16 +8,26 @@ from typing import Optional
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 # Column kinds, ordered so that merging two kinds takes the wider one (CSV cells and JSON values
-# widen the same way TFX's CSV decoder does: bool < int < float < bytes).
-NULL, BOOL, INT, FLOAT, BYTES = "null", "bool", "int", "float", "bytes"
+# widen the same way TFX's CSV decoder does: bool < int < float < bytes). TIME (dates and
+# timestamps) stands apart: it merges with nulls and itself only, anything else makes bytes.
+NULL, BOOL, INT, FLOAT, BYTES, TIME = "null", "bool", "int", "float", "bytes", "time"
 _KIND_ORDER = {NULL: 0, BOOL: 1, INT: 2, FLOAT: 3, BYTES: 4}
 _KIND_TO_SCHEMA = {NULL: schema_pb2.BYTES, BOOL: schema_pb2.INT, INT: schema_pb2.INT,
-                   FLOAT: schema_pb2.FLOAT, BYTES: schema_pb2.BYTES}
+                   FLOAT: schema_pb2.FLOAT, BYTES: schema_pb2.BYTES, TIME: schema_pb2.INT}
+# Every date and timestamp becomes one int64: seconds since the epoch, UTC. The schema says so
+# with this tag and a comment on the feature.
+TIME_TAG = "tfrp.time=epoch_seconds"
+TIME_COMMENT = ("int64: seconds since 1970-01-01T00:00:00Z (a date is its midnight UTC, a "
+                "timestamp without a zone is read as UTC, fractions of a second are dropped)")
 # Up to this many distinct values, a string column is recorded as a categorical domain.
 MAX_DOMAIN_VALUES = 50
 
 
 def widen(a: str, b: str) -> str:
+    if a == b:
+        return a
+    if TIME in (a, b):
+        return TIME if NULL in (a, b) else BYTES
     return a if _KIND_ORDER[a] >= _KIND_ORDER[b] else b
 
 
@@ -41,7 +51,9 @@ def arrow_kind(arrow_type) -> tuple[str, bool]:
             pa.types.is_dictionary(value_type):
         return BYTES, is_list
     if pa.types.is_timestamp(value_type) or pa.types.is_date(value_type):
-        return INT, is_list
+        return TIME, is_list
+    if pa.types.is_time(value_type):  # a time of day, with no date: kept as its text
+        return BYTES, is_list
     raise TypeError(f"Arrow type {arrow_type} has no tf.Example equivalent")
 
 
@@ -51,7 +63,7 @@ def arrow_value_type(kind: str):
 
     # float32 is what tf.train.FloatList stores: float64 sources are narrowed here, once.
     return {NULL: pa.binary(), BOOL: pa.int64(), INT: pa.int64(), FLOAT: pa.float32(),
-            BYTES: pa.binary()}[kind]
+            BYTES: pa.binary(), TIME: pa.int64()}[kind]
 
 
 def to_example_column(array, kind: str, is_list: bool):
@@ -95,13 +107,35 @@ def _cast_values(values, kind: str, target):
         values = values.dictionary_decode()
     if kind == BOOL and pa.types.is_boolean(values.type):
         return values.cast(pa.int8()).cast(pa.int64())
-    if (pa.types.is_timestamp(values.type) or pa.types.is_date(values.type)):
-        return values.cast(pa.int64())
+    if pa.types.is_timestamp(values.type) or pa.types.is_date(values.type):
+        if kind == BYTES:  # a column that is not all times keeps its dates as text
+            return pc.cast(values, pa.string()).cast(target)
+        return epoch_seconds(values)
     if kind == BYTES and not (pa.types.is_binary(values.type) or pa.types.is_string(values.type)
                               or pa.types.is_large_binary(values.type)
                               or pa.types.is_large_string(values.type)):
         values = pc.cast(values, pa.string())
+    if kind == FLOAT and pa.types.is_integer(values.type):
+        # A column that is float elsewhere: its ints are stored as float32, like its floats
+        # (a checked cast refuses ints above 2**24, which float32 rounds).
+        return pc.cast(values, target, safe=False)
     return values.cast(target)
+
+
+def epoch_seconds(values):
+    """Dates and timestamps (any unit, any zone) as int64 seconds since the epoch, UTC, floored
+    (a cast alone would round times before 1970 up)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if pa.types.is_date(values.type):
+        counts, per_unit = values.cast(pa.date32()).cast(pa.int32()), 86_400
+    else:
+        counts, per_unit = values.cast(pa.timestamp("us", values.type.tz)).cast(pa.int64()), None
+    numbers = counts.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    seconds = numbers * per_unit if per_unit else np.floor_divide(numbers, 1_000_000)
+    return pa.array(seconds, pa.int64(), mask=np.asarray(counts.is_null()) if counts.null_count
+                    else None)
 
 
 def to_example_batch(batch, columns: dict[str, tuple[str, bool]]):
@@ -295,6 +329,9 @@ def schema_from_profile(columns: dict[str, tuple[str, bool]], rows: int,
         if kind == BOOL:
             feature.int_domain.min, feature.int_domain.max = 0, 1
             feature.int_domain.is_categorical = True
+        if kind == TIME:
+            feature.annotation.tag.append(TIME_TAG)
+            feature.annotation.comment.append(TIME_COMMENT)
         values = string_values.get(name)
         texts = _utf8_texts(values) if kind == BYTES and values and \
             len(values) <= MAX_DOMAIN_VALUES else None

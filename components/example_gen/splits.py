@@ -10,6 +10,7 @@ import functools
 import numpy as np
 import pyarrow as pa
 
+from components.codec import serializer
 from components.example_gen.sources.base import SourceError
 from components.options import SettingError
 
@@ -48,6 +49,10 @@ def hash_rows(batch: pa.RecordBatch, columns: list[str],
         if index < 0 and not absent_as_null:
             raise SourceError(f"split key column {name!r} is not in the data")
         array = batch.column(index) if index >= 0 else pa.nulls(batch.num_rows)
+        if pa.types.is_timestamp(array.type) or pa.types.is_date(array.type):
+            # By the value stored, so a row's split does not depend on how its source or
+            # engine typed the time (unit, zone, date or timestamp).
+            array = serializer.epoch_seconds(array)
         if _is_number(array.type):
             _mix_in_numbers(combined, array)
         else:
@@ -58,8 +63,8 @@ def hash_rows(batch: pa.RecordBatch, columns: list[str],
 
 
 def _hash_objects(array: pa.Array) -> np.ndarray:
-    """pandas' hash of the column's values as numpy gives them (dates and timestamps as
-    datetime64), lists and other Python objects by their repr."""
+    """pandas' hash of the column's values as numpy gives them, lists and other Python
+    objects by their repr."""
     import pandas as pd
 
     if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):

@@ -20,14 +20,13 @@ class UnsupportedColumnError(ValueError):
 class PlannedColumn:
     name: str  # the feature name: `parent.child` for struct fields
     path: list  # field names from the top-level column down
-    conversion: Optional[str] = None  # "date" | "timestamp" | "decimal"
+    # "decimal", or None. Dates and timestamps reach the executors as Arrow dates and
+    # timestamps and become epoch seconds in the codec, as from every other source.
+    conversion: Optional[str] = None
 
     @property
     def description(self) -> Optional[str]:
-        return {"date": "int64: days since 1970-01-01 (a Spark DateType column)",
-                "timestamp": "int64: microseconds since 1970-01-01T00:00:00Z (a Spark "
-                             "TimestampType column)",
-                "decimal": "float: a Spark DecimalType column, converted to float32 "
+        return {"decimal": "float: a Spark DecimalType column, converted to float32 "
                            "(tf.train.FloatList), so digits beyond float precision are lost"
                 }.get(self.conversion)
 
@@ -54,10 +53,7 @@ def plan_columns(schema) -> list[PlannedColumn]:
                 f"column {name!r} is an array of {element.typeName()}s "
                 f"({field_type.simpleString()}), which has no tf.Example form: explode it or "
                 "split it into one array column per field first")
-        conversion = ("date" if isinstance(element, T.DateType) else
-                      "timestamp" if isinstance(element, (T.TimestampType,
-                                                          T.TimestampNTZType)) else
-                      "decimal" if isinstance(element, T.DecimalType) else None)
+        conversion = "decimal" if isinstance(element, T.DecimalType) else None
         if not isinstance(element, (T.NumericType, T.StringType, T.BinaryType, T.BooleanType,
                                     T.DateType, T.TimestampType, T.TimestampNTZType,
                                     T.NullType)):
@@ -78,13 +74,7 @@ def select_features(df, planned: list[PlannedColumn]):
     from pyspark.sql import functions as F
 
     def converted(column, conversion):
-        if conversion == "date":
-            return F.datediff(column, F.lit("1970-01-01").cast("date")).cast("long")
-        if conversion == "timestamp":
-            return F.unix_micros(column.cast("timestamp"))
-        if conversion == "decimal":
-            return column.cast("double")
-        return column
+        return column.cast("double") if conversion == "decimal" else column
 
     columns = []
     for feature in planned:

@@ -1,7 +1,15 @@
-"""CSV with a header row, parsed by Arrow in both passes so cells convert identically."""
+"""CSV with a header row, parsed by Arrow in both passes so cells convert identically.
+
+Nulls: an unquoted empty cell and the R and pandas spellings of a missing value (`NA`, `NaN`,
+`N/A`, `NULL`, ...: `NULL_SPELLINGS`) are nulls in every column; a quoted cell is always its
+text, so `"NA"` (as R's write.csv writes the string NA) stays the string. Dates and times in
+ISO 8601 are parsed by `parse_times` in both passes. An empty header cell names its column
+`column_<position>`, a repeated one `<name>_2`, `<name>_3`, ...; both with a warning.
+"""
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import sys
 from typing import Iterator, Optional
@@ -10,13 +18,18 @@ import pyarrow as pa
 
 from components.codec import serializer
 from components.example_gen.sources.base import (
-    BadRecord, FileProfile, Item, SourceError, SourceFormat, open_input)
+    BadRecord, FileProfile, Item, SourceError, SourceFormat, TimeParseError, open_input,
+    parse_times)
 
 CSV_BLOCK_BYTES = 4 << 20
 _TRUE_WORDS = ["true", "True", "TRUE"]
 _FALSE_WORDS = ["false", "False", "FALSE"]
-_CSV_ARROW_TYPES = {serializer.INT: pa.int64(), serializer.FLOAT: pa.float64(), serializer.BOOL: pa.bool_(),
-                    serializer.BYTES: pa.binary(), serializer.NULL: pa.binary()}
+NULL_SPELLINGS = ["", "NA", "N/A", "n/a", "NaN", "nan", "-NaN", "NULL", "null", "#N/A", "<NA>"]
+# A time column is read as text and parsed by `parse_times`.
+_CSV_ARROW_TYPES = {serializer.INT: pa.int64(), serializer.FLOAT: pa.float64(),
+                    serializer.BOOL: pa.bool_(), serializer.BYTES: pa.binary(),
+                    serializer.NULL: pa.binary(), serializer.TIME: pa.string()}
+_log = logging.getLogger(__name__)
 _CONVERSION_ERROR = re.compile(r"In CSV column #(\d+): .*conversion error to (\w+): "
                                r"invalid value '(.*)'", re.S)
 
@@ -52,7 +65,9 @@ def _invalid_row_decode_errors_muted():
         sys.unraisablehook = previous
 
 
-def _csv_header(path: str) -> list[str]:
+def _csv_header(path: str, warn: bool = False) -> list[str]:
+    """The column names, made stable (see the module's docstring); with `warn`, each name
+    that differs from its header cell is logged (the profiling pass does it, once)."""
     import pyarrow.csv as pacsv
 
     try:
@@ -61,23 +76,78 @@ def _csv_header(path: str) -> list[str]:
                 f, read_options=pacsv.ReadOptions(block_size=1 << 20, use_threads=False),
                 parse_options=pacsv.ParseOptions(newlines_in_values=True,
                                                   invalid_row_handler=lambda row: "skip"))
-            return reader.schema.names
+            header = reader.schema.names
     except pa.ArrowInvalid as e:
         if "Empty CSV file" in str(e):
             return []
         if "parse error" in str(e):  # a bad row in the first block, with its number
             raise SourceError(f"{path}: {e}") from e
         raise SourceError(f"{path}: unreadable CSV header: {e}") from e
+    names = stable_names(header)
+    for position, (given, name) in enumerate(zip(header, names), start=1):
+        if warn and given != name:
+            _log.warning("%s: header cell %d is %s; the column is named %r", path, position,
+                         "empty" if not given.strip() else f"{given!r} again", name)
+    return names
+
+
+def stable_names(header: list[str]) -> list[str]:
+    """Header cells as column names: an empty cell is `column_<position>`, a repeat of an
+    earlier name `<name>_2`, `<name>_3`, ... (skipping names the header already has)."""
+    taken = set(header)
+    names: list[str] = []
+    for position, given in enumerate(header, start=1):
+        name = given if given.strip() else f"column_{position}"
+        if name in names or (name != given and name in taken):
+            base, count = name, 2
+            while f"{base}_{count}" in taken or f"{base}_{count}" in names:
+                count += 1
+            name = f"{base}_{count}"
+        names.append(name)
+    return names
 
 
 def read_csv(path: str, kinds: Optional[dict] = None
              ) -> Iterator[Item]:
-    """Streams a CSV with a header row, each column converted to its profiled kind."""
+    """Streams a CSV with a header row, each column converted to its profiled kind. A cell
+    the profile's kind does not take (which profiling all rows should rule out) is an error
+    naming the file, row, column and value."""
     header = _csv_header(path)
-    if header:
-        yield from _read_csv_typed(path, {
-            name: _CSV_ARROW_TYPES[(kinds or {}).get(name, (serializer.BYTES, False))[0]]
-            for name in header})
+    if not header:
+        return
+    column_kinds = {name: (kinds or {}).get(name, (serializer.BYTES, False))[0]
+                    for name in header}
+    try:
+        yield from _read_csv_typed(path, header, {
+            name: _CSV_ARROW_TYPES[kind] for name, kind in column_kinds.items()},
+            [name for name, kind in column_kinds.items() if kind == serializer.TIME])
+    except _ConversionError as error:
+        name = header[error.column]
+        raise SourceError(f"{path}: row {_row_of(path, header, name, error.value)}: column "
+                          f"{name!r}: {error.value!r} is not "
+                          f"{_KIND_WORDS[column_kinds[name]]}, as the column's other values "
+                          f"are") from None
+
+
+_KIND_WORDS = {serializer.INT: "an integer", serializer.FLOAT: "a number",
+               serializer.BOOL: "true or false", serializer.TIME: "an ISO 8601 date or time",
+               serializer.BYTES: "text", serializer.NULL: "empty"}
+
+
+def _row_of(path: str, header: list[str], name: str, value: str) -> str:
+    """The CSV row (the header is row 1) where `name` first holds `value`."""
+    import pyarrow.compute as pc
+
+    seen = 1
+    for batch in _read_csv_typed(path, header, {n: pa.string() for n in header}, []):
+        if isinstance(batch, BadRecord):
+            continue
+        column = batch.column(header.index(name))
+        found = pc.index(column, value).as_py()
+        if found is not None and found >= 0:
+            return str(seen + found + 1)
+        seen += batch.num_rows
+    return "?"
 
 
 def profile_csv(path: str) -> tuple[FileProfile, int]:
@@ -85,45 +155,82 @@ def profile_csv(path: str) -> tuple[FileProfile, int]:
 
     Arrow infers types from the first block; when a later block holds a value the inferred
     type rejects, that column is widened (to the rejected cell's kind at least) and the file
-    is profiled again. Clean files are read once; each widening costs one more read.
+    is profiled again. A column Arrow reads as dates or times is read again as text parsed by
+    `parse_times`, which the encoding pass uses too. Clean files are read once; each
+    widening costs one more read.
     """
-    header = _csv_header(path)
+    header = _csv_header(path, warn=True)
     types: dict = {}
+    times: list[str] = []
     while True:
         profile, bad = FileProfile(), 0
         if not header:
             return profile, bad
         try:
-            for item in _read_csv_typed(path, types, numbered=False):
+            for item in _read_csv_typed(path, header, types, times, numbered=False):
                 if isinstance(item, BadRecord):
                     bad += 1
                     continue
-                if not types:
-                    types = dict(zip(item.schema.names, item.schema.types))
+                inferred = [n for n, t in zip(item.schema.names, item.schema.types)
+                            if n not in times and (pa.types.is_timestamp(t) or
+                                                   pa.types.is_date(t))]
+                if inferred:
+                    raise _TimesFound(inferred)
+                clocks = [n for n, t in zip(item.schema.names, item.schema.types)
+                          if pa.types.is_time(t)]
+                if clocks:  # times of day stay text, as written
+                    raise _ClockTimesFound(clocks)
+                for name, arrow_type in zip(item.schema.names, item.schema.types):
+                    types.setdefault(name, arrow_type)
                 profile.add_batch(item, {n: serializer.arrow_kind(t) for n, t in
                                          zip(item.schema.names, item.schema.types)})
             return profile, bad
+        except _TimesFound as found:
+            times += found.names
+            types.update({name: pa.string() for name in found.names})
+        except _ClockTimesFound as found:
+            types.update({name: pa.binary() for name in found.names})
         except _ConversionError as error:
             name = header[error.column]
-            current = serializer.arrow_kind(types[name])[0]
-            widened = serializer.widen(serializer.widen(current, error.kind), _next_kind(current))
-            types[name] = _CSV_ARROW_TYPES[widened] if widened != serializer.NULL else pa.binary()
+            current = serializer.TIME if name in times else \
+                serializer.arrow_kind(types[name])[0]
+            if name in times:
+                times.remove(name)
+            widened = serializer.widen(serializer.widen(current, error.kind),
+                                       _next_kind(current))
+            types[name] = _CSV_ARROW_TYPES[widened] if widened not in (
+                serializer.NULL, serializer.TIME) else pa.binary()
+
+
+class _TimesFound(Exception):
+    def __init__(self, names: list[str]):
+        super().__init__(names)
+        self.names = names
+
+
+class _ClockTimesFound(Exception):
+    def __init__(self, names: list[str]):
+        super().__init__(names)
+        self.names = names
 
 
 class _ConversionError(Exception):
     def __init__(self, column: int, value: str):
         super().__init__(f"column {column}: {value!r}")
-        self.column, self.kind = column, _cell_kind(value)
+        self.column, self.value, self.kind = column, value, _cell_kind(value)
 
 
 def _next_kind(kind: str) -> str:
-    return {serializer.NULL: serializer.BOOL, serializer.BOOL: serializer.INT, serializer.INT: serializer.FLOAT,
-            serializer.FLOAT: serializer.BYTES, serializer.BYTES: serializer.BYTES}[kind]
+    return {serializer.NULL: serializer.BOOL, serializer.BOOL: serializer.INT,
+            serializer.INT: serializer.FLOAT, serializer.FLOAT: serializer.BYTES,
+            serializer.BYTES: serializer.BYTES, serializer.TIME: serializer.BYTES}[kind]
 
 
-def _read_csv_typed(path: str, types: dict, numbered: bool = True
-                    ) -> Iterator[Item]:
-    """`numbered` gives bad rows their row number, which Arrow knows only single-threaded."""
+def _read_csv_typed(path: str, header: list[str], types: dict, times: list[str],
+                    numbered: bool = True) -> Iterator[Item]:
+    """Batches with `header`'s names; the `times` columns (read as text) parsed into
+    timestamps. `numbered` gives bad rows their row number, which Arrow knows only
+    single-threaded."""
     import pyarrow.csv as pacsv
 
     bad: list[BadRecord] = []
@@ -139,23 +246,38 @@ def _read_csv_typed(path: str, types: dict, numbered: bool = True
             reader = pacsv.open_csv(
                 f,
                 read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES,
-                                               use_threads=not numbered),
+                                               use_threads=not numbered, column_names=header,
+                                               skip_rows=1),
                 parse_options=pacsv.ParseOptions(newlines_in_values=True,
                                                   invalid_row_handler=on_invalid_row),
                 convert_options=pacsv.ConvertOptions(
-                    column_types=types, strings_can_be_null=True, null_values=[""],
+                    column_types=types, strings_can_be_null=True,
+                    quoted_strings_can_be_null=False, null_values=NULL_SPELLINGS,
                     true_values=_TRUE_WORDS, false_values=_FALSE_WORDS,
                     timestamp_parsers=[]))
             for batch in reader:
                 yield from bad
                 bad.clear()
-                yield batch
+                yield _with_times(batch, times)
         except pa.ArrowInvalid as e:
             match = _CONVERSION_ERROR.search(str(e))
             if match:
                 raise _ConversionError(int(match.group(1)), match.group(3)) from e
             raise SourceError(f"{path}: {e}") from e
     yield from bad
+
+
+def _with_times(batch: pa.RecordBatch, times: list[str]) -> pa.RecordBatch:
+    if not times:
+        return batch
+    columns = list(batch.columns)
+    for name in times:
+        index = batch.schema.get_field_index(name)
+        try:
+            columns[index] = parse_times(columns[index])
+        except TimeParseError as error:
+            raise _ConversionError(index, error.value) from None
+    return pa.RecordBatch.from_arrays(columns, batch.schema.names)
 
 
 FORMAT = SourceFormat("csv", (".csv", ".tsv"), read_csv, profile_csv)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from typing import Iterator, Optional
 
 import pyarrow as pa
@@ -18,6 +19,8 @@ IMAGE_FEATURE = "image"
 IMAGE_COLUMNS = {IMAGE_FEATURE: (serializer.BYTES, False), "height": (serializer.INT, False),
                  "width": (serializer.INT, False), "channels": (serializer.INT, False),
                  "format": (serializer.BYTES, False)}
+# What tf.io.decode_image reads, by PIL's format names.
+TRAINER_FORMATS = ("jpeg", "png", "gif", "bmp", "webp")
 _CHANNELS = {"1": 1, "L": 1, "P": 1, "LA": 2, "RGB": 3, "YCbCr": 3, "RGBA": 4, "CMYK": 4,
              "I": 1, "F": 1, "I;16": 1}
 
@@ -26,8 +29,10 @@ def read_images(labels_path: str, kinds: Optional[dict] = None
                 ) -> Iterator[Item]:
     """labels.csv (filename,label[,extra...]) joined with the image files it names.
 
-    The image keeps its original encoded bytes; size, channels and format come from the file
-    header, so nothing is decoded here.
+    The image keeps its original encoded bytes; each is decoded once here, whole, so a
+    truncated or damaged file is set aside (or, with on_bad_record=fail, refused) here and not
+    in the middle of training; a format the Trainer's decoder (tf.io.decode_image) does not
+    read is set aside too.
     """
     from PIL import Image, UnidentifiedImageError
 
@@ -54,12 +59,26 @@ def read_images(labels_path: str, kinds: Optional[dict] = None
             try:
                 with fileio.open_file(path, "rb") as f:
                     data = f.read()
+            except OSError as e:
+                yield BadRecord(path, "offset 0", f"unreadable file: {_reason(e)}")
+                continue
+            try:
                 with Image.open(io.BytesIO(data)) as image:
                     width, height = image.size
                     channels = _CHANNELS.get(image.mode, len(image.getbands()))
                     fmt = (image.format or "").lower()
-            except (UnidentifiedImageError, OSError, SyntaxError) as e:
-                yield BadRecord(path, "offset 0", f"not a readable image: {e}")
+                    image.load()  # the whole decode: a truncated file fails here
+            except UnidentifiedImageError:
+                yield BadRecord(path, "offset 0", "empty file" if not data else
+                                "not an image (no image format recognised)")
+                continue
+            except (OSError, SyntaxError, ValueError) as e:
+                yield BadRecord(path, "offset 0", f"damaged image: {_reason(e)}")
+                continue
+            if fmt not in TRAINER_FORMATS:
+                yield BadRecord(path, "offset 0", f"{fmt.upper() or 'unknown'} images are not "
+                                f"read by the Trainer's decoder (it reads "
+                                f"{', '.join(f.upper() for f in TRAINER_FORMATS)})")
                 continue
             keep.append(row)
             for key, value in (("image", data), ("height", height), ("width", width),
@@ -74,6 +93,12 @@ def read_images(labels_path: str, kinds: Optional[dict] = None
         extra = [n for n in labels.schema.names if n != "filename"]
         arrays += [labels.column(labels.schema.get_field_index(n)) for n in extra]
         yield pa.RecordBatch.from_arrays(arrays, list(IMAGE_COLUMNS) + extra)
+
+
+def _reason(error: Exception) -> str:
+    """The library's message without the object reprs some carry (`<... at 0x7f...>`)."""
+    text = re.sub(r"\s*<[^<>]* at 0x[0-9a-f]+>", "", str(error)).strip()
+    return text or type(error).__name__
 
 
 def profile_images(path: str) -> tuple[FileProfile, int]:

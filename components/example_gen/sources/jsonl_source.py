@@ -11,7 +11,7 @@ import pyarrow as pa
 from components.codec import serializer
 from components.example_gen.sources.base import (
     BATCH_ROWS, BadRecord, Item, SourceFormat, arrow_kinds, flatten_nested, open_input,
-    profile_batches)
+    parse_times, profile_batches)
 
 JSONL_BLOCK_BYTES = 16 << 20
 
@@ -80,6 +80,25 @@ def _python_rows_to_batch(rows: list[dict]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, names)
 
 
+def _typed_times(batch: pa.RecordBatch, kinds: Optional[dict]) -> pa.RecordBatch:
+    """Columns profiled as times, parsed from the text the Python path keeps, as Arrow's
+    reader parsed them in the blocks it read."""
+    if not kinds:
+        return batch
+    columns = list(batch.columns)
+    for index, name in enumerate(batch.schema.names):
+        if kinds.get(name, (None,))[0] == serializer.TIME and (
+                pa.types.is_string(columns[index].type) or pa.types.is_null(columns[index].type)):
+            columns[index] = parse_times(columns[index])
+    return pa.RecordBatch.from_arrays(columns, batch.schema.names)
+
+
+def _times_as_text(table: pa.Table, kinds: dict) -> bool:
+    return any((pa.types.is_timestamp(t) or pa.types.is_date(t))
+               and kinds.get(name, (serializer.BYTES, False))[0] != serializer.TIME
+               for name, t in zip(table.schema.names, table.schema.types))
+
+
 def read_jsonl(path: str, kinds: Optional[dict] = None
                ) -> Iterator[Item]:
     import pyarrow.json as pajson
@@ -89,6 +108,10 @@ def read_jsonl(path: str, kinds: Optional[dict] = None
             table = pajson.read_json(io.BytesIO(block),
                                      read_options=pajson.ReadOptions(block_size=len(block) + 1))
             table.schema.names  # a key that is not UTF-8 fails here, not downstream
+            if kinds is not None and _times_as_text(table, kinds):
+                # Arrow read this block's ISO strings as times, but other blocks made the
+                # column text: the Python path keeps them as written.
+                raise pa.ArrowInvalid("times in a text column")
             batches = table.to_batches(max_chunksize=BATCH_ROWS)
         except (pa.ArrowInvalid, UnicodeDecodeError):
             rows = []
@@ -106,7 +129,7 @@ def read_jsonl(path: str, kinds: Optional[dict] = None
                                     line.decode("utf-8", "replace"))
                     continue
                 rows.append(row)
-            batches = [_python_rows_to_batch(rows)] if rows else []
+            batches = [_typed_times(_python_rows_to_batch(rows), kinds)] if rows else []
         for batch in batches:
             yield flatten_nested(batch)
 
