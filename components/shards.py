@@ -480,13 +480,15 @@ def staged_output(output_dir: str) -> Iterator[str]:
 
 
 def check_row_accounting(manifest: dict) -> None:
-    """Every row read is written, quarantined or counted as lost to damage in the source;
-    anything else is a row lost silently, and fatal."""
+    """Every row read is written, quarantined, counted as lost to damage in the source or
+    left out for a null label; anything else is a row lost silently, and fatal."""
     rows_in, written = manifest["rows_in"], manifest["rows_written"]
     quarantined, lost = manifest["rows_quarantined"], manifest.get("rows_lost", 0)
-    if rows_in != written + quarantined + lost:
+    unlabelled = manifest.get("rows_unlabelled", 0)
+    if rows_in != written + quarantined + lost + unlabelled:
         raise RuntimeError(f"Row accounting failed: {rows_in} rows in, {written} written, "
-                           f"{quarantined} quarantined, {lost} lost to damage")
+                           f"{quarantined} quarantined, {lost} lost to damage, {unlabelled} "
+                           f"without a label")
 
 
 def read_manifest(folder: str) -> Optional[dict]:

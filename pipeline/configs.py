@@ -115,6 +115,8 @@ class PipelineConfig:
     eval_steps: int = setting(100, "Evaluation steps.")
     # Reporting windows: train_steps is cut into this many epochs of input-wait figures.
     epochs: int = TrainerOptions.epochs
+    max_epochs: int = TrainerOptions.max_epochs
+    early_stopping_patience: int = TrainerOptions.early_stopping_patience
     batch_size: int = InputConfig.batch_size
     seed: int = DEFAULT_SEED  # weight initialisation and input shuffling
     # "none", "memory" or a file prefix: where parsed batches are cached after one epoch.

@@ -5,6 +5,7 @@ ShardedExampleGen -> StatisticsGen -> SchemaGen | ImportSchemaGen -> ExampleVali
 """
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import tensorflow_model_analysis as tfma
@@ -44,6 +45,24 @@ def settle_task(config: PipelineConfig, source: str) -> PipelineConfig:
     return config.replace(task=task, max_mse=max_mse)
 
 
+def check_data_fits_dataset(config: PipelineConfig, source: str) -> None:
+    """Your own data under a bundled dataset's settings (`--data-root` without `--dataset
+    table`) would fail late, in validation or Transform; it is refused here, in one line."""
+    if not config.data_root or config.dataset == "table" or not config.schema_file or \
+            config.data_format == "images" or not os.path.exists(config.schema_file):
+        return
+    from components.codec import schema_file
+
+    expected = [f.name for f in schema_file.load_schema(config.schema_file).feature]
+    path, columns = encode.first_columns(source, config.data_format)
+    missing = [name for name in expected if name not in columns]
+    if missing:
+        raise ValueError(
+            f"{path} is not the {config.dataset} dataset (it lacks {', '.join(missing[:5])}"
+            f"{', ...' if len(missing) > 5 else ''}): for a table of your own, run with "
+            f"--dataset table --set label_key=COLUMN")
+
+
 def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
     """Bless the model only if it reaches the bounds of its task on the eval split of the raw
     examples, scored through the exported serving signature: min_accuracy (and min_auc) for a
@@ -60,8 +79,10 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
                                      threshold=bound(config.min_accuracy))]
         prediction_key = tasks.PROBABILITIES
     elif config.task == tasks.REGRESSION:
+        # R² beside the MSE: the share of the eval labels' variance the model explains.
         metrics = [tfma.MetricConfig(class_name="MeanSquaredError",
-                                     threshold=bound(upper=config.max_mse))]
+                                     threshold=bound(upper=config.max_mse)),
+                   tfma.MetricConfig(class_name="R2Score")]
     else:
         metrics = [tfma.MetricConfig(class_name="BinaryAccuracy",
                                      threshold=bound(config.min_accuracy))]
@@ -85,6 +106,7 @@ def create_pipeline(
     """The pipeline for `config`. It reads `source` (a path or a bundled source name), by
     default the configured data_root or the dataset's bundled data."""
     source = source or datasets.source_for(config)
+    check_data_fits_dataset(config, source)
     config = settle_task(config, source)
     example_gen = ShardedExampleGen(config.example_gen_options(source))
     statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])

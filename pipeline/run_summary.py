@@ -34,6 +34,8 @@ class RunSummary:
     # Overall metrics of the Evaluator on the eval split, name -> value.
     evaluation: dict[str, float] = dataclasses.field(default_factory=dict)
     task: Optional[str] = None  # what the Trainer was told to learn (components/trainer/tasks.py)
+    # Rows ExampleGen read but did not write, by why: quarantined, without a label.
+    rows_left_out: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def format(self) -> str:
         lines = [f"Run {self.run_id}"]
@@ -42,6 +44,9 @@ class RunSummary:
         lines.append(f"Reused from cache: {cached} of {len(self.components)} components")
         rows = ", ".join(f"{s}={n:,}" for s, n in self.rows_per_split.items()) or "unknown"
         lines.append(f"Rows per split: {rows}")
+        left_out = [f"{n:,} {why}" for why, n in self.rows_left_out.items() if n]
+        if left_out:
+            lines.append(f"Rows left out: {', '.join(left_out)}")
         lines.append(f"Schema: {self.schema_path}")
         found = sum(len(a) for a in self.anomalies.values())
         lines.append(f"Anomalies found: {found}")
@@ -51,11 +56,26 @@ class RunSummary:
             lines.append(f"Task: {self.task}")
         if self.evaluation:
             lines.append("Evaluation (eval split): " + ", ".join(
-                f"{name}={value:.4g}" for name, value in sorted(self.evaluation.items())))
+                f"{name}={_metric(value)}" for name, value in sorted(self.evaluation.items())))
         if self.blessed is not None:
             lines.append(f"Model blessed by Evaluator: {'yes' if self.blessed else 'no'}")
         lines.append(f"Pushed model: {self.pushed_model or 'not pushed'}")
         return "\n".join(lines)
+
+
+def _metric(value: float) -> str:
+    """A count as the integer it is (17,791), any other metric to four figures."""
+    return f"{int(value):,}" if float(value).is_integer() and abs(value) >= 1 else f"{value:.4g}"
+
+
+def rows_left_out(artifacts) -> dict[str, int]:
+    """From ExampleGen's manifest: rows quarantined and rows without a label."""
+    for examples in artifacts.get("Examples", []):
+        manifest = read_manifest(examples.uri)
+        if manifest and "format" in manifest:  # ExampleGen's (Transform's has none)
+            return {"quarantined": manifest.get("rows_quarantined", 0),
+                    "without a label": manifest.get("rows_unlabelled", 0)}
+    return {}
 
 
 def open_store(metadata_path: str) -> metadata_store.MetadataStore:
@@ -86,6 +106,7 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
         components=components,
         artifacts=artifacts,
         rows_per_split=_rows_per_split(artifacts),
+        rows_left_out=rows_left_out(artifacts),
         schema_path=_first_uri(artifacts, "Schema", "schema.pbtxt"),
         anomalies=anomalies(artifacts),
         pushed_model=_pushed_model(artifacts),

@@ -31,6 +31,11 @@ def test_the_task_follows_the_labels_values():
     assert tasks.summarize_label(pa.array(cancer), "y", "cancer").task == tasks.BINARY
     wine = sk.load_wine().target
     assert tasks.summarize_label(pa.array(wine), "y", "wine").task == tasks.MULTICLASS
+    # Ints that are not class ids 0..K-1 are quantities: regression.
+    for values in ([15152, 300, 4256, 999, 12], [1, 2, 3, 4, 5, 3], [1990, 2001, 2013],
+                   [0, 2, 7, 40, 63, 99]):
+        assert tasks.summarize_label(pa.array(values), "y", "f").task == tasks.REGRESSION
+    assert tasks.summarize_label(pa.array([0, 3, 2, 1, 2]), "y", "f").task == tasks.MULTICLASS
     two = pa.array(["yes", "no", None, "yes"])
     assert tasks.summarize_label(two, "y", "f").task == tasks.BINARY
     with pytest.raises(tasks.TaskError, match="f: the label 'y' holds one value"):

@@ -39,6 +39,7 @@ class FileResult:
     lost: int = 0  # records in damaged regions, counted from the file's index
     lost_bytes: int = 0
     lost_count_known: bool = True
+    unlabelled: int = 0  # rows left out for a null label
 
 
 def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: int,
@@ -50,7 +51,7 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
     split_names, weights, key_columns = split_plan(options, profile.columns)
     writer = shards.ChunkWriter(os.path.join(staging, "_chunks"), file_index,
                                 options.sharding)
-    rows_in = quarantined = lost = lost_bytes = 0
+    rows_in = quarantined = lost = lost_bytes = unlabelled = 0
     lost_count_known = True
     quarantine_path = os.path.join(staging, shards.QUARANTINE_DIR,
                                    QUARANTINE_FILE.format(file_index=file_index))
@@ -82,6 +83,10 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
                 rows_in += item.num_rows
                 if on_rows:
                     on_rows(item.num_rows)
+                item, dropped = without_unlabelled(item, options.label_key)
+                unlabelled += dropped
+                if not item.num_rows:
+                    continue
                 pending.append(encoder.submit(encode_batch, options, path, item, profile,
                                               split_names, weights, key_columns))
                 while len(pending) > 1:
@@ -92,7 +97,18 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
             if quarantine is not None:
                 quarantine.close()
     return writer.close(), FileResult(file_index, path, rows_in, quarantined, lost, lost_bytes,
-                                      lost_count_known)
+                                      lost_count_known, unlabelled)
+
+
+def without_unlabelled(batch: pa.RecordBatch, label_key: Optional[str]
+                       ) -> tuple[pa.RecordBatch, int]:
+    """(`batch` without the rows whose label is null, how many those were). A batch without
+    the label column (a computed label) keeps every row."""
+    index = batch.schema.get_field_index(label_key) if label_key else -1
+    if index < 0 or not batch.column(index).null_count:
+        return batch, 0
+    kept = batch.filter(batch.column(index).is_valid())
+    return kept, batch.num_rows - kept.num_rows
 
 
 def split_plan(options: ExampleGenOptions, columns) -> tuple[np.ndarray, list[int], list[str]]:
@@ -160,15 +176,19 @@ def merge_profiles(profiles) -> FileProfile:
 def finalize(staging: str, options: ExampleGenOptions, fmt: str, profile: FileProfile,
              written: list, results: list[FileResult], hidden_files: Sequence[str] = (),
              layout_files: Sequence[str] = (), comments: Optional[dict] = None) -> None:
-    """The schema, the manifest (checked: rows in = written + quarantined + lost) into
+    """The schema, the manifest (checked: rows in = written + quarantined + lost +
+    unlabelled) into
     `staging`, from the merged profile, the shards written and every file's counts.
     `comments` (feature -> text) say how a value was converted, in each feature's
     annotation."""
     check_columns(profile, options)
     quarantined = sum(r.quarantined for r in results)
     sources_info = [{"path": r.path, "rows_in": r.rows_in, "quarantined": r.quarantined,
-                     "rows_lost": r.lost, "bytes_lost": r.lost_bytes}
+                     "rows_lost": r.lost, "bytes_lost": r.lost_bytes,
+                     "rows_unlabelled": r.unlabelled}
                     for r in sorted(results, key=lambda r: r.file_index)]
+    # Presence is counted over every readable row, unlabelled ones included (the profile saw
+    # them): "always present" there is "always present" in the rows written.
     good_rows = sum(r.rows_in - r.quarantined - r.lost for r in results)
     schema = serializer.schema_from_profile(profile.columns, good_rows, profile.non_null,
                                             profile.string_values)
@@ -187,12 +207,24 @@ def finalize(staging: str, options: ExampleGenOptions, fmt: str, profile: FilePr
         # Records in damaged regions of TFRecord sources: counted when the source's index
         # says how many; otherwise only their bytes are known, and rows_in is a lower bound.
         rows_lost=sum(r.lost for r in results), bytes_lost=sum(r.lost_bytes for r in results),
+        rows_unlabelled=sum(r.unlabelled for r in results), label_key=options.label_key,
         lost_count_known=all(r.lost_count_known for r in results),
         # Named, not read: see locate.is_hidden and locate.is_layout_file.
         hidden_files_skipped=list(hidden_files),
         layout_files_skipped=list(layout_files))
     shards.check_row_accounting(manifest)
     shards.write_manifest(staging, manifest)
+
+
+def first_columns(source: str, fmt: str) -> tuple[str, list[str]]:
+    """(first file, the column names of its first rows)."""
+    from components.example_gen.sources import locate
+
+    _, fmt, files = locate.source_files(source, fmt)
+    for item in registry.read_file(files[0], fmt, None):
+        if not isinstance(item, BadRecord) and item.num_rows:
+            return files[0], list(item.schema.names)
+    return files[0], []
 
 
 def sample_column(source: str, fmt: str, column: str, max_rows: int = 100_000

@@ -27,3 +27,4 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             ",".join(f"{s['path']}:{s['rows_in']}" for s in manifest["sources"]))
         examples.set_int_custom_property("rows_written", manifest["rows_written"])
         examples.set_int_custom_property("rows_quarantined", manifest["rows_quarantined"])
+        examples.set_int_custom_property("rows_unlabelled", manifest.get("rows_unlabelled", 0))

@@ -20,6 +20,10 @@ class ExampleGenOptions(JsonOptions):
     partition_by: Optional[str] = setting(None, "Write COL=<value>/Split-... folders.")
     on_bad_record: str = setting("fail", "fail names the file and row; quarantine sets bad "
                                  "rows aside with counts.", choices=("fail", "quarantine"))
+    # A training label: a row whose value in this column is null has nothing to learn from
+    # or be scored on, so it is left out and counted (`rows_unlabelled` in the manifest).
+    label_key: Optional[str] = setting(
+        None, "Leave out rows whose value in this column is null, counted as unlabelled.")
     sharding: ShardingOptions = dataclasses.field(default_factory=ShardingOptions)
     # Where the work runs: "beam" (the pipeline's Beam args) or "spark" (a Spark cluster, or
     # local[*] without a master).

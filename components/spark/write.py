@@ -53,12 +53,13 @@ def write_examples(df, output_dir: str, options: Optional[ExampleGenOptions] = N
         payloads = features.mapInArrow(_PartitionEncoder(options, kinds, staging),
                                        "payload binary").collect()
         tasks = sorted((pickle.loads(row.payload) for row in payloads), key=lambda t: t[0])
-        chunks = [chunk for _, task_chunks, _, _ in tasks for chunk in task_chunks]
+        chunks = [chunk for _, task_chunks, _, _, _ in tasks for chunk in task_chunks]
         written = write_shards(spark, shards.plan_shards(chunks, options.sharding), staging,
                                options.sharding)
-        results = [encode.FileResult(index, f"DataFrame partition {index}", rows, 0)
-                   for index, _, _, rows in tasks]
-        for _, _, task_profile, _ in tasks:
+        results = [encode.FileResult(index, f"DataFrame partition {index}", rows, 0,
+                                     unlabelled=unlabelled)
+                   for index, _, _, rows, unlabelled in tasks]
+        for _, _, task_profile, _, _ in tasks:
             profile = profile.merge(task_profile)
         encode.finalize(staging, options, FORMAT, profile, written, results,
                         comments={c.name: c.description for c in planned})
@@ -95,7 +96,7 @@ class _PartitionEncoder:
             task, options.sharding)
         # Kinds come from the DataFrame's schema, so the profile starts with every column
         # and only counts presence and string values.
-        profile, rows = FileProfile(columns=dict(self._kinds)), 0
+        profile, rows, unlabelled = FileProfile(columns=dict(self._kinds)), 0, 0
         source = f"DataFrame partition {task}"
         names = list(self._kinds)
         for batch in batches:
@@ -104,9 +105,12 @@ class _PartitionEncoder:
             batch = pa.RecordBatch.from_arrays(batch.columns, names)
             rows += batch.num_rows
             profile.add_batch(batch, self._kinds)
-            encode.write_groups(writer, encode.encode_batch(
-                options, source, batch, profile, split_names, weights, key_columns))
-        payload = pickle.dumps((task, writer.close(), profile, rows))
+            batch, dropped = encode.without_unlabelled(batch, options.label_key)
+            unlabelled += dropped
+            if batch.num_rows:
+                encode.write_groups(writer, encode.encode_batch(
+                    options, source, batch, profile, split_names, weights, key_columns))
+        payload = pickle.dumps((task, writer.close(), profile, rows, unlabelled))
         yield pa.RecordBatch.from_arrays([pa.array([payload], pa.binary())], ["payload"])
 
 

@@ -63,6 +63,11 @@ class TrainingResult:
     global_batch_size: int
     resumed_from_step: int = 0
     checkpoints: list = dataclasses.field(default_factory=list)  # step, seconds, bytes
+    # With early stopping: the eval loss after each epoch, the step whose weights were kept,
+    # and the step training stopped at.
+    eval_losses: list = dataclasses.field(default_factory=list)
+    best_step: Optional[int] = None
+    stopped_at_step: Optional[int] = None
 
     def report(self) -> dict:
         wait = sum(e.wait_seconds for e in self.epochs)
@@ -82,6 +87,8 @@ class TrainingResult:
             "evaluation": self.evaluation,
             "resumed_from_step": self.resumed_from_step,
             "checkpoints": self.checkpoints,
+            "early_stopping": {"eval_losses": self.eval_losses, "best_step": self.best_step,
+                               "stopped_at_step": self.stopped_at_step},
         }
 
 
@@ -91,6 +98,43 @@ def _first_replica(strategy: tf.distribute.Strategy, values: dict) -> dict:
 
 def _as_floats(logs: dict) -> dict:
     return {k: float(v) for k, v in logs.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class EarlyStopping:
+    """After each epoch, score `eval_steps` batches of the eval data; stop when the loss has
+    not improved for `patience` epochs in a row, and keep the weights of the best epoch."""
+
+    patience: int
+    eval_steps: int
+
+
+class _BestWeights:
+    def __init__(self, stopping: Optional[EarlyStopping], model, eval_data, test_step):
+        self._stopping, self._model, self._test_step = stopping, model, test_step
+        self._iterator = iter(eval_data) if stopping and eval_data is not None else None
+        self.losses: list[float] = []
+        self.best_step: Optional[int] = None
+        self._best_loss, self._weights, self._since_best = float("inf"), None, 0
+
+    def should_stop(self, step: int) -> bool:
+        if self._iterator is None:
+            return False
+        self._model.reset_metrics()
+        for _ in range(self._stopping.eval_steps):
+            logs = self._test_step(next(self._iterator))
+        loss = float(logs["loss"])
+        self.losses.append(loss)
+        if loss < self._best_loss:
+            self._best_loss, self.best_step, self._since_best = loss, step, 0
+            self._weights = self._model.get_weights()
+            return False
+        self._since_best += 1
+        return self._since_best >= self._stopping.patience
+
+    def restore(self) -> None:
+        if self._weights is not None:
+            self._model.set_weights(self._weights)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,8 +152,11 @@ class Checkpointing:
 def train(model: tf.keras.Model, strategy: tf.distribute.Strategy, train_data, *,
           steps: int, steps_per_epoch: int, log_dir: str, global_batch_size: int,
           eval_data=None, eval_steps: int = 0, checkpointing: Optional[Checkpointing] = None,
+          early_stopping: Optional[EarlyStopping] = None,
           on_batch: Optional[Callable[[int, object], None]] = None) -> TrainingResult:
-    """Trains `steps` steps in epochs of `steps_per_epoch`, timing input waits per epoch.
+    """Trains `steps` steps in epochs of `steps_per_epoch`, timing input waits per epoch;
+    with `early_stopping`, stops when the eval loss stops improving and keeps the best
+    epoch's weights.
 
     `train_data`/`eval_data` are distributed datasets (or plain ones on one device) that
     repeat at least as long as needed. TensorBoard scalars go to `log_dir`/train and /eval.
@@ -133,6 +180,8 @@ def train(model: tf.keras.Model, strategy: tf.distribute.Strategy, train_data, *
     saves = _Saves(checkpointing, model, iterator)
     done = saves.restore()
     first = done
+    best = _BestWeights(early_stopping, model, eval_data, test_step)
+    stopped_at = None
     while done < steps:
         model.reset_metrics()
         wait = compute = 0.0
@@ -164,6 +213,12 @@ def train(model: tf.keras.Model, strategy: tf.distribute.Strategy, train_data, *
         logging.info("epoch %d: %d steps, loss %.4f, input wait %.1f%% (%s)", epoch.epoch,
                      epoch_steps, loss, 100 * epoch.input_wait_share,
                      input_bound_label(epoch.input_wait_share))
+        if best.should_stop(done):
+            stopped_at = done
+            logging.info("early stop after %d steps: the eval loss last improved at step %d",
+                         done, best.best_step)
+            break
+    best.restore()
     evaluation: dict = {}
     if eval_data is not None and eval_steps > 0:
         model.reset_metrics()
@@ -179,7 +234,9 @@ def train(model: tf.keras.Model, strategy: tf.distribute.Strategy, train_data, *
     eval_writer.flush()
     devices = _devices(strategy)
     return TrainingResult(epochs, evaluation, warmup, devices, global_batch_size,
-                          resumed_from_step=first, checkpoints=saves.timings)
+                          resumed_from_step=first, checkpoints=saves.timings,
+                          eval_losses=best.losses, best_step=best.best_step,
+                          stopped_at_step=stopped_at)
 
 
 class _Saves:

@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow_metadata.proto.v0 import schema_pb2  # noqa: E402
 
-from components import packing  # noqa: E402
+from components import names, packing  # noqa: E402
 from components.codec import parser, schema_file  # noqa: E402
 from components.images import ImageSpec, decode_images, with_storage_from  # noqa: E402
 from components.trainer import distribute, fit, tasks  # noqa: E402
@@ -33,8 +33,13 @@ from components.trainer.options import TRANSFORM_SIGNATURE, TrainerOptions  # no
 keras = tf.keras
 
 HASH_BINS = 64
-EMBEDDING_DIM = 4
+HIDDEN_UNITS = (128, 64)
 NORMALIZATION_BATCHES = 20
+
+
+def embedding_width(categories: int) -> int:
+    """Wider for more categories, 2 to 16 (the rule of thumb 1.6 * n^0.56)."""
+    return int(min(16, max(2, round(1.6 * categories ** 0.56))))
 
 
 def model_feature_keys(schema: schema_pb2.Schema, label_key: str, excluded,
@@ -119,32 +124,35 @@ def build_tabular_model(schema: schema_pb2.Schema, feature_keys: list[str],
     sample_batches = [({k: v.numpy() for k, v in f.items() if not isinstance(v, tf.RaggedTensor)},
                        label) for f, label in sample]
     inputs, encoded = {}, []
+    # Layers take names TensorFlow accepts; the inputs stay keyed by the features' own.
+    safe = names.op_names(feature_keys)
     for name in feature_keys:
         feature = features[name]
         categories = _categorical_size(feature)
         if feature.type == schema_pb2.BYTES:
-            inputs[name] = keras.Input(shape=(1,), name=name, dtype=tf.string)
+            inputs[name] = keras.Input(shape=(1,), name=safe[name], dtype=tf.string)
             ids = keras.layers.Hashing(num_bins=HASH_BINS)(inputs[name])
             size = HASH_BINS
         elif categories:
-            inputs[name] = keras.Input(shape=(1,), name=name, dtype=tf.int64)
+            inputs[name] = keras.Input(shape=(1,), name=safe[name], dtype=tf.int64)
             ids = keras.layers.Lambda(lambda x: tf.maximum(x, 0))(inputs[name])
             size = categories
         else:
-            inputs[name] = keras.Input(shape=(1,), name=name,
+            inputs[name] = keras.Input(shape=(1,), name=safe[name],
                                        dtype=tf.int64 if feature.type == schema_pb2.INT
                                        else tf.float32)
             values = np.concatenate([np.asarray(f[name], np.float64).ravel()
                                      for f, _ in sample_batches])
             norm = keras.layers.Normalization(axis=None, mean=values.mean(),
                                               variance=max(values.var(), 1e-12),
-                                              name=f"{name}_norm")
+                                              name=f"{safe[name]}_norm")
             encoded.append(norm(tf.cast(inputs[name], tf.float32)))
             continue
-        embedded = keras.layers.Embedding(size, EMBEDDING_DIM)(ids)
-        encoded.append(keras.layers.Reshape((EMBEDDING_DIM,))(embedded))
+        width = embedding_width(size)
+        embedded = keras.layers.Embedding(size, width)(ids)
+        encoded.append(keras.layers.Reshape((width,))(embedded))
     x = keras.layers.Concatenate()(encoded)
-    for units in (64, 32):
+    for units in HIDDEN_UNITS:
         x = keras.layers.Dense(units, activation="relu")(x)
     labels = _sample_labels(sample_batches)
     model = keras.Model(inputs=inputs, outputs=head.output_layer(x, labels))
@@ -159,7 +167,8 @@ def _sample_labels(sample_batches) -> np.ndarray:
 def build_image_model(name: str, image: ImageSpec, head: Head) -> keras.Model:
     """A small CNN. Pixels may arrive as uint8: scaling to [0, 1] is the first layer, so on a
     GPU it runs on the device after a 4x cheaper host->device copy."""
-    inputs = keras.Input(shape=(image.height, image.width, image.channels), name=name,
+    inputs = keras.Input(shape=(image.height, image.width, image.channels),
+                         name=names.op_name(name),
                          dtype=tf.uint8 if image.dtype == "uint8" else tf.float32)
     x = keras.layers.Lambda(lambda t: tf.cast(t, tf.float32))(inputs)
     if image.dtype == "uint8":
@@ -324,20 +333,67 @@ def run_fn(fn_args: Any) -> None:
                      if head.task == tasks.MULTICLASS else "")
         with strategy.scope():
             model = build_model(schemas.model, feature_keys, images, sample, head)
+        budget = training_budget(fn_args, options)
         result = fit.train(
             model, strategy,
             distribute.distribute(strategy, inputs.dataset_fn(fn_args.train_files, True)),
-            steps=fn_args.train_steps,
-            steps_per_epoch=max(1, -(-fn_args.train_steps // max(1, options.epochs))),
+            steps=budget.steps, steps_per_epoch=budget.steps_per_epoch,
             log_dir=folders.run_dir, global_batch_size=options.input.batch_size,
             eval_data=distribute.distribute(strategy,
                                             inputs.dataset_fn(fn_args.eval_files, False)),
-            eval_steps=fn_args.eval_steps or 0,
+            eval_steps=budget.eval_steps,
             checkpointing=fit.Checkpointing(folders.checkpoint_dir, options.checkpoint_every)
-            if options.checkpoint_every else None)
+            if options.checkpoint_every else None,
+            early_stopping=fit.EarlyStopping(options.early_stopping_patience,
+                                             budget.eval_steps)
+            if options.early_stopping_patience and budget.eval_steps else None)
     _write_input_report(result, head, strategy, inputs.read_files, folders.run_dir)
     export_model(model, fn_args.serving_model_dir, folders, serving_signatures(
         model, schemas, feature_keys, images, head, options.label_key))
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    steps: int
+    steps_per_epoch: int
+    eval_steps: int
+
+
+def training_budget(fn_args: Any, options: TrainerOptions) -> Budget:
+    """train_steps at most, and at most max_epochs passes over the training rows; an epoch is
+    one pass when the row count is known and a pass is shorter than a reporting window
+    (train_steps / epochs), else the window. The eval loss is checked on at most one pass
+    over the eval rows."""
+    batch = options.input.batch_size
+    train_rows, eval_rows = (split_rows(files) for files in (fn_args.train_files,
+                                                              fn_args.eval_files))
+    window = max(1, -(-fn_args.train_steps // max(1, options.epochs)))
+    steps = fn_args.train_steps
+    if train_rows:
+        one_pass = max(1, -(-train_rows // batch))
+        steps = min(steps, options.max_epochs * one_pass)
+        window = min(window, one_pass)
+    eval_steps = fn_args.eval_steps or 0
+    if eval_rows:
+        eval_steps = min(eval_steps, max(1, -(-eval_rows // batch)))
+    return Budget(max(1, steps), window, eval_steps)
+
+
+def split_rows(file_patterns) -> Optional[int]:
+    """The rows of a split from our manifest beside it (None for stock shards)."""
+    from components import shards
+
+    patterns = [file_patterns] if isinstance(file_patterns, str) else list(file_patterns)
+    total = 0
+    for pattern in patterns:
+        split_dir = pattern.rstrip("*/").rstrip("/")
+        split = os.path.basename(split_dir)
+        manifest = shards.read_manifest(os.path.dirname(split_dir)) \
+            if split.startswith("Split-") else None
+        if not manifest or split[len("Split-"):] not in manifest.get("splits", {}):
+            return None
+        total += manifest["splits"][split[len("Split-"):]]["rows"]
+    return total
 
 
 def _label_fn(options: TrainerOptions, schema: schema_pb2.Schema) -> Optional[Callable]:
@@ -417,7 +473,7 @@ def make_head(options: TrainerOptions, schema: schema_pb2.Schema, label_key: str
     names: tuple[str, ...] = ()
     if transform_output is not None:
         try:  # the default preprocessing_fn names a string label's vocabulary after it
-            vocabulary = transform_output.vocabulary_by_name(label_key)
+            vocabulary = transform_output.vocabulary_by_name(names.op_name(label_key))
             names = tuple(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
                           for v in vocabulary)
         except (ValueError, KeyError, tf.errors.NotFoundError):

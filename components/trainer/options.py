@@ -99,7 +99,14 @@ class TrainerOptions(JsonOptions):
     # Classes of a multiclass label; None takes the label's int_domain (a vocabulary's size),
     # else the largest label in the first batches plus one.
     num_classes: Optional[int] = None
-    epochs: int = 10  # reporting windows of train_steps
+    epochs: int = 10  # reporting windows of train_steps, when an epoch is longer than that
+    # The budget: train_steps at most, and at most this many passes over the training rows
+    # (when their count is known: our shards' manifest says it), so a small table or image
+    # set does not train for minutes after it stopped improving.
+    max_epochs: int = 100
+    # Stop when the eval split's loss has not improved for this many epochs (checked after
+    # each pass, or each reporting window), keeping the best epoch's weights; 0: never.
+    early_stopping_patience: int = 5
     # How the examples are read: batch size (global), shuffling, seed (also the weights'),
     # cache, damaged files, a tf.data service. Set by their own names in a custom_config.
     input: InputConfig = dataclasses.field(default_factory=InputConfig)

@@ -3,7 +3,11 @@ the pipeline can settle the task (and the Evaluator's metrics) before anything t
 
 The rules, from the label's values or its schema:
 - a float label is regression;
-- an int label whose values are all 0 or 1 is binary, any other int label is multiclass;
+- an int label whose values are all 0 or 1 is binary; one whose values look like class ids
+  (0..K-1: at least 3 values, the smallest 0, all below MAX_CLASS_IDS, and at least half of
+  the ids up to the largest seen) is multiclass; any other int label (a price, a count, a
+  year, ratings from 1) is regression. For multiclass ints Transform records the largest id
+  over all the training rows in the schema, so the number of classes is never a sample's;
 - a string label with two values is binary, with more it is multiclass (Transform maps the
   strings to ids through a vocabulary, whose size is the number of classes).
 The `task` setting overrides them: a float label holding 0.0 and 1.0 is regression unless
@@ -30,6 +34,10 @@ PROBABILITIES = "probabilities"
 CLASS_IDS = "class_ids"
 CLASSES = "classes"
 PREDICTION = "prediction"
+
+
+# An int label with values at or above this is a quantity, not a class id.
+MAX_CLASS_IDS = 64
 
 
 class TaskError(ValueError):
@@ -72,9 +80,14 @@ def summarize_label(values, label_key: str, source: str) -> LabelSummary:
     if pa.types.is_boolean(values.type):
         values = values.cast(pa.int64())
     if pa.types.is_integer(values.type):
-        distinct = pc.unique(values)
-        binary = set(distinct.to_pylist()) <= {0, 1}
-        return LabelSummary(BINARY if binary else MULTICLASS, len(values), len(distinct))
+        distinct = pc.unique(values).to_pylist()
+        if set(distinct) <= {0, 1}:
+            return LabelSummary(BINARY, len(values), len(distinct))
+        if _class_ids(distinct):
+            return LabelSummary(MULTICLASS, len(values), len(distinct))
+        numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        return LabelSummary(REGRESSION, len(values), len(distinct), float(numbers.mean()),
+                            float(numbers.var()))
     if pa.types.is_floating(values.type) or pa.types.is_decimal(values.type):
         numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
         return LabelSummary(REGRESSION, len(values), None, float(numbers.mean()),
@@ -84,6 +97,11 @@ def summarize_label(values, label_key: str, source: str) -> LabelSummary:
         raise TaskError(f"{source}: the label {label_key!r} holds one value in the rows "
                         f"sampled; a model cannot learn from it")
     return LabelSummary(BINARY if distinct == 2 else MULTICLASS, len(values), distinct)
+
+
+def _class_ids(distinct: list[int]) -> bool:
+    return len(distinct) >= 3 and min(distinct) == 0 and max(distinct) < MAX_CLASS_IDS and \
+        len(distinct) * 2 >= max(distinct) + 1
 
 
 def _as_numbers(values):

@@ -49,7 +49,8 @@ def load_preprocessing_fn(options: TransformOptions, raw_schema: schema_pb2.Sche
         module_name, _, name = options.preprocessing_fn.rpartition(".")
         fn = getattr(importlib.import_module(module_name), name)
     else:
-        return with_image_storage(default_preprocessing_fn(raw_schema, options.label_key),
+        return with_image_storage(default_preprocessing_fn(raw_schema, options.label_key,
+                                                           options.task),
                                   raw_schema, options)
     if len(pyinspect.signature(fn).parameters) >= 2:
         user_fn = fn

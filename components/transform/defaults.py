@@ -1,10 +1,17 @@
-"""The preprocessing_fn used when the user gives none, derived from the raw schema.
+"""The preprocessing_fn used when the user gives none, derived from the raw schema, with every
+statistic from tf.Transform analyzers over the training split, so serving does the same:
 
-Floats are z-scored, strings become vocabulary ids (with one OOV bucket), ints are kept, and
-encoded images (bytes with an image_domain) pass through: decoding them is the input
-function's parallel work, not the transform graph's.
-Scalar features come out dense ([batch]), gaps filled with the schema default, so the
-transformed examples carry exactly one value per feature; list features pass through.
+- a number (int or float, not a 0/1 flag): a missing value is imputed with the mean, and a
+  `<name>__missing` 0/1 feature says it was missing (when the schema says values can be
+  missing); the value is z-scored (`<name>`) and also cut into NUM_BUCKETS quantile buckets
+  (`<name>__bucket`, categorical), which lets the model bend on heavy tails and steps;
+- a date or time (tag `tfrp.time=epoch_seconds`): the same, plus its calendar parts as
+  categories (`<name>__month`, `<name>__weekday`, `<name>__hour`) and `<name>__year`;
+- a string: ids of a vocabulary (its most frequent MAX_VOCABULARY values, one OOV bucket);
+- a 0/1 flag (a bool column) and encoded images (bytes with an image_domain) pass through:
+  decoding images is the input function's parallel work, not the transform graph's.
+Scalar features come out dense ([batch]), so the transformed examples carry exactly one value
+per feature; list features pass through. The label: see `transform_features`.
 """
 from __future__ import annotations
 
@@ -12,11 +19,23 @@ from typing import Callable, Iterable, Optional
 
 import tensorflow as tf
 import tensorflow_transform as tft
+from tensorflow_transform import schema_inference
 from tensorflow_metadata.proto.v0 import schema_pb2
 
+from components import names
 from components.codec import parser
+from components.codec.serializer import TIME_TAG
+from components.trainer.tasks import MULTICLASS, REGRESSION
 
 OOV_BUCKETS = 1
+NUM_BUCKETS = 16
+MAX_VOCABULARY = 10_000
+
+
+def vocabulary_name(feature: str) -> str:
+    """The vocabulary file of a feature (`TFTransformOutput.vocabulary_by_name`): a file
+    name, whatever the feature is called."""
+    return names.op_name(feature)
 
 
 def dense_scalar(value, feature: schema_pb2.Feature) -> tf.Tensor:
@@ -25,11 +44,14 @@ def dense_scalar(value, feature: schema_pb2.Feature) -> tf.Tensor:
 
 
 def transform_features(inputs: dict, schema: schema_pb2.Schema,
-                       exclude: Iterable[str] = (), label_key: Optional[str] = None) -> dict:
+                       exclude: Iterable[str] = (), label_key: Optional[str] = None,
+                       task: Optional[str] = None) -> dict:
     """The default transforms for every input feature not in `exclude`. The label is kept in
-    its own units (a regression target is not z-scored; an int label keeps its ids), except a
-    string label, which becomes ids of a vocabulary with no OOV bucket: its size is the
-    number of classes, and an eval label never seen in training maps to -1."""
+    its own units (a regression target is not z-scored, an int one becomes a float; int class
+    ids keep their values, and the schema records the largest over all the training rows, so
+    the number of classes is never taken from a sample), except a string label, which becomes
+    ids of a vocabulary with no OOV bucket: its size is the number of classes, and an eval
+    label never seen in training maps to -1."""
     features = parser.feature_by_name(schema)
     outputs = {}
     for name, value in inputs.items():
@@ -41,23 +63,95 @@ def transform_features(inputs: dict, schema: schema_pb2.Schema,
             continue
         dense = dense_scalar(value, feature)
         if name == label_key:
-            outputs[name] = tft.compute_and_apply_vocabulary(
-                dense, num_oov_buckets=0, vocab_filename=name) \
-                if feature.type == schema_pb2.BYTES else dense
-        elif feature.type == schema_pb2.FLOAT:
-            outputs[name] = tft.scale_to_z_score(dense)
-        elif feature.HasField("image_domain"):
+            outputs[name] = _label(dense, feature, task, name)
+        elif feature.HasField("image_domain") or _is_flag(feature):
             outputs[name] = dense
         elif feature.type == schema_pb2.BYTES:
             outputs[name] = tft.compute_and_apply_vocabulary(
-                dense, num_oov_buckets=OOV_BUCKETS, vocab_filename=name)
+                dense, top_k=MAX_VOCABULARY, num_oov_buckets=OOV_BUCKETS,
+                vocab_filename=vocabulary_name(name))
         else:
-            outputs[name] = dense
+            outputs.update(_number(name, value, feature))
     return outputs
 
 
-def default_preprocessing_fn(schema: schema_pb2.Schema, label_key: Optional[str] = None
-                             ) -> Callable[[dict], dict]:
+def _is_flag(feature: schema_pb2.Feature) -> bool:
+    return feature.type == schema_pb2.INT and feature.HasField("int_domain") and \
+        feature.int_domain.is_categorical and feature.int_domain.max <= 1
+
+
+def _number(name: str, value, feature: schema_pb2.Feature) -> dict:
+    """A number's features: imputed, z-scored, quantile buckets, a missing flag; for a time,
+    its calendar parts too."""
+    present = _present(value)
+    raw = dense_scalar(value, feature)
+    numbers = tf.cast(raw, tf.float32)
+    mean = tft.mean(tf.boolean_mask(numbers, present))
+    filled = tf.where(present, numbers, tf.cast(mean, tf.float32))
+    out = {name: tft.scale_to_z_score(filled),
+           f"{name}__bucket": tft.bucketize(filled, NUM_BUCKETS)}
+    if not (feature.HasField("presence") and feature.presence.min_fraction >= 1.0):
+        out[f"{name}__missing"] = tf.cast(tf.logical_not(present), tf.float32)
+    if TIME_TAG in feature.annotation.tag:
+        seconds = tf.where(present, tf.cast(raw, tf.int64),
+                           tf.cast(tf.round(mean), tf.int64))
+        year, month, weekday, hour = _calendar(seconds)
+        out[f"{name}__year"] = tft.scale_to_z_score(tf.cast(year, tf.float32))
+        for part, values, count in (("month", month - 1, 12), ("weekday", weekday, 7),
+                                    ("hour", hour, 24)):
+            out[f"{name}__{part}"] = tft.apply_buckets(
+                tf.cast(values, tf.float32),
+                tf.constant([[i + 0.5 for i in range(count - 1)]], tf.float32))
+    return out
+
+
+def _present(value) -> tf.Tensor:
+    """[batch] bool: whether each row has a value (a dense input always has)."""
+    if not isinstance(value, tf.SparseTensor):
+        return tf.ones([tf.shape(value)[0]], tf.bool)
+    rows = tf.cast(value.dense_shape[0], tf.int32)
+    hits = tf.math.unsorted_segment_sum(tf.ones_like(value.indices[:, 0], tf.int32),
+                                        tf.cast(value.indices[:, 0], tf.int32), rows)
+    return hits > 0
+
+
+def _calendar(seconds: tf.Tensor) -> tuple:
+    """(year, month 1-12, weekday Monday=0, hour) of epoch seconds, UTC (the civil-from-days
+    algorithm, in integer ops)."""
+    days = tf.math.floordiv(seconds, 86_400)
+    hour = tf.math.floordiv(seconds - days * 86_400, 3_600)
+    weekday = tf.math.floormod(days + 3, 7)  # 1970-01-01 was a Thursday
+    z = days + 719_468
+    era = tf.math.floordiv(z, 146_097)
+    day_of_era = z - era * 146_097
+    year_of_era = (day_of_era - day_of_era // 1_460 + day_of_era // 36_524
+                   - day_of_era // 146_096) // 365
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    shifted_month = (5 * day_of_year + 2) // 153
+    month = tf.where(shifted_month < 10, shifted_month + 3, shifted_month - 9)
+    year = year_of_era + era * 400 + tf.cast(month <= 2, tf.int64)
+    return year, month, weekday, hour
+
+
+def _label(dense: tf.Tensor, feature: schema_pb2.Feature, task: Optional[str],
+           name: str) -> tf.Tensor:
+    if feature.type == schema_pb2.BYTES:
+        return tft.compute_and_apply_vocabulary(dense, num_oov_buckets=0,
+                                                vocab_filename=vocabulary_name(name))
+    if task == REGRESSION and feature.type == schema_pb2.INT:
+        return tf.cast(dense, tf.float32)
+    if task == MULTICLASS and feature.type == schema_pb2.INT:
+        # Class ids 0..K-1 stay themselves; the schema's int domain takes K - 1 from the
+        # largest id in all the training rows, which is where the Trainer counts classes.
+        labels = tf.identity(tf.cast(dense, tf.int64))
+        schema_inference.set_tensor_schema_override(
+            labels, tf.constant(0, tf.int64), tf.cast(tft.max(labels), tf.int64))
+        return labels
+    return dense
+
+
+def default_preprocessing_fn(schema: schema_pb2.Schema, label_key: Optional[str] = None,
+                             task: Optional[str] = None) -> Callable[[dict], dict]:
     def preprocessing_fn(inputs: dict) -> dict:
-        return transform_features(inputs, schema, label_key=label_key)
+        return transform_features(inputs, schema, label_key=label_key, task=task)
     return preprocessing_fn

@@ -17,6 +17,10 @@ class TransformOptions(JsonOptions):
     # The schema-derived preprocessing_fn keeps this feature in its own units (a string label
     # becomes vocabulary ids); see components/transform/defaults.py.
     label_key: Optional[str] = None
+    # The label's task (components/trainer/tasks.py), which the schema-derived
+    # preprocessing_fn follows: a multiclass int label becomes vocabulary ids (the classes
+    # are then counted over every training row), a regression int label a float.
+    task: Optional[str] = None
     # Rows per packed tf.Example (components/packing/); 0 writes one tf.Example per row,
     # the layout stock components read.
     packed_rows: int = 1024

@@ -1,0 +1,30 @@
+"""Feature names as TensorFlow and Keras take them.
+
+tf.Example takes any string as a feature name (spaces, parentheses, slashes, non-ASCII, the
+empty string); op, layer and file names do not. The Examples and schemas keep the source's
+names; whatever builds graphs or files from them (the Trainer's layers, Transform's
+vocabulary files) uses `op_name`, and looks a feature up by its own name."""
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+
+def op_name(feature: str) -> str:
+    """A name of letters, digits and underscores that starts with a letter."""
+    name = re.sub(r"[^A-Za-z0-9_]+", "_", feature).strip("_") or "feature"
+    return name if name[0].isalpha() else f"f_{name}"
+
+
+def op_names(features: Iterable[str]) -> dict[str, str]:
+    """`op_name` of each feature, made unique (`name_2`, `name_3`, ...) in order."""
+    names: dict[str, str] = {}
+    taken: set[str] = set()
+    for feature in features:
+        base = name = op_name(feature)
+        count = 2
+        while name in taken:
+            name, count = f"{base}_{count}", count + 1
+        taken.add(name)
+        names[feature] = name
+    return names
