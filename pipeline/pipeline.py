@@ -79,10 +79,8 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
                                      threshold=bound(config.min_accuracy))]
         prediction_key = tasks.PROBABILITIES
     elif config.task == tasks.REGRESSION:
-        # R² beside the MSE: the share of the eval labels' variance the model explains.
         metrics = [tfma.MetricConfig(class_name="MeanSquaredError",
-                                     threshold=bound(upper=config.max_mse)),
-                   tfma.MetricConfig(class_name="R2Score")]
+                                     threshold=bound(upper=config.max_mse))]
     else:
         metrics = [tfma.MetricConfig(class_name="BinaryAccuracy",
                                      threshold=bound(config.min_accuracy))]

@@ -231,14 +231,23 @@ def test_input_bound_bands_are_the_profilers(share, band):
     assert fit.input_bound_label(share) == band
 
 
-def check_report(model_run_dir: str, epochs: int) -> dict:
-    report = fit.load_report(model_run_dir)
-    assert report is not None and len(report["epochs"]) == epochs
+def check_report(args) -> dict:
+    """The report has an epoch per pass over the training rows (or per reporting window, when
+    a pass is longer), and the steps of the budget, or fewer when training stopped early."""
+    from components.trainer.options import TrainerOptions
+
+    budget = module.training_budget(args, TrainerOptions.from_custom_config(args.custom_config))
+    report = fit.load_report(args.model_run_dir)
+    assert report is not None
+    trained = sum(epoch["steps"] for epoch in report["epochs"])
+    stopped = report["early_stopping"]["stopped_at_step"]
+    assert trained == (stopped or budget.steps)
+    assert len(report["epochs"]) == -(-trained // budget.steps_per_epoch)
     for item in report["epochs"] + [report["overall"]]:
         assert 0.0 <= item["input_wait_share"] <= 1.0
         assert item["label"] == profiler_band(item["input_wait_share"])
     assert report["overall"]["compute_seconds"] > 0
-    assert glob.glob(os.path.join(model_run_dir, "train", "events.out.tfevents.*"))
+    assert glob.glob(os.path.join(args.model_run_dir, "train", "events.out.tfevents.*"))
     return report
 
 
@@ -248,7 +257,7 @@ def test_taxi_training_reduces_loss_reports_input_wait_and_serves(taxi_examples,
                    custom_config={**taxi.TRAINER_SETTINGS, "batch_size": 64, "epochs": 4,
                                   "cache": "memory"})
     module.run_fn(args)
-    report = check_report(args.model_run_dir, 4)
+    report = check_report(args)
     losses = [e["metrics"]["loss"] for e in report["epochs"]]
     assert losses[-1] < losses[0], losses
     assert report["evaluation"]["accuracy"] > 0.5
@@ -265,7 +274,7 @@ def test_trains_on_stock_csv_example_gen_output(stock_taxi_examples, tmp_path):
     args = fn_args(examples, tmp_path, schema_path=schema_path, train_steps=20, eval_steps=2,
                    custom_config={**taxi.TRAINER_SETTINGS, "batch_size": 32, "epochs": 2})
     module.run_fn(args)
-    check_report(args.model_run_dir, 2)
+    check_report(args)
     assert os.path.exists(os.path.join(args.serving_model_dir, "saved_model.pb"))
 
 
@@ -276,7 +285,7 @@ def test_digits_cnn_training_reduces_loss_and_serves_png_bytes(digits_examples, 
                    custom_config={"images": {"image": [8, 8, 1]}, "batch_size": 32,
                                   "epochs": 3, "num_classes": 10})
     module.run_fn(args)
-    report = check_report(args.model_run_dir, 3)
+    report = check_report(args)
     losses = [e["metrics"]["loss"] for e in report["epochs"]]
     assert losses[-1] < losses[0], losses
     assert report["evaluation"]["accuracy"] > 0.5  # ten classes: chance is 0.1

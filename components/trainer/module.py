@@ -105,10 +105,10 @@ class Head:
         if self.task != tasks.MULTICLASS:
             return {self.output_name: output}
         class_ids = tf.argmax(output, axis=-1)
-        names = tf.constant(list(self.class_names) or
-                            [str(i) for i in range(self.num_classes)])
+        class_names = tf.constant(list(self.class_names) or
+                                  [str(i) for i in range(self.num_classes)])
         return {tasks.PROBABILITIES: output, tasks.CLASS_IDS: class_ids,
-                tasks.CLASSES: tf.gather(names, class_ids)}
+                tasks.CLASSES: tf.gather(class_names, class_ids)}
 
     @property
     def output_name(self) -> str:
@@ -470,14 +470,14 @@ def make_head(options: TrainerOptions, schema: schema_pb2.Schema, label_key: str
     if num_classes < 2:
         raise ValueError(f"{label_key}: a multiclass label needs at least 2 classes; set "
                          f"num_classes")
-    names: tuple[str, ...] = ()
+    class_names: tuple[str, ...] = ()
     if transform_output is not None:
         try:  # the default preprocessing_fn names a string label's vocabulary after it
             vocabulary = transform_output.vocabulary_by_name(names.op_name(label_key))
-            names = tuple(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-                          for v in vocabulary)
+            class_names = tuple(v.decode("utf-8", "replace") if isinstance(v, bytes)
+                                else str(v) for v in vocabulary)
         except (ValueError, KeyError, tf.errors.NotFoundError):
-            names = ()
-    if names and len(names) != num_classes:
-        names = ()
-    return Head(task, int(num_classes), names)
+            class_names = ()
+    if class_names and len(class_names) != num_classes:
+        class_names = ()
+    return Head(task, int(num_classes), class_names)
