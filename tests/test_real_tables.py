@@ -117,3 +117,18 @@ def test_the_raw_penguins_train_to_a_model_that_serves_a_raw_example(tmp_path):
     # Closer than these rows' own mean (the Evaluator blessed it for beating the mean over
     # the eval split). How good it is against gradient boosting is `tfrp bench tables`'.
     assert np.sqrt(np.mean((predicted - truth) ** 2)) < truth.std()
+
+
+def test_own_data_under_the_taxi_settings_is_refused_before_examplegen_in_one_line(tmp_path):
+    from conftest import tfrp
+
+    result = tfrp("run", "--data-root", corpus.penguins_raw(), "--output-root", str(tmp_path),
+                  check=False)
+    assert result.returncode == 1
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"Error: the run failed: ValueError: {corpus.penguins_raw()} is "
+                           "not the taxi dataset (it lacks ")
+    assert line.endswith("for a table of your own, run with --dataset table "
+                         "--set label_key=COLUMN")
+    assert not (tmp_path / "pipelines").exists() or not any((tmp_path / "pipelines").rglob(
+        "manifest.json"))
