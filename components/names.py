@@ -10,6 +10,16 @@ import re
 from typing import Iterable
 
 
+# The features Transform's default preprocessing derives from a feature `x`: `x__bucket`,
+# `x__missing`, and a time's `x__year`, `x__month`, `x__weekday`, `x__hour`.
+DERIVED_SUFFIXES = ("__bucket", "__missing", "__year", "__month", "__weekday", "__hour")
+
+
+def derived(name: str, source: str) -> bool:
+    """Whether feature `name` is `source` or made from it."""
+    return name == source or any(name == source + suffix for suffix in DERIVED_SUFFIXES)
+
+
 def op_name(feature: str) -> str:
     """A name of letters, digits and underscores that starts with a letter."""
     name = re.sub(r"[^A-Za-z0-9_]+", "_", feature).strip("_") or "feature"

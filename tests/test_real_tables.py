@@ -132,3 +132,17 @@ def test_own_data_under_the_taxi_settings_is_refused_before_examplegen_in_one_li
                          "--set label_key=COLUMN")
     assert not (tmp_path / "pipelines").exists() or not any((tmp_path / "pipelines").rglob(
         "manifest.json"))
+
+
+def test_leaving_a_feature_out_leaves_out_what_transform_made_of_it():
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    from components.trainer import module
+
+    schema = schema_pb2.Schema()
+    for name in ("column_1", "column_1__bucket", "column_1__missing", "age", "age__bucket",
+                 "label", "column_10"):
+        feature = schema.feature.add(name=name, type=schema_pb2.FLOAT)
+        feature.value_count.min = feature.value_count.max = 1
+    assert module.model_feature_keys(schema, "label", ["column_1"], {}) == \
+        ["age", "age__bucket", "column_10"]

@@ -45,11 +45,12 @@ def embedding_width(categories: int) -> int:
 def model_feature_keys(schema: schema_pb2.Schema, label_key: str, excluded,
                        images: Mapping[str, ImageSpec], label_inputs=()) -> list[str]:
     """Images, or every scalar feature that is not the label, what it is computed from, or
-    excluded."""
+    excluded, nor made from one of those by the default preprocessing (`x__bucket`)."""
     if images:
         return sorted(images)
+    left_out = set(excluded) | {label_key} | set(label_inputs)
     return [f.name for f in schema.feature if parser.is_scalar(f)
-            and f.name not in set(excluded) | {label_key} | set(label_inputs)]
+            and not any(names.derived(f.name, source) for source in left_out)]
 
 
 def _import_function(dotted: str) -> Callable:

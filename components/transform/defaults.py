@@ -88,6 +88,8 @@ def _number(name: str, value, feature: schema_pb2.Feature) -> dict:
     numbers = tf.cast(raw, tf.float32)
     mean = tft.mean(tf.boolean_mask(numbers, present))
     filled = tf.where(present, numbers, tf.cast(mean, tf.float32))
+    # The derived names are `names.DERIVED_SUFFIXES`: the Trainer leaves out what is derived
+    # from a feature it is told to leave out.
     out = {name: tft.scale_to_z_score(filled),
            f"{name}__bucket": tft.bucketize(filled, NUM_BUCKETS)}
     if not (feature.HasField("presence") and feature.presence.min_fraction >= 1.0):
