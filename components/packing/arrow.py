@@ -53,13 +53,12 @@ def unpack_blocks(blocks, layout: PackedLayout):
     names = blocks.schema.names
     real_rows = _flat(blocks.column(names.index(ROWS_KEY))).to_numpy(
         zero_copy_only=False).astype(np.int64)
-    columns = [_feature_rows(blocks, names, feature, layout.rows, real_rows)
+    columns = [_feature_rows(blocks, names, feature, real_rows)
                for feature in layout.features]
     return pa.RecordBatch.from_arrays(columns, [f.name for f in layout.features])
 
 
-def _feature_rows(blocks, names: list[str], feature: PackedFeature, block_rows: int,
-                  real_rows: np.ndarray):
+def _feature_rows(blocks, names: list[str], feature: PackedFeature, real_rows: np.ndarray):
     import pyarrow as pa
 
     stored = blocks.column(names.index(feature.values_key))

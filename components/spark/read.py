@@ -180,30 +180,24 @@ class _FileDecoder:
 
 
 def _typed(column, feature: schema_pb2.Feature, schema: schema_pb2.Schema):
-    """A decoded column (a list per row) as the Spark type's Arrow type:
-    scalars take a row's one value, an empty list is a null."""
+    """A decoded column (a list per row, as `RowDecoder` gives every column, packed or not)
+    as the Spark type's Arrow type: scalars take a row's one value, an empty list is a
+    null."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     value_type = {schema_pb2.INT: pa.int64(), schema_pb2.FLOAT: pa.float32()}.get(
         feature.type, pa.string() if _is_string(feature, schema) else pa.binary())
-    if pa.types.is_null(column.type):
-        column = pa.nulls(len(column), pa.list_(value_type))
-    is_list = pa.types.is_list(column.type) or pa.types.is_large_list(column.type)
     if not parser.is_scalar(feature):
-        if not is_list:
-            column = pa.ListArray.from_arrays(pa.array(range(len(column) + 1), pa.int32()),
-                                              column)
         return column.cast(pa.list_(value_type))
-    if is_list:
-        offsets = column.offsets.to_numpy()
-        if column.null_count == 0 and offsets[-1] - offsets[0] == len(column) and \
-                (np.diff(offsets) == 1).all():  # one value in every row: the values are it
-            column = pc.list_flatten(column)
-        else:
-            lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(
-                zero_copy_only=False)
-            first = pa.array(offsets[:-1] - offsets[0], mask=lengths == 0)
-            column = pc.list_flatten(column).take(first)
+    offsets = column.offsets.to_numpy()
+    if column.null_count == 0 and offsets[-1] - offsets[0] == len(column) and \
+            (np.diff(offsets) == 1).all():  # one value in every row: the values are it
+        column = pc.list_flatten(column)
+    else:
+        lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(
+            zero_copy_only=False)
+        first = pa.array(offsets[:-1] - offsets[0], mask=lengths == 0)
+        column = pc.list_flatten(column).take(first)
     return column.cast(value_type)

@@ -85,18 +85,22 @@ def summarize_label(values, label_key: str, source: str) -> LabelSummary:
             return LabelSummary(BINARY, len(values), len(distinct))
         if _class_ids(distinct):
             return LabelSummary(MULTICLASS, len(values), len(distinct))
-        numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
-        return LabelSummary(REGRESSION, len(values), len(distinct), float(numbers.mean()),
-                            float(numbers.var()))
+        return _regression(values, len(distinct))
     if pa.types.is_floating(values.type) or pa.types.is_decimal(values.type):
-        numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
-        return LabelSummary(REGRESSION, len(values), None, float(numbers.mean()),
-                            float(numbers.var()))
+        return _regression(values, None)
     distinct = len(pc.unique(values))
     if distinct < 2:
         raise TaskError(f"{source}: the label {label_key!r} holds one value in the rows "
                         f"sampled; a model cannot learn from it")
     return LabelSummary(BINARY if distinct == 2 else MULTICLASS, len(values), distinct)
+
+
+def _regression(values, distinct: Optional[int]) -> LabelSummary:
+    import pyarrow as pa
+
+    numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    return LabelSummary(REGRESSION, len(values), distinct, float(numbers.mean()),
+                        float(numbers.var()))
 
 
 def _class_ids(distinct: list[int]) -> bool:

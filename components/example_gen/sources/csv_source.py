@@ -175,21 +175,20 @@ def profile_csv(path: str) -> tuple[FileProfile, int]:
                             if n not in times and (pa.types.is_timestamp(t) or
                                                    pa.types.is_date(t))]
                 if inferred:
-                    raise _TimesFound(inferred)
+                    raise _Retype(inferred, pa.string())
                 clocks = [n for n, t in zip(item.schema.names, item.schema.types)
                           if pa.types.is_time(t)]
                 if clocks:  # times of day stay text, as written
-                    raise _ClockTimesFound(clocks)
+                    raise _Retype(clocks, pa.binary())
                 for name, arrow_type in zip(item.schema.names, item.schema.types):
                     types.setdefault(name, arrow_type)
                 profile.add_batch(item, {n: serializer.arrow_kind(t) for n, t in
                                          zip(item.schema.names, item.schema.types)})
             return profile, bad
-        except _TimesFound as found:
-            times += found.names
-            types.update({name: pa.string() for name in found.names})
-        except _ClockTimesFound as found:
-            types.update({name: pa.binary() for name in found.names})
+        except _Retype as found:
+            if found.arrow_type == pa.string():  # dates and times: parsed by parse_times
+                times += found.names
+            types.update({name: found.arrow_type for name in found.names})
         except _ConversionError as error:
             name = header[error.column]
             current = serializer.TIME if name in times else \
@@ -202,16 +201,12 @@ def profile_csv(path: str) -> tuple[FileProfile, int]:
                 serializer.NULL, serializer.TIME) else pa.binary()
 
 
-class _TimesFound(Exception):
-    def __init__(self, names: list[str]):
-        super().__init__(names)
-        self.names = names
+class _Retype(Exception):
+    """Columns Arrow typed in a way the profile reads again as `arrow_type`."""
 
-
-class _ClockTimesFound(Exception):
-    def __init__(self, names: list[str]):
+    def __init__(self, names: list[str], arrow_type):
         super().__init__(names)
-        self.names = names
+        self.names, self.arrow_type = names, arrow_type
 
 
 class _ConversionError(Exception):
