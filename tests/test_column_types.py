@@ -139,12 +139,17 @@ def test_parquet_files_with_other_types_per_column_profile_and_encode_alike(tmp_
     _passes_agree(files, "parquet")
 
 
-def test_dates_and_times_are_epoch_seconds_in_utc_with_the_schema_saying_so(tmp_path):
-    source = tmp_path / "times.csv"
-    source.write_text("id,day,at,mixed\n"
-                      "1,2007-11-11,2013-01-01T10:00:00Z,2007-11-11\n"
-                      "2,1969-12-31,2013-01-01T12:00:00+02:00,cab\n"
-                      "3,,2013-01-01T10:00:00.75Z,\n")
+@pytest.mark.parametrize("gzipped", [True, False], ids=["gzip", "plain"])
+def test_dates_and_times_are_epoch_seconds_in_utc_with_the_schema_saying_so(tmp_path,
+                                                                             gzipped):
+    import gzip
+
+    text = ("id,day,at,mixed\n"
+            "1,2007-11-11,2013-01-01T10:00:00Z,2007-11-11\n"
+            "2,1969-12-31,2013-01-01T12:00:00+02:00,cab\n"
+            "3,,2013-01-01T10:00:00.75Z,\n")
+    source = tmp_path / ("times.csv.gz" if gzipped else "times.csv")
+    source.write_bytes(gzip.compress(text.encode()) if gzipped else text.encode())
     out = tmp_path / "out"
     beam_job.run(ExampleGenOptions(source=str(source), splits="all:1"), str(out))
     from components import example_rows

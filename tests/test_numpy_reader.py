@@ -229,17 +229,21 @@ def test_long_number_lists_read_back_exactly(tmp_path):
     assert only["f"].tobytes() == np.array(floats, np.float32).tobytes()
 
 
-def test_a_damaged_record_is_named_by_file_and_offset(tmp_path):
-    """Records are decoded in groups; a bad one is still named on its own."""
+@pytest.mark.parametrize("compression", ["GZIP", ""])
+def test_a_damaged_record_is_named_by_file_and_offset(tmp_path, compression):
+    """Records are decoded in groups; a bad one is still named on its own, at its offset in
+    the uncompressed stream, gzip or plain."""
     batch = pa.RecordBatch.from_arrays([pa.array([[1]] * 5, pa.list_(pa.int64()))], ["n"])
     records = serializer.encode_examples(batch)
     records[3] = serializer.encode_examples(pa.RecordBatch.from_arrays(
         [pa.array([[b"text"]], pa.list_(pa.binary()))], ["n"]))[0]
     path = str(tmp_path / "mixed.tfrecord")
-    with tf.io.TFRecordWriter(path) as writer:
+    with tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type=compression)) \
+            as writer:
         for record in records:
             writer.write(record)
     offsets = [offset for offset, _ in tfrecord_io.iter_records(path)]
+    assert offsets[1] == offsets[0] + 16 + len(records[0])  # uncompressed, gzip or not
     schema = serializer.schema_from_profile({"n": (serializer.INT, False)}, 5, {"n": 5}, {})
     with pytest.raises(ValueError, match=f"mixed.tfrecord: record at byte offset "
                                          f"{offsets[3]}: feature 'n' is not a int64_list"):
