@@ -101,6 +101,7 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
     components = {node_name(store, execution): state_name(execution)
                   for execution in executions}
     artifacts = output_artifacts(store, executions)
+    config = trainer_config(executions)
     return RunSummary(
         run_id=run.name,
         components=components,
@@ -111,13 +112,14 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
         anomalies=anomalies(artifacts),
         pushed_model=_pushed_model(artifacts),
         blessed=_blessed(artifacts),
-        evaluation=evaluation(artifacts),
-        task=trainer_task(executions),
+        evaluation=with_r_squared(evaluation(artifacts), artifacts,
+                                  config.get("label_key")),
+        task=config.get("task"),
     )
 
 
-def trainer_task(executions) -> Optional[str]:
-    """The task in the Trainer's custom_config, as the pipeline settled it."""
+def trainer_config(executions) -> dict:
+    """The Trainer's custom_config, as the pipeline settled it."""
     for execution in executions:
         for properties in (execution.properties, execution.custom_properties):
             if "custom_config" in properties:
@@ -126,8 +128,30 @@ def trainer_task(executions) -> Optional[str]:
                 except ValueError:
                     continue
                 if isinstance(config, dict) and config.get("task"):
-                    return config["task"]
-    return None
+                    return config
+    return {}
+
+
+def with_r_squared(metrics: dict[str, float], artifacts, label_key: Optional[str]
+                   ) -> dict[str, float]:
+    """`metrics` with R² = 1 - MSE / Var(label) beside the MSE, the variance over the eval
+    split's rows from StatisticsGen (the rows the Evaluator scored: rows without a label are
+    not written). TFMA has no R² of its own, and Keras's R2Score does not merge across
+    TFMA's batches."""
+    mse = metrics.get("mean_squared_error")
+    if mse is None or not label_key:
+        return metrics
+    from tensorflow_data_validation.utils import stats_util
+
+    for stats in artifacts.get("ExampleStatistics", []):
+        path = os.path.join(stats.uri, "Split-eval", "FeatureStats.pb")
+        if not os.path.exists(path):
+            continue
+        for feature in stats_util.load_stats_binary(path).datasets[0].features:
+            name = feature.path.step[-1] if feature.path.step else feature.name
+            if name == label_key and feature.num_stats.std_dev > 0:
+                return dict(metrics, r_squared=1 - mse / feature.num_stats.std_dev ** 2)
+    return metrics
 
 
 def node_name(store: metadata_store.MetadataStore, execution) -> str:

@@ -51,6 +51,50 @@ def tfrp_concurrently(*commands: tuple) -> list[subprocess.CompletedProcess]:
     return results
 
 
+DAMAGED_PHOTOS = ("truncated.jpg", "empty.jpg", "notes.jpg", "scan.tif")
+
+
+def real_photo_folder(folder, crops: int, size: int) -> list[tuple[str, str]]:
+    """scikit-learn's two photos (china.jpg, flower.jpg), `crops` crops of `size` pixels of
+    each labelled by its photo, and the damage real folders hold: a truncated JPEG (which its
+    header alone would pass), an empty file, a text file named .jpg, a TIFF (which the
+    Trainer's decoder does not read), labelled like the rest. Writes labels.csv; returns the
+    good (file, label) rows."""
+    import csv
+    import glob
+
+    import sklearn.datasets
+    from PIL import Image
+
+    photos = sorted(glob.glob(os.path.join(os.path.dirname(sklearn.datasets.__file__),
+                                           "images", "*.jpg")))
+    assert len(photos) == 2
+    os.makedirs(folder, exist_ok=True)
+    rows = []
+    for photo in photos:
+        label = os.path.splitext(os.path.basename(photo))[0]
+        with Image.open(photo) as image:
+            steps = max(1, crops - 1)
+            for i in range(crops):
+                left = (image.width - size) * i // steps
+                top = (image.height - size) * ((i * 7) % crops) // steps
+                name = f"{label}-{i}.jpg"
+                image.crop((left, top, left + size, top + size)).save(os.path.join(folder, name))
+                rows.append((name, label))
+    whole = open(photos[0], "rb").read()
+    with open(os.path.join(folder, "truncated.jpg"), "wb") as f:
+        f.write(whole[:len(whole) // 2])
+    open(os.path.join(folder, "empty.jpg"), "wb").close()
+    with open(os.path.join(folder, "notes.jpg"), "w") as f:
+        f.write("not a photo\n")
+    Image.open(photos[1]).crop((0, 0, 32, 32)).save(os.path.join(folder, "scan.tif"))
+    with open(os.path.join(folder, "labels.csv"), "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["filename", "label"])
+        writer.writerows(rows + [(name, rows[0][1]) for name in DAMAGED_PHOTOS])
+    return rows
+
+
 @pytest.fixture(scope="session")
 def taxi_csv() -> str:
     return taxi_csv_path()

@@ -216,7 +216,8 @@ def test_training_through_the_data_service_reduces_loss(row_id_examples, data_se
                          config=InputConfig(batch_size=64, data_service=data_service))
     sample = build_dataset(files, schema, "label", feature_keys=["x"],
                            config=InputConfig(batch_size=64, training=False)).take(2)
-    model = module.build_tabular_model(schema, ["x"], sample, module.Head("binary"))
+    model = module.build_tabular_model(schema, ["x"], module.DataStatistics.of(sample, ["x"]),
+                                       module.Head("binary"))
     result = fit.train(model, tf.distribute.get_strategy(), data, steps=60, steps_per_epoch=20,
                        log_dir=str(tmp_path), global_batch_size=64)
     report = result.report()

@@ -169,35 +169,14 @@ def test_image_folder_with_labels(tmp_path):
 
 
 def test_real_photos_with_damaged_files_among_them_are_decoded_and_set_aside(tmp_path):
-    """scikit-learn's two photos (JPEG), crops of them, and the damage real folders hold: a
-    truncated JPEG (which its header alone would pass), an empty file, a text file named
-    .jpg, a TIFF (which the Trainer's decoder does not read). Each is quarantined with a
-    reason that names it and no object repr; the rest decode as the Trainer decodes them."""
-    import sklearn.datasets
-    from PIL import Image
+    """scikit-learn's two photos (JPEG), crops of them, and the damage real folders hold
+    (conftest.real_photo_folder). Each damaged file is quarantined with a reason that names
+    it and no object repr; the rest decode as the Trainer decodes them."""
+    from conftest import DAMAGED_PHOTOS, real_photo_folder
 
-    photos = sorted(glob.glob(os.path.join(os.path.dirname(sklearn.datasets.__file__),
-                                           "images", "*.jpg")))
-    assert len(photos) == 2
     folder = tmp_path / "photos"
-    folder.mkdir()
-    rows = []
-    for label, photo in enumerate(photos):
-        with Image.open(photo) as image:
-            for i in range(6):
-                name = f"{label}-{i}.jpg"
-                image.crop((40 * i, 30 * i, 40 * i + 96, 30 * i + 96)).save(folder / name)
-                rows.append((name, label))
-    whole = open(photos[0], "rb").read()
-    (folder / "truncated.jpg").write_bytes(whole[:len(whole) // 2])
-    (folder / "empty.jpg").write_bytes(b"")
-    (folder / "notes.jpg").write_text("not a photo\n")
-    Image.open(photos[1]).crop((0, 0, 32, 32)).save(folder / "scan.tif")
-    damaged = ["truncated.jpg", "empty.jpg", "notes.jpg", "scan.tif"]
-    with open(folder / "labels.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["filename", "label"])
-        writer.writerows(rows + [(name, 0) for name in damaged])
+    real_photo_folder(folder, crops=6, size=96)
+    damaged = list(DAMAGED_PHOTOS)
     manifest = run_gen(folder, tmp_path / "out", on_bad_record="quarantine")
     assert_balanced(manifest)
     assert (manifest["rows_written"], manifest["rows_quarantined"]) == (12, 4)

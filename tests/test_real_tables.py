@@ -11,7 +11,7 @@ import os
 import pytest
 
 from bench import corpus
-from components import example_gen, shards
+from components import example_gen, example_rows, shards
 from components.example_gen.options import ExampleGenOptions
 
 SAMPLE = 150
@@ -66,7 +66,6 @@ def test_the_raw_penguins_train_to_a_model_that_serves_a_raw_example(tmp_path):
     import numpy as np
     import tensorflow as tf
 
-    from components import example_rows
     from components.codec import schema_file, serializer
     from conftest import tfrp
     from pipeline import run_summary
@@ -117,6 +116,47 @@ def test_the_raw_penguins_train_to_a_model_that_serves_a_raw_example(tmp_path):
     # Closer than these rows' own mean (the Evaluator blessed it for beating the mean over
     # the eval split). How good it is against gradient boosting is `tfrp bench tables`'.
     assert np.sqrt(np.mean((predicted - truth) ** 2)) < truth.std()
+    # R² beside the MSE, against the eval rows' own variance.
+    every_eval_label = np.array([row[label] for row in example_rows.iter_rows(
+        os.path.join(examples, "Split-eval"))], np.float64)
+    r_squared = 1 - summary.evaluation["mean_squared_error"] / every_eval_label.var()
+    assert summary.evaluation["r_squared"] == pytest.approx(r_squared, abs=1e-4)
+    assert f"r_squared={r_squared:.4g}" in result.stdout
+
+
+def test_the_model_is_scaled_by_every_training_row_not_the_first_batches(tmp_path):
+    """A real table sorted by a feature, as exports often are (flights by date): the first
+    batches hold a sliver of that feature's range. Scaling by them once sent a model's loss
+    to 1e10; the Trainer's statistics are every training row's."""
+    import numpy as np
+    import pandas as pd
+    import sklearn.datasets
+
+    from components.codec import schema_file
+    from components.trainer import module
+    from components.trainer.options import InputConfig, TrainerOptions
+
+    frame = sklearn.datasets.load_diabetes(as_frame=True, scaled=False).frame.sort_values("bmi")
+    source = tmp_path / "diabetes_by_bmi.csv"
+    frame.to_csv(source, index=False)
+    out = str(tmp_path / "examples")
+    example_gen.run(ExampleGenOptions(source=str(source)), out)
+    schema = schema_file.load_schema(out)
+    keys = module.model_feature_keys(schema, "target", (), {})
+    options = TrainerOptions(label_key="target", input=InputConfig(batch_size=32))
+    train = os.path.join(out, "Split-train", "*")
+    statistics = module.TrainingInput(options, schema, keys, None, {}, [train]).statistics(train)
+
+    rows = pd.DataFrame(list(example_rows.iter_rows(os.path.join(out, "Split-train"))))
+    assert statistics.label.count == len(rows)
+    for key in module.numeric_keys(schema, keys):
+        assert statistics.features[key].mean == pytest.approx(rows[key].mean(), rel=1e-5)
+        assert statistics.features[key].variance == pytest.approx(rows[key].var(ddof=0),
+                                                                  rel=1e-4)
+    assert statistics.label.largest == rows["target"].max()
+    # What a first-batches sample would have seen of the sorted feature.
+    assert rows["bmi"].head(32).var(ddof=0) < statistics.features["bmi"].variance / 20
+    assert np.isfinite(statistics.label.std)
 
 
 def test_own_data_under_the_taxi_settings_is_refused_before_examplegen_in_one_line(tmp_path):

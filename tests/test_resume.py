@@ -45,7 +45,8 @@ TRAIN = textwrap.dedent("""
                                             shuffle_buffer=500))
     sample = build_dataset(files, schema, "label", feature_keys=["x"],
                            config=InputConfig(batch_size=32, training=False)).take(2)
-    model = module.build_tabular_model(schema, ["x"], sample, module.Head("binary"))
+    model = module.build_tabular_model(schema, ["x"], module.DataStatistics.of(sample, ["x"]),
+                                       module.Head("binary"))
     log = open(os.path.join(out, "steps.jsonl"), "a")
 
     def on_batch(step, batch):

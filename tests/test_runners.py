@@ -276,6 +276,42 @@ def test_image_folder_by_path_trains_and_serves_resized_jpegs(photo_folder_run):
     assert accuracy > 0.6, accuracy
 
 
+def test_real_photos_with_damaged_files_train_to_a_pushed_model(tmp_path):
+    """scikit-learn's two photos, cropped into a two-class folder, with a truncated JPEG, an
+    empty file, a text file and a TIFF among them (conftest.real_photo_folder). ExampleGen
+    quarantines the four and the run summary counts them; the rest train, within the epoch
+    budget (not train_steps' 1,000 steps over 60 images), to a blessed, pushed model that
+    tells the photos apart."""
+    from conftest import DAMAGED_PHOTOS, real_photo_folder
+    from pipeline import run_summary
+
+    folder = tmp_path / "photos"
+    rows = real_photo_folder(folder, crops=40, size=64)
+    result = tfrp("run", "--dataset", "images", "--data-root", str(folder),
+                  "--output-root", str(tmp_path / "runs"), "--pipeline-name", "photos",
+                  "--set", "image_shape=[32,32,3]", "--set", "num_classes=2",
+                  "--set", "on_bad_record=quarantine", "--set", "min_accuracy=0.8")
+    assert f"Rows left out: {len(DAMAGED_PHOTOS)} quarantined" in result.stdout
+    summary = run_summary.summarize(str(tmp_path / "runs" / "metadata" / "photos"
+                                        / "metadata.db"), "photos")
+    assert sum(summary.rows_per_split.values()) == len(rows)
+    assert summary.rows_left_out["quarantined"] == len(DAMAGED_PHOTOS)
+    assert summary.blessed and summary.pushed_model
+    assert summary.evaluation["accuracy"] >= 0.8
+    (model_run,) = summary.artifacts["ModelRun"]
+    with open(os.path.join(model_run.uri, "input_report.json")) as f:
+        report = json.load(f)
+    assert sum(epoch["steps"] for epoch in report["epochs"]) < 1000
+
+    model = tf.saved_model.load(summary.pushed_model)
+    examples = tf.constant([raw_example(image=(folder / name).read_bytes())
+                            for name, _ in rows])
+    served = model.signatures["serving_default"](examples=examples)
+    predicted = [c.decode() for c in served["classes"].numpy().ravel()]
+    accuracy = sum(p == label for p, (_, label) in zip(predicted, rows)) / len(rows)
+    assert accuracy >= 0.8, accuracy
+
+
 # -- Settings ------------------------------------------------------------------------------------
 def test_yaml_then_set_then_named_options_override_defaults(tmp_path):
     settings = tmp_path / "settings.yaml"

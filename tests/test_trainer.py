@@ -206,8 +206,9 @@ def test_distributed_input_and_training_on_cpu(taxi_examples, tmp_path, mirrored
     features, label = next(iter(data))
     assert strategy.experimental_local_results(label)[0].shape == (64, 1)
     with strategy.scope():
-        model = module.build_tabular_model(schema, keys, dataset_fn(
-            tf.distribute.InputContext()).take(2), module.Head("binary"))
+        statistics = module.DataStatistics.of(
+            dataset_fn(tf.distribute.InputContext()).take(2), module.numeric_keys(schema, keys))
+        model = module.build_tabular_model(schema, keys, statistics, module.Head("binary"))
     result = fit.train(model, strategy, data, steps=6, steps_per_epoch=3,
                        log_dir=str(tmp_path), global_batch_size=64)
     assert [e.steps for e in result.epochs] == [3, 3]

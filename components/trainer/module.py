@@ -34,7 +34,6 @@ keras = tf.keras
 
 HASH_BINS = 64
 HIDDEN_UNITS = (128, 64)
-NORMALIZATION_BATCHES = 20
 
 
 def embedding_width(categories: int) -> int:
@@ -76,17 +75,16 @@ class Head:
     num_classes: int = 2
     class_names: tuple[str, ...] = ()  # multiclass: the label's value of each class id
 
-    def output_layer(self, x: tf.Tensor, labels: np.ndarray) -> tf.Tensor:
+    def output_layer(self, x: tf.Tensor, label: "Moments") -> tf.Tensor:
         if self.task == tasks.MULTICLASS:
             return keras.layers.Dense(self.num_classes, activation="softmax",
                                       name=tasks.PROBABILITIES)(x)
         if self.task == tasks.REGRESSION:
             # Starts at the label's mean and scale, so the first steps are not spent
             # walking the output from 0 to the target's units.
-            mean, std = (float(labels.mean()), float(labels.std()) or 1.0) if labels.size \
-                else (0.0, 1.0)
             x = keras.layers.Dense(1)(x)
-            return keras.layers.Rescaling(std, offset=mean, name=tasks.PREDICTION)(x)
+            return keras.layers.Rescaling(label.std or 1.0, offset=label.mean,
+                                          name=tasks.PREDICTION)(x)
         return keras.layers.Dense(1, activation="sigmoid", name=tasks.PROBABILITY)(x)
 
     def compile(self, model: keras.Model) -> keras.Model:
@@ -117,13 +115,78 @@ class Head:
                 tasks.REGRESSION: tasks.PREDICTION}.get(self.task, tasks.PROBABILITY)
 
 
+@dataclasses.dataclass
+class Moments:
+    """Count, mean, variance and largest value of a stream of numbers, summed in float64
+    about the first batch's mean so that large values (epoch seconds) keep their precision."""
+
+    count: int = 0
+    shift: float = 0.0
+    total: float = 0.0
+    squares: float = 0.0
+    largest: float = float("-inf")
+
+    def add(self, values: np.ndarray) -> None:
+        values = np.asarray(values, np.float64).ravel()
+        values = values[np.isfinite(values)]
+        if not values.size:
+            return
+        if not self.count:
+            self.shift = float(values.mean())
+        centred = values - self.shift
+        self.count += values.size
+        self.total += float(centred.sum())
+        self.squares += float(np.square(centred).sum())
+        self.largest = max(self.largest, float(values.max()))
+
+    @property
+    def mean(self) -> float:
+        return self.shift + self.total / self.count if self.count else 0.0
+
+    @property
+    def variance(self) -> float:
+        if not self.count:
+            return 0.0
+        return max(0.0, self.squares / self.count - (self.total / self.count) ** 2)
+
+    @property
+    def std(self) -> float:
+        return float(np.sqrt(self.variance))
+
+
+@dataclasses.dataclass
+class DataStatistics:
+    """Moments of the numeric features and the label over every row of a dataset. The model's
+    scaling and the head's starting point come from all the training rows, not from the first
+    batches: tables are often sorted (by date, by id), and the first rows' spread is not the
+    data's."""
+
+    features: dict[str, Moments]
+    label: Moments
+
+    @classmethod
+    def of(cls, data: tf.data.Dataset, keys: list[str]) -> "DataStatistics":
+        features = {key: Moments() for key in keys}
+        label = Moments()
+        for batch, labels in data.as_numpy_iterator():
+            for key, moments in features.items():
+                moments.add(batch[key])
+            label.add(labels)
+        return cls(features, label)
+
+
+def numeric_keys(schema: schema_pb2.Schema, feature_keys: list[str]) -> list[str]:
+    """The features the tabular model scales: numbers that are not category ids."""
+    features = parser.feature_by_name(schema)
+    return [k for k in feature_keys if features[k].type != schema_pb2.BYTES
+            and not _categorical_size(features[k])]
+
+
 def build_tabular_model(schema: schema_pb2.Schema, feature_keys: list[str],
-                        sample: tf.data.Dataset, head: Head) -> keras.Model:
-    """Numbers are standardised with statistics from `sample`; strings are hashed and embedded,
+                        statistics: DataStatistics, head: Head) -> keras.Model:
+    """Numbers are standardised with `statistics`; strings are hashed and embedded,
     vocabulary ids embedded directly."""
     features = parser.feature_by_name(schema)
-    sample_batches = [({k: v.numpy() for k, v in f.items() if not isinstance(v, tf.RaggedTensor)},
-                       label) for f, label in sample]
     inputs, encoded = {}, []
     # Layers take names TensorFlow accepts; the inputs stay keyed by the features' own.
     safe = names.op_names(feature_keys)
@@ -142,10 +205,9 @@ def build_tabular_model(schema: schema_pb2.Schema, feature_keys: list[str],
             inputs[name] = keras.Input(shape=(1,), name=safe[name],
                                        dtype=tf.int64 if feature.type == schema_pb2.INT
                                        else tf.float32)
-            values = np.concatenate([np.asarray(f[name], np.float64).ravel()
-                                     for f, _ in sample_batches])
-            norm = keras.layers.Normalization(axis=None, mean=values.mean(),
-                                              variance=max(values.var(), 1e-12),
+            moments = statistics.features[name]
+            norm = keras.layers.Normalization(axis=None, mean=moments.mean,
+                                              variance=max(moments.variance, 1e-12),
                                               name=f"{safe[name]}_norm")
             encoded.append(norm(tf.cast(inputs[name], tf.float32)))
             continue
@@ -155,14 +217,8 @@ def build_tabular_model(schema: schema_pb2.Schema, feature_keys: list[str],
     x = keras.layers.Concatenate()(encoded)
     for units in HIDDEN_UNITS:
         x = keras.layers.Dense(units, activation="relu")(x)
-    labels = _sample_labels(sample_batches)
-    model = keras.Model(inputs=inputs, outputs=head.output_layer(x, labels))
+    model = keras.Model(inputs=inputs, outputs=head.output_layer(x, statistics.label))
     return head.compile(model)
-
-
-def _sample_labels(sample_batches) -> np.ndarray:
-    labels = [np.asarray(label, np.float64).ravel() for _, label in sample_batches]
-    return np.concatenate(labels) if labels else np.zeros(0)
 
 
 def build_image_model(name: str, image: ImageSpec, head: Head) -> keras.Model:
@@ -182,7 +238,7 @@ def build_image_model(name: str, image: ImageSpec, head: Head) -> keras.Model:
         x = keras.layers.MaxPooling2D(2)(x)
     x = keras.layers.Flatten()(x)
     x = keras.layers.Dense(64, activation="relu")(x)
-    model = keras.Model(inputs={name: inputs}, outputs=head.output_layer(x, np.zeros(0)))
+    model = keras.Model(inputs={name: inputs}, outputs=head.output_layer(x, Moments()))
     return head.compile(model)
 
 
@@ -302,11 +358,19 @@ class TrainingInput:
                                  config=config, input_context=context)
         return make
 
-    def sample(self, files) -> tf.data.Dataset:
-        """A few batches of the training files, in file order: statistics for the model's
-        first layers and the task's head."""
-        return self.dataset_fn(files, False)(tf.distribute.InputContext()).take(
-            NORMALIZATION_BATCHES)
+    def statistics(self, files) -> DataStatistics:
+        """One pass over the training files, reading only the numbers the model scales and the
+        label: cheaper than an epoch (no strings, no images, no gradients), and it sees every
+        row, which a sample of the first batches does not."""
+        keys = [] if self.images else numeric_keys(self.schema, self.feature_keys)
+        config = dataclasses.replace(self.options.input_config(
+            max(self.options.input.batch_size, 4096), False, {}), num_epochs=1)
+        data = build_dataset(files, self.schema,
+                             None if self.label_fn else self.options.label_key,
+                             feature_keys=keys, label_fn=self.label_fn,
+                             label_inputs=self.options.label_inputs if self.label_fn else (),
+                             config=config)
+        return DataStatistics.of(data, keys)
 
 
 def run_fn(fn_args: Any) -> None:
@@ -327,13 +391,13 @@ def run_fn(fn_args: Any) -> None:
                            _label_fn(options, schemas.model), images, train_files)
 
     with corrupt_files_named(train_files + resolve_files(fn_args.eval_files)):
-        sample = inputs.sample(fn_args.train_files)
-        head = make_head(options, schemas.model, options.label_key, images, sample,
+        statistics = inputs.statistics(fn_args.train_files)
+        head = make_head(options, schemas.model, options.label_key, images, statistics.label,
                          schemas.transform_output)
         logging.info("Task: %s%s", head.task, f" ({head.num_classes} classes)"
                      if head.task == tasks.MULTICLASS else "")
         with strategy.scope():
-            model = build_model(schemas.model, feature_keys, images, sample, head)
+            model = build_model(schemas.model, feature_keys, images, statistics, head)
         budget = training_budget(fn_args, options)
         result = fit.train(
             model, strategy,
@@ -405,12 +469,12 @@ def _label_fn(options: TrainerOptions, schema: schema_pb2.Schema) -> Optional[Ca
 
 
 def build_model(schema: schema_pb2.Schema, feature_keys: list[str],
-                images: Mapping[str, ImageSpec], sample: tf.data.Dataset,
+                images: Mapping[str, ImageSpec], statistics: DataStatistics,
                 head: Head) -> keras.Model:
     if images:
         name, image = next(iter(images.items()))
         return build_image_model(name, image, head)
-    return build_tabular_model(schema, feature_keys, sample, head)
+    return build_tabular_model(schema, feature_keys, statistics, head)
 
 
 def _write_input_report(result, head: Head, strategy: tf.distribute.Strategy,
@@ -454,11 +518,11 @@ def export_model(model: keras.Model, serving_model_dir: str,
 
 
 def make_head(options: TrainerOptions, schema: schema_pb2.Schema, label_key: str,
-              images: Mapping[str, ImageSpec], sample: tf.data.Dataset,
+              images: Mapping[str, ImageSpec], label_moments: Moments,
               transform_output=None) -> Head:
     """The task as set (the pipeline settles it from the data), else what the transformed
     label's schema says, else binary; a multiclass label's classes from `num_classes`, the
-    label's domain (a vocabulary's size), or the largest label in `sample` plus one."""
+    label's domain (a vocabulary's size), or the largest training label plus one."""
     label = parser.find_feature(schema, label_key)
     task = options.task if options.task != tasks.AUTO else (
         tasks.MULTICLASS if images else tasks.task_from_schema(label) or tasks.BINARY)
@@ -466,8 +530,7 @@ def make_head(options: TrainerOptions, schema: schema_pb2.Schema, label_key: str
         return Head(task)
     num_classes = options.num_classes or tasks.classes_from_schema(label)
     if not num_classes:
-        labels = _sample_labels([(None, label_batch) for _, label_batch in sample])
-        num_classes = int(labels.max()) + 1 if labels.size else 0
+        num_classes = int(label_moments.largest) + 1 if label_moments.count else 0
     if num_classes < 2:
         raise ValueError(f"{label_key}: a multiclass label needs at least 2 classes; set "
                          f"num_classes")
