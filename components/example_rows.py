@@ -25,7 +25,7 @@ def record_files(path: str) -> list[str]:
         if os.path.basename(root.rstrip("/")).startswith((".", "_", "quarantine")):
             continue
         files += [os.path.join(root, n) for n in sorted(names)
-                  if not n.endswith((".json", ".pbtxt", ".pb", ".jsonl", ".idx"))
+                  if not n.endswith((".json", ".pbtxt", ".pb", ".jsonl", ".idx", ".part"))
                   and not n.startswith(".")]
     return sorted(files)
 

@@ -1,0 +1,100 @@
+"""Map-style access to the rows of TFRecord shards, with no TensorFlow: `len(source)` and
+`source[i]` for any row i, per-row and packed records alike, through each file's record index
+(components/record_index.py). `TorchDataset` is the same source as a PyTorch map-style
+`Dataset`, so `DataLoader(shuffle=True)` and `DistributedSampler` work as documented.
+
+Row i is the i-th row of a sequential read of the files in name order (the order
+`example_rows.record_files` lists them)."""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import numpy as np
+from tensorflow_metadata.proto.v0 import schema_pb2
+
+from components import example_rows, record_index, tfrecord_io
+from components.codec import parser, schema_file
+from components.packing.arrow import RowDecoder
+from components.packing.layout import ROWS_KEY
+
+
+class ExampleSource:
+    """Every row of `path` (a split folder, an artifact, or a file) or of `files`, decoded by
+    the stored schema (or `schema`) to {feature: numpy array of the row's values}."""
+
+    def __init__(self, path_or_files: Union[str, Sequence[str]],
+                 schema: Optional[schema_pb2.Schema] = None,
+                 features: Optional[Sequence[str]] = None):
+        files = example_rows.record_files(path_or_files) if isinstance(path_or_files, str) \
+            else list(path_or_files)
+        if schema is None:
+            schema = schema_file.find_schema(files[0] if isinstance(path_or_files, (list, tuple))
+                                             else path_or_files)
+        if schema is None:
+            raise ValueError(f"{path_or_files}: no schema.pbtxt found above the data; pass "
+                             f"schema=")
+        self.files = files
+        self.decoder = RowDecoder(schema, features)
+        self.readers = [record_index.RecordReader(record_index.load_or_build(f))
+                        for f in files]
+        self._rows_per_record = [self._record_rows(reader) for reader in self.readers]
+        per_file = [len(r) if rows is None else int(rows.sum())
+                    for r, rows in zip(self.readers, self._rows_per_record)]
+        self._file_starts = np.concatenate([[0], np.cumsum(per_file)]).astype(np.int64)
+        self._record_starts = [None if rows is None else
+                               np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+                               for rows in self._rows_per_record]
+
+    def _record_rows(self, reader: record_index.RecordReader) -> Optional[np.ndarray]:
+        """Rows in each packed block of a file (one compiled pass reading only `__rows__`);
+        None for per-row records."""
+        if not self.decoder.layout:
+            return None
+        only_rows = schema_pb2.Schema()
+        only_rows.feature.add(name=ROWS_KEY, type=schema_pb2.INT)
+        counts = []
+        for block in tfrecord_io.iter_record_blocks(reader.index.path):
+            column = parser.decode_record_block(block, only_rows).column(0)
+            counts.append(np.asarray(column.flatten().to_numpy(zero_copy_only=False),
+                                     np.int64))
+        return np.concatenate(counts) if counts else np.zeros(0, np.int64)
+
+    def __len__(self) -> int:
+        return int(self._file_starts[-1])
+
+    def __getitem__(self, row: int) -> dict[str, np.ndarray]:
+        if row < 0:
+            row += len(self)
+        if not 0 <= row < len(self):
+            raise IndexError(f"row {row} of {len(self)}")
+        k = int(np.searchsorted(self._file_starts, row, side="right")) - 1
+        record, within = row - int(self._file_starts[k]), 0
+        starts = self._record_starts[k]
+        if starts is not None:  # packed: the block holding the row, and where in it
+            block_number = int(np.searchsorted(starts, record, side="right")) - 1
+            record, within = block_number, record - int(starts[block_number])
+        reader = self.readers[k]
+        index = reader.index
+        # The record's own offset names it in a decode error (a gzip record has none).
+        offset = 0 if index.gzip else int(index.offsets[record])
+        decoded = self.decoder.decode(tfrecord_io.RecordBlock.of_records(
+            index.path, offset, [reader[record]]))
+        # A missing value is an empty array, as in the numpy reader's batches.
+        return {name: decoded.column(i).slice(within, 1).flatten().to_numpy(
+                    zero_copy_only=False)
+                for i, name in enumerate(decoded.schema.names)}
+
+
+def torch_dataset(source: ExampleSource):
+    """`source` as a `torch.utils.data.Dataset` (map-style): each item the row's dict of
+    numpy arrays, which the default collate stacks into tensors."""
+    import torch.utils.data
+
+    class _Rows(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return len(source)
+
+        def __getitem__(self, row: int):
+            return source[row]
+
+    return _Rows()

