@@ -392,6 +392,22 @@ def _message_end(buffer, position: int, end: int):
     return start, start + np.int64(length)
 
 
+@_inline
+def _next_message(buffer, position: int, end: int):
+    """(start, end) of the next field-1 message (tag 0x0A) from `position`, skipping other
+    fields; (end, end) when there is none, (-1, -1) when a field is malformed."""
+    while position < end:
+        tag, position = _get_tag(buffer, position, end)
+        if position < 0:
+            return -1, -1
+        if tag == 0x0A:
+            return _message_end(buffer, position, end)
+        position = _skip_field(buffer, position, end, tag & 7)
+        if position < 0:
+            return -1, -1
+    return end, end
+
+
 @intrinsic
 def _load_u64(typingctx, array, position):
     """The 8 bytes at array[position:] as a little-endian uint64, at any alignment."""
@@ -476,42 +492,58 @@ def _count_values(buffer, start: int, end: int, kind: int):
     return count, size
 
 
-@_inline
-def _fill_floats(buffer, start: int, end: int, out, at: int) -> None:
-    """Copies the (checked) FloatList's values to out (float32 bytes) from byte `at`."""
-    while start < end:
-        tag, start = _get_tag(buffer, start, end)
-        if tag == 0x0A:
-            first, last = _message_end(buffer, start, end)
-            _memcpy(out, at, buffer, first, last - first)
-            at += last - first
-            start = last
-        elif tag == 0x0D:
-            _memcpy(out, at, buffer, start, 4)
-            at += 4
-            start += 4
-        else:
-            start = _skip_field(buffer, start, end, tag & 7)
+def _list_filler(fill_packed, fill_one, one_tag: int):
+    """The loop over a (checked) FloatList or Int64List: each field is the packed values
+    (tag 0x0A) or one value (`one_tag`), stored by the kind's own two steps. Built once per
+    kind, so each compiles with its steps inlined, as if written out."""
+    @_inline
+    def fill(buffer, start: int, end: int, out, at: int) -> None:
+        while start < end:
+            tag, start = _get_tag(buffer, start, end)
+            if tag == 0x0A:
+                first, last = _message_end(buffer, start, end)
+                at = fill_packed(buffer, first, last, out, at)
+                start = last
+            elif tag == one_tag:
+                start, at = fill_one(buffer, start, end, out, at)
+            else:
+                start = _skip_field(buffer, start, end, tag & 7)
+    return fill
 
 
 @_inline
-def _fill_ints(buffer, start: int, end: int, out, at: int) -> None:
-    """Stores the (checked) Int64List's values in out from index `at`."""
-    while start < end:
-        tag, start = _get_tag(buffer, start, end)
-        if tag == 0x0A:
-            first, last = _message_end(buffer, start, end)
-            while first < last:
-                value, first = _get_varint(buffer, first, last)
-                out[at] = np.int64(value)
-                at += 1
-            start = last
-        elif tag == 0x08:
-            value, start = _get_varint(buffer, start, end)
-            out[at] = np.int64(value)
-            at += 1
-        else:
-            start = _skip_field(buffer, start, end, tag & 7)
+def _copy_floats(buffer, first: int, last: int, out, at: int) -> int:
+    """Packed floats: their bytes as they are (out is float32 bytes; `at` counts bytes)."""
+    _memcpy(out, at, buffer, first, last - first)
+    return at + last - first
+
+
+@_inline
+def _copy_float(buffer, start: int, end: int, out, at: int):
+    _memcpy(out, at, buffer, start, 4)
+    return start + 4, at + 4
+
+
+@_inline
+def _read_varints(buffer, first: int, last: int, out, at: int) -> int:
+    while first < last:
+        value, first = _get_varint(buffer, first, last)
+        out[at] = np.int64(value)
+        at += 1
+    return at
+
+
+@_inline
+def _read_varint(buffer, start: int, end: int, out, at: int):
+    value, start = _get_varint(buffer, start, end)
+    out[at] = np.int64(value)
+    return start, at + 1
+
+
+# Copies a FloatList's values to out (float32 bytes) from byte `at`.
+_fill_floats = _list_filler(_copy_floats, _copy_float, 0x0D)
+# Stores an Int64List's values in out from index `at`.
+_fill_ints = _list_filler(_read_varints, _read_varint, 0x08)
 
 
 @_inline
@@ -554,27 +586,13 @@ def locate_values(buffer, starts, ends, keys, key_offsets, feature_kinds, length
         position, end = starts[r], ends[r]
         previous = features
         while position < end:
-            tag, position = _get_tag(buffer, position, end)
-            if position < 0:
-                return r, -1, MALFORMED
-            if tag != 0x0A:  # not Example.features
-                position = _skip_field(buffer, position, end, tag & 7)
-                if position < 0:
-                    return r, -1, MALFORMED
-                continue
-            entry, features_end = _message_end(buffer, position, end)
+            entry, features_end = _next_message(buffer, position, end)  # Example.features
             if entry < 0:
                 return r, -1, MALFORMED
             while entry < features_end:
-                tag, entry = _get_tag(buffer, entry, features_end)
-                if entry < 0:
-                    return r, -1, MALFORMED
-                if tag != 0x0A:  # not a Features.feature map entry
-                    entry = _skip_field(buffer, entry, features_end, tag & 7)
-                    if entry < 0:
-                        return r, -1, MALFORMED
-                    continue
-                field, entry_end = _message_end(buffer, entry, features_end)
+                # A Features.feature map entry; an empty one when only other fields are left,
+                # which matches no feature's value below.
+                field, entry_end = _next_message(buffer, entry, features_end)
                 if field < 0:
                     return r, -1, MALFORMED
                 key_start = key_end = value_start = value_end = 0
