@@ -137,6 +137,12 @@ class PipelineConfig:
     # Regression: blessed when the eval MSE is at most this; unset, the MSE of predicting the
     # label's mean (its variance in the rows the task was inferred from).
     max_mse: Optional[float] = None
+    # And against production: the Evaluator also scores the latest blessed model (a resolver)
+    # on the same eval rows, and blesses the new one only if its task metric (accuracy, or
+    # MSE) is no worse than that model's by more than this (absolute, in the metric's units).
+    # The first run, with no blessed model yet, is judged by the bounds alone. None: bounds
+    # alone, always.
+    baseline_tolerance: Optional[float] = 0.0
     # Beam: DirectRunner here; DataflowRunner, FlinkRunner or SparkRunner on a cluster.
     beam_runner: str = "DirectRunner"
     # DirectRunner in worker processes (0: one per core); unset runs in this process.

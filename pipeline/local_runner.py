@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Callable, Optional
 
 from tfx import v1 as tfx
@@ -27,9 +28,16 @@ def run(config: PipelineConfig, echo: Optional[Callable[[str], None]] = None
     connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(
         config.metadata_path)
     pipeline = create_pipeline(config, connection)
-    if echo is None:
-        tfx.orchestration.LocalDagRunner().run(pipeline)
-    else:
-        with progress.RunProgress(config.metadata_path, echo):
+    # TFX's Beam executors parse sys.argv with absl's flags, where `tfrp -v run` reads as
+    # `--verbosity=run` and stops the Evaluator; the pipeline takes nothing from the command
+    # line, so the executors see the program name alone.
+    command_line, sys.argv = sys.argv, sys.argv[:1]
+    try:
+        if echo is None:
             tfx.orchestration.LocalDagRunner().run(pipeline)
+        else:
+            with progress.RunProgress(config.metadata_path, echo):
+                tfx.orchestration.LocalDagRunner().run(pipeline)
+    finally:
+        sys.argv = command_line
     return run_summary.summarize(config.metadata_path, config.pipeline_name)

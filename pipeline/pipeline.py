@@ -63,37 +63,66 @@ def check_data_fits_dataset(config: PipelineConfig, source: str) -> None:
             f"--dataset table --set label_key=COLUMN")
 
 
+CANDIDATE, BASELINE = "candidate", "baseline"
+BASELINE_RESOLVER = "latest_blessed_model_resolver"
+
+
 def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
     """Bless the model only if it reaches the bounds of its task on the eval split of the raw
     examples, scored through the exported serving signature: min_accuracy (and min_auc) for a
-    binary label, min_accuracy for multiclass, max_mse for regression."""
-    def bound(lower: Optional[float] = None, upper: Optional[float] = None
-              ) -> tfma.MetricThreshold:
-        return tfma.MetricThreshold(value_threshold=tfma.GenericValueThreshold(
+    binary label, min_accuracy for multiclass, max_mse for regression; and, with a
+    `baseline_tolerance`, only if its task metric is no worse than the latest blessed model's
+    by more than that (the Evaluator ignores the change threshold while there is none)."""
+    tolerance = config.baseline_tolerance
+
+    def bound(lower: Optional[float] = None, upper: Optional[float] = None,
+              better: Optional[str] = None) -> tfma.MetricThreshold:
+        threshold = tfma.MetricThreshold(value_threshold=tfma.GenericValueThreshold(
             **({"lower_bound": {"value": lower}} if lower is not None else {}),
             **({"upper_bound": {"value": upper}} if upper is not None else {})))
+        if better and tolerance is not None:
+            # candidate - baseline >= -tolerance (higher is better), <= tolerance (lower).
+            higher = better == "higher"
+            threshold.change_threshold.CopyFrom(tfma.GenericChangeThreshold(
+                direction=tfma.MetricDirection.HIGHER_IS_BETTER if higher
+                else tfma.MetricDirection.LOWER_IS_BETTER,
+                absolute={"value": -tolerance if higher else tolerance}))
+        return threshold
 
     prediction_key = ""
     if config.task == tasks.MULTICLASS:
         metrics = [tfma.MetricConfig(class_name="SparseCategoricalAccuracy",
-                                     threshold=bound(config.min_accuracy))]
+                                     threshold=bound(config.min_accuracy, better="higher"))]
         prediction_key = tasks.PROBABILITIES
     elif config.task == tasks.REGRESSION:
         metrics = [tfma.MetricConfig(class_name="MeanSquaredError",
-                                     threshold=bound(upper=config.max_mse))]
+                                     threshold=bound(upper=config.max_mse, better="lower"))]
     else:
         metrics = [tfma.MetricConfig(class_name="BinaryAccuracy",
-                                     threshold=bound(config.min_accuracy))]
+                                     threshold=bound(config.min_accuracy, better="higher"))]
         if config.min_auc is not None:
             metrics.append(tfma.MetricConfig(class_name="AUC", threshold=bound(config.min_auc)))
     metrics.append(tfma.MetricConfig(class_name="ExampleCount"))
-    return tfma.EvalConfig(
-        model_specs=[tfma.ModelSpec(signature_name="serving_default",
-                                    label_key=config.label_key,
-                                    prediction_key=prediction_key,
-                                    preprocessing_function_names=[TRANSFORM_SIGNATURE])],
-        slicing_specs=[tfma.SlicingSpec()],
-        metrics_specs=[tfma.MetricsSpec(metrics=metrics)])
+
+    def model_spec(name: str, **baseline) -> tfma.ModelSpec:
+        return tfma.ModelSpec(name=name, signature_name="serving_default",
+                              label_key=config.label_key, prediction_key=prediction_key,
+                              preprocessing_function_names=[TRANSFORM_SIGNATURE], **baseline)
+
+    specs = [model_spec(CANDIDATE)]
+    if tolerance is not None:
+        specs.append(model_spec(BASELINE, is_baseline=True))
+    return tfma.EvalConfig(model_specs=specs, slicing_specs=[tfma.SlicingSpec()],
+                           metrics_specs=[tfma.MetricsSpec(metrics=metrics)])
+
+
+def baseline_resolver() -> tfx.dsl.Resolver:
+    """The latest model the Evaluator blessed, the production model a new one must beat."""
+    return tfx.dsl.Resolver(
+        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
+        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+    ).with_id(BASELINE_RESOLVER)
 
 
 def create_pipeline(
@@ -130,8 +159,10 @@ def create_pipeline(
         eval_args=tfx.proto.EvalArgs(num_steps=config.eval_steps),
         custom_config=config.trainer_options().as_custom_config(),
     )
+    baseline = baseline_resolver() if config.baseline_tolerance is not None else None
     evaluator = tfx.components.Evaluator(
         examples=example_gen.outputs["examples"], model=trainer.outputs["model"],
+        baseline_model=baseline.outputs["model"] if baseline else None,
         eval_config=eval_config(config))
     pusher = tfx.components.Pusher(
         model=trainer.outputs["model"],
@@ -144,7 +175,7 @@ def create_pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=config.resolved_pipeline_root,
         components=[example_gen, statistics_gen, schema_gen, example_validator, transform,
-                    trainer, evaluator, pusher],
+                    trainer, *([baseline] if baseline else []), evaluator, pusher],
         enable_cache=config.enable_cache,
         metadata_connection_config=metadata_connection_config,
         beam_pipeline_args=config.beam_pipeline_args,

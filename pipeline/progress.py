@@ -75,15 +75,17 @@ class RunProgress:
             self._reported.add(execution.id)
             seconds = (execution.last_update_time_since_epoch -
                        execution.create_time_since_epoch) / 1000
-            produced = run_summary.describe_outputs(
-                run_summary.output_artifacts(store, [execution]))
-            self._report(f"  {run_summary.node_name(store, execution):<20} "
+            produced = run_summary.describe_resolved(store, execution) \
+                if run_summary.is_resolver(execution) else run_summary.describe_outputs(
+                    run_summary.output_artifacts(store, [execution]))
+            name = run_summary.node_name(store, execution)
+            self._report(f"  {name:<{run_summary.NODE_WIDTH}} "
                          f"{run_summary.state_name(execution):<7}{seconds:>7.1f} s  {produced}")
         if self._live and running:
             execution = running[-1]
             seconds = time.time() - execution.create_time_since_epoch / 1000
-            self._show_live(f"  {run_summary.node_name(store, execution):<20} running "
-                            f"{seconds:>5.0f} s ...")
+            name = run_summary.node_name(store, execution)
+            self._show_live(f"  {name:<{run_summary.NODE_WIDTH}} running {seconds:>5.0f} s ...")
 
     def _report(self, line: str) -> None:
         self._clear_live()

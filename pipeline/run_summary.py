@@ -12,6 +12,8 @@ from ml_metadata.proto import metadata_store_pb2
 from components import tfx_artifacts
 from components.shards import read_manifest
 
+# Wide enough for every node id, TFX's `latest_blessed_model_resolver` included.
+NODE_WIDTH = 29
 _OUTPUT_EVENTS = (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)
 _STATE_NAMES = {
     metadata_store_pb2.Execution.COMPLETE: "ran",
@@ -36,10 +38,18 @@ class RunSummary:
     task: Optional[str] = None  # what the Trainer was told to learn (components/trainer/tasks.py)
     # Rows ExampleGen read but did not write, by why: quarantined, without a label.
     rows_left_out: dict[str, int] = dataclasses.field(default_factory=dict)
+    # The latest blessed model the new one was compared with (its URI), and its metrics on
+    # the same eval rows; None when there was none yet (the bounds alone decided).
+    baseline_model: Optional[str] = None
+    baseline_evaluation: dict[str, float] = dataclasses.field(default_factory=dict)
+    # Why the Evaluator did not bless: "metric: what failed", one a threshold.
+    validation_failures: list[str] = dataclasses.field(default_factory=list)
+    resolvers: list[str] = dataclasses.field(default_factory=list)  # node ids
 
     def format(self) -> str:
         lines = [f"Run {self.run_id}"]
-        lines += [f"  {node:<20} {state}" for node, state in self.components.items()]
+        lines += [f"  {node:<{NODE_WIDTH}} {state}" for node, state in self.components.items()]
+        lines += [f"  {node:<{NODE_WIDTH}} resolved" for node in self.resolvers]
         cached = list(self.components.values()).count("cached")
         lines.append(f"Reused from cache: {cached} of {len(self.components)} components")
         rows = ", ".join(f"{s}={n:,}" for s, n in self.rows_per_split.items()) or "unknown"
@@ -57,8 +67,16 @@ class RunSummary:
         if self.evaluation:
             lines.append("Evaluation (eval split): " + ", ".join(
                 f"{name}={_metric(value)}" for name, value in sorted(self.evaluation.items())))
+        if self.baseline_model:
+            lines.append(f"Compared with the latest blessed model: {self.baseline_model}" + (
+                " (" + ", ".join(f"{name}={_metric(value)}" for name, value in
+                                 sorted(self.baseline_evaluation.items())) + ")"
+                if self.baseline_evaluation else ""))
+        elif self.evaluation:
+            lines.append("Compared with: no blessed model yet (bounds alone)")
         if self.blessed is not None:
             lines.append(f"Model blessed by Evaluator: {'yes' if self.blessed else 'no'}")
+        lines += [f"  not blessed: {failure}" for failure in self.validation_failures]
         lines.append(f"Pushed model: {self.pushed_model or 'not pushed'}")
         return "\n".join(lines)
 
@@ -98,13 +116,19 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
                           f"{metadata_path}".replace("  ", " "))
     run = max(runs, key=lambda c: (c.create_time_since_epoch, c.id))
     executions = sorted(store.get_executions_by_context(run.id), key=lambda e: e.id)
+    # Resolvers (the latest blessed model) resolve on every run; they are not components a
+    # run can reuse, so they are listed apart.
     components = {node_name(store, execution): state_name(execution)
-                  for execution in executions}
-    artifacts = output_artifacts(store, executions)
+                  for execution in executions if not is_resolver(execution)}
+    resolvers = [node_name(store, execution) for execution in executions
+                 if is_resolver(execution)]
+    # What this run made: a resolver's outputs are earlier runs' artifacts.
+    artifacts = output_artifacts(store, [e for e in executions if not is_resolver(e)])
     config = trainer_config(executions)
     return RunSummary(
         run_id=run.name,
         components=components,
+        resolvers=resolvers,
         artifacts=artifacts,
         rows_per_split=_rows_per_split(artifacts),
         rows_left_out=rows_left_out(artifacts),
@@ -114,6 +138,10 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
         blessed=_blessed(artifacts),
         evaluation=with_r_squared(evaluation(artifacts), artifacts,
                                   config.get("label_key")),
+        baseline_evaluation=with_r_squared(evaluation(artifacts, baseline=True), artifacts,
+                                           config.get("label_key")),
+        baseline_model=baseline_model(store, executions),
+        validation_failures=validation_failures(artifacts),
         task=config.get("task"),
     )
 
@@ -152,6 +180,20 @@ def with_r_squared(metrics: dict[str, float], artifacts, label_key: Optional[str
             if name == label_key and feature.num_stats.std_dev > 0:
                 return dict(metrics, r_squared=1 - mse / feature.num_stats.std_dev ** 2)
     return metrics
+
+
+def is_resolver(execution) -> bool:
+    return execution.type.endswith(".Resolver")
+
+
+def describe_resolved(store: metadata_store.MetadataStore, execution) -> str:
+    """What a resolver found, in a few words: the latest blessed model, or none yet."""
+    events = store.get_events_by_execution_ids([execution.id])
+    found = store.get_artifacts_by_id([e.artifact_id for e in events
+                                       if e.type == metadata_store_pb2.Event.INTERNAL_OUTPUT])
+    models = [a.uri for a in found
+              if store.get_artifact_types_by_id([a.type_id])[0].name == "Model"]
+    return f"latest blessed model {models[-1]}" if models else "no blessed model yet"
 
 
 def node_name(store: metadata_store.MetadataStore, execution) -> str:
@@ -274,8 +316,11 @@ def _blessed(artifacts) -> Optional[bool]:
     return None
 
 
-def evaluation(artifacts) -> dict[str, float]:
-    """The overall slice of the newest ModelEvaluation."""
+def evaluation(artifacts, baseline: bool = False) -> dict[str, float]:
+    """The overall slice of the newest ModelEvaluation: the new model's metrics, or with
+    `baseline` the compared model's (TFMA keys them by the EvalConfig's model names)."""
+    from pipeline.pipeline import BASELINE
+
     evaluations = artifacts.get("ModelEvaluation", [])
     if not evaluations:
         return {}
@@ -286,6 +331,46 @@ def evaluation(artifacts) -> dict[str, float]:
         if slice_metrics.slice_key.single_slice_keys:
             continue
         for item in slice_metrics.metric_keys_and_values:
-            if item.value.HasField("double_value"):
+            if not item.value.HasField("double_value") or item.key.is_diff:
+                continue
+            if (item.key.model_name == BASELINE) == baseline:
                 found[item.key.name] = item.value.double_value.value
     return found
+
+
+def validation_failures(artifacts) -> list[str]:
+    """What kept the newest ModelEvaluation from blessing: each failed threshold."""
+    evaluations = artifacts.get("ModelEvaluation", [])
+    if not evaluations:
+        return []
+    import tensorflow_model_analysis as tfma
+
+    try:
+        result = tfma.load_validation_result(evaluations[-1].uri)
+    except Exception:  # noqa: BLE001 - no validation written (no thresholds): nothing failed
+        return []
+    failures = []
+    for slice_failure in result.metric_validations_per_slice:
+        for failure in slice_failure.failures:
+            threshold = failure.metric_threshold
+            if failure.metric_key.is_diff and threshold.HasField("change_threshold"):
+                limit = threshold.change_threshold.absolute.value
+                what = f"worse than the latest blessed model's by more than {abs(limit):g}"
+            else:
+                what = "outside its bound"
+            value = failure.metric_value.double_value.value
+            failures.append(f"{failure.metric_key.name}"
+                            f"{' change' if failure.metric_key.is_diff else ''}"
+                            f"={_metric(value)}: {what}")
+    return failures
+
+
+def baseline_model(store: metadata_store.MetadataStore, executions) -> Optional[str]:
+    """The URI of the model the Evaluator took as its baseline in this run, if any."""
+    events = store.get_events_by_execution_ids([e.id for e in executions])
+    for event in events:
+        if event.type == metadata_store_pb2.Event.INPUT and any(
+                step.HasField("key") and step.key == "baseline_model"
+                for step in event.path.steps):
+            return store.get_artifacts_by_id([event.artifact_id])[0].uri
+    return None

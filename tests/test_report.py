@@ -27,12 +27,14 @@ def chromium(page: str, tmp_path, *args) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def page(taxi_run, tmp_path_factory):
-    config, _ = taxi_run
+    """The report of the shared taxi run (by its id: other tests run the pipeline again)."""
+    config, summary = taxi_run
     from pipeline import local_runner
 
     config = local_runner.local_config(config)
     path = str(tmp_path_factory.mktemp("report") / "report.html")
-    return report.write_report(config.metadata_path, config.pipeline_name, path)
+    return report.write_report(config.metadata_path, config.pipeline_name, path,
+                               summary.run_id)
 
 
 def test_rendered_page_holds_statistics_metrics_and_chart(page, tmp_path):

@@ -20,6 +20,9 @@ from pipeline.configs import (CONTAINER_WORKDIR, DEFAULT_IMAGE, DEFAULT_IMAGE_TA
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPONENTS = {"ShardedExampleGen", "StatisticsGen", "ImportSchemaGen", "ExampleValidator",
               "ShardedTransform", "Trainer", "Evaluator", "Pusher"}
+# Kubeflow runs TFX's latest_blessed_model_resolver as two resolver tasks.
+RESOLVER_TASKS = {"latest_blessed_model_resolver-model-resolver",
+                  "latest_blessed_model_resolver-model-blessing-resolver"}
 BEAM_ARGS = ["--runner=DataflowRunner", "--project=test-project", "--region=europe-west4",
              "--temp_location=gs://test-bucket/tmp", "--machine_type=n2-standard-4",
              "--max_num_workers=7"]
@@ -60,25 +63,39 @@ def test_a_local_run_leaves_no_packaged_tfx_in_the_temp_folder(taxi_cli_run):
     assert sum(os.path.getsize(path) for path in left) < 5_000_000, left[:20]
 
 
-def test_second_run_reuses_every_component_and_says_so(taxi_run, taxi_rerun):
+def test_second_run_reuses_the_model_and_compares_it_with_production(taxi_run, taxi_rerun):
+    """Nothing new: every component up to the Trainer is reused. The Evaluator runs again,
+    because production changed: the first run's model is now the latest blessed one, so the
+    same model is compared with itself, blessed, and pushed again."""
     _, first = taxi_run
     assert taxi_rerun.run_id != first.run_id
-    assert taxi_rerun.components == dict.fromkeys(COMPONENTS, "cached")
-    assert f"Reused from cache: {len(COMPONENTS)} of {len(COMPONENTS)}" in taxi_rerun.format()
-    assert taxi_rerun.pushed_model == first.pushed_model
+    reused = COMPONENTS - {"Evaluator", "Pusher"}
+    assert taxi_rerun.components == {**dict.fromkeys(reused, "cached"),
+                                     "Evaluator": "ran", "Pusher": "ran"}
+    assert f"Reused from cache: {len(reused)} of {len(COMPONENTS)}" in taxi_rerun.format()
+    assert taxi_rerun.resolvers == ["latest_blessed_model_resolver"]
+    (model,) = first.artifacts["Model"]
+    assert first.baseline_model is None and taxi_rerun.baseline_model == model.uri
+    assert taxi_rerun.blessed
+    assert taxi_rerun.baseline_evaluation["binary_accuracy"] == pytest.approx(
+        taxi_rerun.evaluation["binary_accuracy"])
 
 
-def test_unblessed_model_is_not_pushed(taxi_run, taxi_unblessed_run):
+def test_unblessed_model_is_not_pushed(taxi_run, taxi_rerun, taxi_unblessed_run):
     config, first = taxi_run
     summary = taxi_unblessed_run
     # Only the bound changed: the model is reused, then judged again and refused.
     assert summary.components["Trainer"] == "cached"
     assert summary.components["Evaluator"] == "ran" and summary.components["Pusher"] == "ran"
     assert summary.blessed is False
+    assert summary.validation_failures == [
+        f"binary_accuracy={summary.evaluation['binary_accuracy']:.4g}: outside its bound"]
     assert summary.pushed_model is None
     assert "Pushed model: not pushed" in summary.format()
     serving = os.path.abspath(config.resolved_serving_dir)
-    assert sorted(os.listdir(serving)) == [os.path.basename(first.pushed_model)]
+    # What the serving folder holds is what the two blessed runs before pushed.
+    assert sorted(os.listdir(serving)) == sorted(
+        os.path.basename(run.pushed_model) for run in (first, taxi_rerun))
 
 
 # -- Kubeflow Pipelines v2 compile and Vertex AI submit ------------------------------------------
@@ -105,15 +122,19 @@ def test_compiled_json_loads_with_kfp_and_names_every_component(compiled):
 
     pipeline = components.load_component_from_file(str(compiled))
     assert pipeline.name == "tfrp-taxi"
-    assert set(pipeline.pipeline_spec.root.dag.tasks) == COMPONENTS
+    assert set(pipeline.pipeline_spec.root.dag.tasks) == COMPONENTS | RESOLVER_TASKS
     assert pipeline.pipeline_spec.default_pipeline_root == "gs://test-bucket/root"
 
 
 def test_every_component_runs_the_configured_image_with_beam_args(compiled):
     spec = json.loads(compiled.read_text())
     executors = spec["deploymentSpec"]["executors"]
-    assert {name.removesuffix("_executor") for name in executors} == COMPONENTS
+    assert {name.removesuffix("_executor") for name in executors} == \
+        COMPONENTS | RESOLVER_TASKS
     for name, executor in executors.items():
+        if name.removesuffix("_executor") in RESOLVER_TASKS:
+            assert "resolver" in executor, executor  # resolved by Kubeflow, not a container
+            continue
         container = executor["container"]
         assert container["image"] == f"{DEFAULT_IMAGE}:7.7.7", name
         for arg in BEAM_ARGS + [f"--sdk_container_image={DEFAULT_IMAGE}:7.7.7"]:
