@@ -3,19 +3,21 @@ stock components read our outputs without guessing (and without warning that the
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 from tfx.components.util import examples_utils
 from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 
 
-def set_examples_properties(examples, split_names: list[str]) -> None:
-    """Split names, the tf.Example payload format, and span and version 0 (stock ExampleGen's
-    driver sets them; a pipeline without spans has span 0, version 0)."""
+def set_examples_properties(examples, split_names: list[str], span: int = 0,
+                            version: Optional[int] = None) -> None:
+    """Split names, the tf.Example payload format, and the span and version (stock
+    ExampleGen's driver sets them; a source without spans has span 0, version 0)."""
     examples.split_names = artifact_utils.encode_split_names(sorted(split_names))
     examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)
-    examples.span = 0
-    examples.version = 0
+    examples.span = span
+    examples.version = version or 0
 
 
 def split_anomalies(uri: str, splits: list[str], described: bool = False

@@ -5,6 +5,7 @@ ShardedExampleGen -> StatisticsGen -> SchemaGen | ImportSchemaGen -> ExampleVali
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Optional
 
@@ -12,7 +13,7 @@ import tensorflow_model_analysis as tfma
 from ml_metadata.proto import metadata_store_pb2
 from tfx import v1 as tfx
 
-from components.example_gen.component import ShardedExampleGen
+from components.example_gen.component import ShardedExampleGen, resolve_span
 from components.example_gen import encode
 from components.trainer import tasks
 from components.trainer.options import TRANSFORM_SIGNATURE
@@ -132,10 +133,14 @@ def create_pipeline(
 ) -> tfx.dsl.Pipeline:
     """The pipeline for `config`. It reads `source` (a path or a bundled source name), by
     default the configured data_root or the dataset's bundled data."""
-    source = source or datasets.source_for(config)
+    # A `{SPAN}` pattern is resolved first: the checks below read the files of its span.
+    resolved = resolve_span(config.example_gen_options(source or datasets.source_for(config)))
+    source = resolved.source
     check_data_fits_dataset(config, source)
     config = settle_task(config, source)
-    example_gen = ShardedExampleGen(config.example_gen_options(source))
+    example_gen = ShardedExampleGen(dataclasses.replace(
+        config.example_gen_options(source), span=resolved.span, version=resolved.version,
+        source_fingerprint=resolved.source_fingerprint))
     statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
     if config.schema_file:
         schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_file)

@@ -45,6 +45,8 @@ class RunSummary:
     # Why the Evaluator did not bless: "metric: what failed", one a threshold.
     validation_failures: list[str] = dataclasses.field(default_factory=list)
     resolvers: list[str] = dataclasses.field(default_factory=list)  # node ids
+    # The span and version ExampleGen read ((0, 0) for a source without spans).
+    span: tuple[int, int] = (0, 0)
 
     def format(self) -> str:
         lines = [f"Run {self.run_id}"]
@@ -54,6 +56,9 @@ class RunSummary:
         lines.append(f"Reused from cache: {cached} of {len(self.components)} components")
         rows = ", ".join(f"{s}={n:,}" for s, n in self.rows_per_split.items()) or "unknown"
         lines.append(f"Rows per split: {rows}")
+        if self.span != (0, 0):
+            lines.append(f"Span: {self.span[0]}" + (f", version {self.span[1]}"
+                                                   if self.span[1] else ""))
         left_out = [f"{n:,} {why}" for why, n in self.rows_left_out.items() if n]
         if left_out:
             lines.append(f"Rows left out: {', '.join(left_out)}")
@@ -84,6 +89,18 @@ class RunSummary:
 def _metric(value: float) -> str:
     """A count as the integer it is (17,791), any other metric to four figures."""
     return f"{int(value):,}" if float(value).is_integer() and abs(value) >= 1 else f"{value:.4g}"
+
+
+def example_gen_span(artifacts) -> tuple[int, int]:
+    """(span, version) of ExampleGen's Examples artifact."""
+    for examples in artifacts.get("Examples", []):
+        manifest = read_manifest(examples.uri)
+        if manifest and "format" in manifest:  # ExampleGen's (Transform's has none)
+            return (examples.properties["span"].int_value if "span" in examples.properties
+                    else 0,
+                    examples.properties["version"].int_value if "version" in
+                    examples.properties else 0)
+    return (0, 0)
 
 
 def rows_left_out(artifacts) -> dict[str, int]:
@@ -132,6 +149,7 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
         artifacts=artifacts,
         rows_per_split=_rows_per_split(artifacts),
         rows_left_out=rows_left_out(artifacts),
+        span=example_gen_span(artifacts),
         schema_path=_first_uri(artifacts, "Schema", "schema.pbtxt"),
         anomalies=anomalies(artifacts),
         pushed_model=_pushed_model(artifacts),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Optional
 
 from tfx.dsl.components.base import base_beam_component, executor_spec
@@ -33,10 +34,34 @@ class ShardedExampleGen(base_beam_component.BaseBeamComponent):
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
     def __init__(self, options: Optional[ExampleGenOptions] = None, **settings: Any):
-        options = options_or_settings(ExampleGenOptions, options, settings)
+        options = resolve_span(options_or_settings(ExampleGenOptions, options, settings))
         if options.source_fingerprint is None:
             options = dataclasses.replace(
                 options, source_fingerprint=locate.local_fingerprint(options.source))
         super().__init__(spec=ShardedExampleGenSpec(
             examples=channel_utils.as_channel([standard_artifacts.Examples()]),
             **{OPTIONS_KEY: options.to_json()}))
+
+
+def resolve_span(options: ExampleGenOptions) -> ExampleGenOptions:
+    """A source pattern with TFX's `{SPAN}`, `{YYYY}{MM}{DD}` and `{VERSION}` specs, resolved
+    as stock ExampleGen resolves its input_config: the latest span, and its latest version.
+    The options then read that span's files and carry its numbers and stock's fingerprint of
+    them, so a run whose latest span was already processed is reused from the cache."""
+    from tfx.components.example_gen import utils
+    from tfx.proto import example_gen_pb2
+
+    pattern = options.source
+    if not any(spec in pattern for spec in ("{SPAN", "{YYYY}", "{MM}", "{DD}", "{VERSION")):
+        return options
+    first_spec = min(i for i in (pattern.find(s) for s in ("{SPAN", "{YYYY}", "{MM}", "{DD}",
+                                                           "{VERSION")) if i >= 0)
+    base = os.path.dirname(pattern[:first_spec])
+    split = example_gen_pb2.Input.Split(name="source", pattern=os.path.relpath(pattern, base))
+    try:
+        fingerprint, span, version = utils.calculate_splits_fingerprint_span_and_version(
+            base, [split])
+    except ValueError as error:
+        raise ValueError(f"{pattern}: {error}") from None
+    return dataclasses.replace(options, source=os.path.join(base, split.pattern), span=span,
+                               version=version, source_fingerprint=fingerprint)

@@ -21,7 +21,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         options = ExampleGenOptions.from_json(exec_properties[OPTIONS_KEY])
         examples = artifact_utils.get_single_instance(output_dict["examples"])
         manifest = example_gen.run(options, examples.uri, make_pipeline=self._make_beam_pipeline)
-        tfx_artifacts.set_examples_properties(examples, shards.split_names(manifest))
+        tfx_artifacts.set_examples_properties(examples, shards.split_names(manifest),
+                                              options.span, options.version)
         examples.set_string_custom_property(
             example_gen_utils.FINGERPRINT_PROPERTY_NAME,
             ",".join(f"{s['path']}:{s['rows_in']}" for s in manifest["sources"]))

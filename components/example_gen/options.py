@@ -36,6 +36,11 @@ class ExampleGenOptions(JsonOptions):
     # Sizes and modification times of local source files, taken when the pipeline is built:
     # an edited source changes the component's parameters, so a cached run re-reads it.
     source_fingerprint: Optional[str] = None
+    # The span and version a `{SPAN}`/`{YYYY}{MM}{DD}`/`{VERSION}` source resolved to when the
+    # pipeline was built (the component resolves it, as stock ExampleGen's driver does); set
+    # on the Examples artifact. Span 0 and no version for a source without them.
+    span: int = 0
+    version: Optional[int] = None
 
     def __post_init__(self):
         super().__post_init__()

@@ -50,7 +50,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         splits = artifact_utils.decode_split_names(examples.split_names)
         manifest = beam_job.run(options, examples.uri, raw_schema, graph.uri, transformed.uri,
                                 make_pipeline=self._make_beam_pipeline, splits=splits)
-        tfx_artifacts.set_examples_properties(transformed, list(manifest["splits"]))
+        # The transformed rows are the input's span and version.
+        tfx_artifacts.set_examples_properties(transformed, list(manifest["splits"]),
+                                              examples.span, examples.version)
         transformed.set_int_custom_property("rows_written", manifest["rows_written"])
         # The post-transform Schema is the schema stored beside the transformed shards.
         post_schema = artifact_utils.get_single_uri(output_dict["post_transform_schema"])
