@@ -131,6 +131,8 @@ class PipelineConfig:
     # checkpoint_dir (default: the Trainer's model_run_dir); a restart resumes mid-epoch.
     checkpoint_every: int = TrainerOptions.checkpoint_every
     checkpoint_dir: Optional[str] = TrainerOptions.checkpoint_dir
+    # Start from the production model's weights (the latest blessed model, TFX's base_model).
+    warm_start: bool = TrainerOptions.warm_start
     # Evaluator blesses the model only when every metric reaches its bound (AUC: binary only).
     min_accuracy: float = 0.8
     min_auc: Optional[float] = 0.85

@@ -154,8 +154,12 @@ def create_pipeline(
         # The gate: with fail_on_anomalies, any anomaly stops the run here.
         anomalies=example_validator.outputs["anomalies"],
         options=config.transform_options())
+    # The latest blessed model: the Evaluator's baseline, and the Trainer's warm start.
+    production = baseline_resolver() \
+        if config.baseline_tolerance is not None or config.warm_start else None
     trainer = tfx.components.Trainer(
         run_fn=TRAINER_RUN_FN,
+        base_model=production.outputs["model"] if production and config.warm_start else None,
         examples=transform.outputs["transformed_examples"],
         transform_graph=transform.outputs["transform_graph"],
         # The post-transform schema says what the examples hold and whether they are packed.
@@ -164,10 +168,10 @@ def create_pipeline(
         eval_args=tfx.proto.EvalArgs(num_steps=config.eval_steps),
         custom_config=config.trainer_options().as_custom_config(),
     )
-    baseline = baseline_resolver() if config.baseline_tolerance is not None else None
     evaluator = tfx.components.Evaluator(
         examples=example_gen.outputs["examples"], model=trainer.outputs["model"],
-        baseline_model=baseline.outputs["model"] if baseline else None,
+        baseline_model=production.outputs["model"]
+        if production and config.baseline_tolerance is not None else None,
         eval_config=eval_config(config))
     pusher = tfx.components.Pusher(
         model=trainer.outputs["model"],
@@ -180,7 +184,7 @@ def create_pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=config.resolved_pipeline_root,
         components=[example_gen, statistics_gen, schema_gen, example_validator, transform,
-                    trainer, *([baseline] if baseline else []), evaluator, pusher],
+                    *([production] if production else []), trainer, evaluator, pusher],
         enable_cache=config.enable_cache,
         metadata_connection_config=metadata_connection_config,
         beam_pipeline_args=config.beam_pipeline_args,

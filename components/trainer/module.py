@@ -12,6 +12,7 @@ raw examples.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from typing import Any, Callable, Mapping, Optional
@@ -398,6 +399,8 @@ def run_fn(fn_args: Any) -> None:
                      if head.task == tasks.MULTICLASS else "")
         with strategy.scope():
             model = build_model(schemas.model, feature_keys, images, statistics, head)
+            if options.warm_start:
+                warm_start(model, fn_args.base_model, feature_keys)
         budget = training_budget(fn_args, options)
         result = fit.train(
             model, strategy,
@@ -511,10 +514,40 @@ def export_model(model: keras.Model, serving_model_dir: str,
     target = serving_model_dir if folders.writes_outputs else \
         os.path.join(folders.run_dir, "model_copy")
     model.save(target, save_format="tf", signatures=signatures, save_traces=False)
+    # What a later warm start checks its features against (serving ignores assets.extra).
+    tf.io.gfile.makedirs(os.path.dirname(os.path.join(target, MODEL_INPUTS_FILE)))
+    with tf.io.gfile.GFile(os.path.join(target, MODEL_INPUTS_FILE), "w") as f:
+        f.write(json.dumps({"features": sorted(model.input)}))
     if folders.writes_outputs:
         logging.info("Exported serving model to %s", serving_model_dir)
     else:
         tf.io.gfile.rmtree(target)
+
+
+MODEL_INPUTS_FILE = os.path.join("assets.extra", "tfrp_model_inputs.json")
+
+
+def warm_start(model: keras.Model, base_model: Optional[str], feature_keys: list[str]) -> None:
+    """Loads the production model's weights into `model` (same features, same layers). Its
+    scaling comes with them. No production model yet (a first run): a cold start, logged."""
+    if not base_model:
+        logging.info("warm_start: no blessed model yet; training from random weights")
+        return
+    inputs_file = os.path.join(base_model, MODEL_INPUTS_FILE)
+    if not tf.io.gfile.exists(inputs_file):
+        raise ValueError(f"warm_start: {base_model} was not exported by this Trainer (no "
+                         f"{MODEL_INPUTS_FILE}); train once with warm_start=false")
+    with tf.io.gfile.GFile(inputs_file) as f:
+        before = json.load(f)["features"]
+    if sorted(before) != sorted(feature_keys):
+        gone = sorted(set(before) - set(feature_keys))
+        new = sorted(set(feature_keys) - set(before))
+        raise ValueError(f"warm_start: the production model {base_model} was trained on other "
+                         f"features than the new transform graph gives (gone: {gone}; new: "
+                         f"{new}); train once with warm_start=false")
+    status = model.load_weights(os.path.join(base_model, "variables", "variables"))
+    status.assert_existing_objects_matched()  # every layer of the new model found its weights
+    logging.info("warm_start: weights from %s", base_model)
 
 
 def make_head(options: TrainerOptions, schema: schema_pb2.Schema, label_key: str,

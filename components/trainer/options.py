@@ -117,6 +117,10 @@ class TrainerOptions(JsonOptions):
     # gives each execution a new model_run_dir, so set a stable path for a restarted
     # pipeline run to find the checkpoints.
     checkpoint_dir: Optional[str] = None
+    # Start from the weights of the model in production (the Trainer's `base_model`, the
+    # latest blessed model) instead of from random ones; it must have been trained on the same
+    # features.
+    warm_start: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
