@@ -1,0 +1,141 @@
+"""A Spark standalone cluster on this machine: a master and N workers as separate JVMs on
+127.0.0.1, started from pyspark's bundled `spark-class` (nothing downloaded). For trying the
+cluster path on a laptop and for the tests: the same `spark://` master a real cluster has, so
+executors are other processes that can die, and Spark retries their tasks elsewhere.
+
+Every JVM binds to 127.0.0.1 and the cluster runs with `spark.authenticate` and a secret
+generated at start: nobody else on the machine's network can reach it, and a local process
+needs the secret to run work on it."""
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Optional
+
+from components.spark.session import check_java
+
+LOOPBACK = "127.0.0.1"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+class LocalCluster:
+    """`with LocalCluster(workers=2) as cluster: get_session(cluster.master, cluster.conf)`."""
+
+    def __init__(self, workers: int = 2, cores: int = 1, memory: str = "1g",
+                 work_dir: Optional[str] = None):
+        self.workers, self.cores, self.memory = workers, cores, memory
+        self.work_dir = work_dir or tempfile.mkdtemp(prefix="spark-cluster-")
+        self.secret = secrets.token_hex(16)
+        self.port = _free_port()
+        self.master = f"spark://{LOOPBACK}:{self.port}"
+        self.processes: list[subprocess.Popen] = []
+
+    @property
+    def conf(self) -> dict:
+        """The driver's settings for this cluster."""
+        return {"spark.authenticate": "true", "spark.authenticate.secret": self.secret,
+                "spark.driver.host": LOOPBACK, "spark.driver.bindAddress": LOOPBACK,
+                "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+                "spark.pyspark.python": sys.executable}
+
+    def _spark_class(self, *args: str, log: str) -> subprocess.Popen:
+        import pyspark
+
+        home = os.path.dirname(pyspark.__file__)
+        env = dict(os.environ, SPARK_HOME=home, SPARK_LOCAL_IP=LOOPBACK,
+                   PYSPARK_PYTHON=sys.executable,
+                   SPARK_MASTER_OPTS="-Dspark.authenticate=true "
+                                     f"-Dspark.authenticate.secret={self.secret}",
+                   SPARK_WORKER_OPTS="-Dspark.authenticate=true "
+                                     f"-Dspark.authenticate.secret={self.secret}")
+        out = open(os.path.join(self.work_dir, log), "wb")
+        return subprocess.Popen([os.path.join(home, "bin", "spark-class"), *args],
+                                stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+
+    def start(self) -> "LocalCluster":
+        check_java()
+        self.processes.append(self._spark_class(
+            "org.apache.spark.deploy.master.Master", "--host", LOOPBACK, "--port",
+            str(self.port), "--webui-port", str(_free_port()), log="master.log"))
+        self._wait_for_port(self.port)
+        for i in range(self.workers):
+            folder = os.path.join(self.work_dir, f"worker-{i}")
+            os.makedirs(folder, exist_ok=True)
+            self.processes.append(self._spark_class(
+                "org.apache.spark.deploy.worker.Worker", self.master, "--host", LOOPBACK,
+                "--cores", str(self.cores), "--memory", self.memory, "--work-dir", folder,
+                "--webui-port", str(_free_port()), log=f"worker-{i}.log"))
+        self._wait_for_workers()
+        return self
+
+    def _wait_for_port(self, port: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex((LOOPBACK, port)) == 0:
+                    return
+            if self.processes[0].poll() is not None:
+                break
+            time.sleep(0.2)
+        raise RuntimeError(f"the Spark master did not start; see {self.work_dir}/master.log")
+
+    def _wait_for_workers(self, timeout: float = 60) -> None:
+        log = os.path.join(self.work_dir, "master.log")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with open(log, errors="replace") as f:
+                if f.read().count("Registering worker") >= self.workers:
+                    return
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.workers} Spark workers did not register; see "
+                           f"{self.work_dir}")
+
+    def executor_pids(self) -> list[int]:
+        """The executor JVMs the workers started (CoarseGrainedExecutorBackend)."""
+        found = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    command = f.read()
+                # A worker runs its executors in a folder below its work dir.
+                folder = os.readlink(f"/proc/{pid}/cwd")
+            except OSError:
+                continue
+            if b"CoarseGrainedExecutorBackend" in command and \
+                    folder.startswith(self.work_dir + os.sep):
+                found.append(int(pid))
+        return found
+
+    def stop(self) -> None:
+        import signal
+
+        for process in self.processes:
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for process in self.processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+        self.processes = []
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
