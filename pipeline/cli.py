@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import warnings
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -323,6 +324,34 @@ def data_service_worker(dispatcher, port, host) -> None:
     server = service.start_worker(dispatcher, port, host)
     click.echo(f"tf.data service worker registered with {dispatcher}", err=True)
     server.join()
+
+
+@main.command("spark-cluster")
+@click.option("--workers", default=2, show_default=True, type=int)
+@click.option("--cores", default=1, show_default=True, type=int, help="Cores per worker.")
+@click.option("--memory", default="1g", show_default=True, help="Memory per worker.")
+def spark_cluster(workers, cores, memory) -> None:
+    """Run a Spark standalone cluster on this machine (a master and workers as separate JVMs
+    on 127.0.0.1, with a generated secret) until interrupted, for trying `--engine spark` on
+    a cluster. Prints the flags that reach it."""
+    from components.spark.cluster import LocalCluster
+    from components.spark.session import SparkSetupError
+
+    try:
+        cluster = LocalCluster(workers, cores, memory).start()
+    except (SparkSetupError, RuntimeError) as error:
+        raise click.ClickException(str(error)) from None
+    flags = " ".join([f"--spark-master {cluster.master}"] + [
+        f"--spark-conf {key}={value}" for key, value in cluster.conf.items()])
+    click.echo(f"Spark standalone cluster at {cluster.master} ({workers} workers; logs in "
+               f"{cluster.work_dir})\ntfrp examplegen SOURCE OUT --engine spark {flags}")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.stop()
 
 
 @main.group()

@@ -115,3 +115,35 @@ def test_an_executor_killed_mid_write_loses_and_doubles_no_row(cluster, source, 
     assert row_ids(faulty) == expected
     assert {s: v["rows"] for s, v in manifest["splits"].items()} == \
         {s: v["rows"] for s, v in shards.read_manifest(clean)["splits"].items()}
+
+
+def test_tfrp_spark_cluster_runs_examplegen_given_the_flags_it_prints(taxi_slice_dir, tmp_path):
+    """`tfrp spark-cluster` in one terminal, `tfrp examplegen … --engine spark` with the
+    flags it prints in another; Ctrl-C stops the cluster's JVMs."""
+    import re
+    import socket
+
+    from conftest import tfrp
+
+    server = subprocess.Popen([sys.executable, "-W", "ignore", "-m", "pipeline.cli",
+                               "spark-cluster", "--workers", "1"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True)
+    try:
+        first, second = server.stdout.readline(), server.stdout.readline()
+        master = re.search(r"spark://127\.0\.0\.1:(\d+)", first)
+        assert master and second.startswith("tfrp examplegen SOURCE OUT --engine spark "), \
+            first + second
+        flags = second.split("--engine spark ", 1)[1].split()
+        out = tmp_path / "out"
+        tfrp("examplegen", os.path.join(taxi_slice_dir, "data.csv"), str(out),
+             "--engine", "spark", *flags)
+        manifest = shards.read_manifest(str(out))
+        assert manifest["rows_in"] == manifest["rows_written"] == 2000
+        logs = re.search(r"logs in (\S+)\)", first).group(1)
+        with open(os.path.join(logs, "master.log")) as f:
+            assert "Registering app" in f.read()  # the work ran on this cluster
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=60)
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", int(master.group(1)))) != 0  # the master is gone
