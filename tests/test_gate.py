@@ -65,7 +65,7 @@ def test_a_new_string_value_in_eval_stops_the_run_before_transform(new_payment_t
     assert "eval: payment_type: Unexpected string values" in error[0] and "Bitcoin" in error[0]
     assert "train: payment_type" not in error[0]  # only eval rows were altered
     assert "Traceback" not in result.stderr
-    assert "ShardedTransform     failed" in result.stdout
+    assert re.search(r"^  ShardedTransform +failed ", result.stdout, re.M), result.stdout
     for later in ("Trainer", "Evaluator", "Pusher"):
         assert later not in result.stdout
 
