@@ -1,6 +1,6 @@
 """Map-style access to the rows of TFRecord shards, with no TensorFlow: `len(source)` and
 `source[i]` for any row i, per-row and packed records alike, through each file's record index
-(components/record_index.py). `TorchDataset` is the same source as a PyTorch map-style
+(components/record_index.py). `torch_dataset` gives the same source as a PyTorch map-style
 `Dataset`, so `DataLoader(shuffle=True)` and `DistributedSampler` work as documented.
 
 Row i is the i-th row of a sequential read of the files in name order (the order
@@ -28,8 +28,8 @@ class ExampleSource:
         files = example_rows.record_files(path_or_files) if isinstance(path_or_files, str) \
             else list(path_or_files)
         if schema is None:
-            schema = schema_file.find_schema(files[0] if isinstance(path_or_files, (list, tuple))
-                                             else path_or_files)
+            schema = schema_file.find_schema(path_or_files if isinstance(path_or_files, str)
+                                             else files[0])
         if schema is None:
             raise ValueError(f"{path_or_files}: no schema.pbtxt found above the data; pass "
                              f"schema=")
@@ -37,13 +37,13 @@ class ExampleSource:
         self.decoder = RowDecoder(schema, features)
         self.readers = [record_index.RecordReader(record_index.load_or_build(f))
                         for f in files]
-        self._rows_per_record = [self._record_rows(reader) for reader in self.readers]
-        per_file = [len(r) if rows is None else int(rows.sum())
-                    for r, rows in zip(self.readers, self._rows_per_record)]
-        self._file_starts = np.concatenate([[0], np.cumsum(per_file)]).astype(np.int64)
+        # Packed files: the first row of each block (and the file's rows at the end).
         self._record_starts = [None if rows is None else
                                np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
-                               for rows in self._rows_per_record]
+                               for rows in map(self._record_rows, self.readers)]
+        per_file = [len(reader) if starts is None else int(starts[-1])
+                    for reader, starts in zip(self.readers, self._record_starts)]
+        self._file_starts = np.concatenate([[0], np.cumsum(per_file)]).astype(np.int64)
 
     def _record_rows(self, reader: record_index.RecordReader) -> Optional[np.ndarray]:
         """Rows in each packed block of a file (one compiled pass reading only `__rows__`);

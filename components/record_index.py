@@ -165,19 +165,21 @@ def _gzip_members(path: str) -> Iterator[tuple[int, int]]:
         except tfrecord_io.GZIP_ERRORS as error:
             raise tfrecord_io.CorruptRecordError(
                 path, position, f"gzip member damaged ({error})") from error
-        yield position, _count_framed(path, data)
+        yield position, len(_member_records(path, position, data)[1])
         position = end
 
 
-def _count_framed(path: str, data: bytes) -> int:
+def _member_records(path: str, offset: int, data: bytes):
+    """(buffer, record starts, record ends) of a gzip member's inflated `data`, checksums
+    checked; damage is an error naming the file and the member's offset."""
     from components.codec import wire
 
     buffer = np.frombuffer(data, np.uint8)
-    starts, _, used, damaged = wire.unframe_records(wire.frozen(buffer),
-                                                    wire.frozen(wire.CRC32C_TABLE))
+    starts, ends, used, damaged = wire.unframe_records(wire.frozen(buffer),
+                                                       wire.frozen(wire.CRC32C_TABLE))
     if damaged >= 0 or used != len(buffer):
-        raise tfrecord_io.CorruptRecordError(path, int(used), "damaged record in a member")
-    return len(starts)
+        raise tfrecord_io.CorruptRecordError(path, offset, "damaged record in a gzip member")
+    return buffer, starts, ends
 
 
 class RecordReader:
@@ -211,21 +213,17 @@ class RecordReader:
         return self._file.read(length)
 
     def _inflate(self, entry: int, data: bytes):
-        from components.codec import wire
-
         offset = int(self.index.offsets[entry])
         try:
             inflater = zlib.decompressobj(wbits=31)
-            buffer = np.frombuffer(inflater.decompress(data), np.uint8)
+            inflated = inflater.decompress(data)
             if not inflater.eof:
                 raise EOFError("gzip member truncated")
         except tfrecord_io.GZIP_ERRORS as error:
             raise tfrecord_io.CorruptRecordError(
                 self.index.path, offset, f"gzip member damaged ({error})") from error
-        starts, ends, used, damaged = wire.unframe_records(wire.frozen(buffer),
-                                                           wire.frozen(wire.CRC32C_TABLE))
-        if damaged >= 0 or used != len(buffer) or \
-                len(starts) != int(self.index.counts[entry]):
+        buffer, starts, ends = _member_records(self.index.path, offset, inflated)
+        if len(starts) != int(self.index.counts[entry]):
             raise tfrecord_io.CorruptRecordError(
                 self.index.path, offset, "gzip member does not hold the records its index "
                 "says")
@@ -252,24 +250,11 @@ def count(path: str) -> tuple[int, str]:
     """(records, how it was known) of a TFRecord file: from our manifest's shard entry or a
     stored index without reading the data ("manifest", "index"), else by reading its framing
     once ("read"). A packed file's records are its blocks."""
-    manifest_records = _manifest_records(path)
-    if manifest_records is not None:
-        return manifest_records, "manifest"
+    shard = tfrecord_io.manifest_shard(path, fileio.size(path))
+    if shard is not None:  # the writer's count of records framed into the shard
+        return shard["rows"], "manifest"
     stored = load(path)
     if stored is not None:
         return stored.records, "index"
     return RecordIndex.build(path).records, "read"
 
-
-def _manifest_records(path: str) -> Optional[int]:
-    """The shard's record count as our writer recorded it (rows, or blocks when packed)."""
-    folder = os.path.dirname(os.path.dirname(os.path.abspath(path)))
-    manifest = fileio.read_json(os.path.join(folder, "manifest.json"))
-    if not manifest:
-        return None
-    relative = os.path.relpath(os.path.abspath(path), folder)
-    for split in manifest.get("splits", {}).values():
-        for shard in split.get("shards", []):
-            if shard.get("path") == relative and shard.get("bytes") == fileio.size(path):
-                return shard.get("rows")
-    return None

@@ -272,11 +272,11 @@ def _iter_stream(path: str, resync: bool
             return
 
 
-def gzip_member_index(path: str, size: Optional[int] = None
-                      ) -> Optional[list[tuple[int, int]]]:
-    """(compressed offset, records) of each gzip member of `path`, from the manifest.json our
-    writer keeps above its shards; None for files without one (stock output), and for a file
-    whose `size` is not the one the manifest recorded."""
+def manifest_shard(path: str, size: Optional[int] = None) -> Optional[dict]:
+    """The entry the manifest.json our writer keeps above its shards has for the shard at
+    `path` (its rows, bytes, gzip members); None for files without one (stock output), and
+    for a file whose `size` is not the one the manifest recorded: a file cut short or with
+    bytes inserted has moved its records and members."""
     folder = os.path.dirname(os.path.abspath(path)) if "://" not in path else \
         os.path.dirname(path)
     for _ in range(_MANIFEST_SEARCH_DEPTH + 1):
@@ -286,15 +286,20 @@ def gzip_member_index(path: str, size: Optional[int] = None
                 path[len(folder):].lstrip("/")
             for split in manifest.get("splits", {}).values():
                 for shard in split["shards"]:
-                    if shard["path"] == relative and shard.get("gzip_members"):
-                        # A file whose size changed (cut short, bytes inserted) has moved
-                        # its members: the index would point into the middle of them.
-                        if size is not None and size != shard.get("bytes"):
-                            return None
-                        return [tuple(m) for m in shard["gzip_members"]]
+                    if shard["path"] == relative:
+                        return shard if size is None or size == shard.get("bytes") else None
             return None
         folder = os.path.dirname(folder.rstrip("/"))
     return None
+
+
+def gzip_member_index(path: str, size: Optional[int] = None
+                      ) -> Optional[list[tuple[int, int]]]:
+    """(compressed offset, records) of each gzip member of `path`, from our manifest
+    (`manifest_shard`); None without one."""
+    shard = manifest_shard(path, size)
+    members = shard.get("gzip_members") if shard else None
+    return [tuple(m) for m in members] if members else None
 
 
 def _inflate_member(raw: memoryview, start: int) -> tuple[bytes, int]:

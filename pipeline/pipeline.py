@@ -18,7 +18,7 @@ from components.example_gen import encode
 from components.trainer import tasks
 from components.trainer.options import TRANSFORM_SIGNATURE
 from components.transform.component import ShardedTransform
-from pipeline import datasets
+from pipeline import datasets, run_summary
 from pipeline.configs import PipelineConfig
 
 TRAINER_RUN_FN = "components.trainer.module.run_fn"
@@ -64,7 +64,6 @@ def check_data_fits_dataset(config: PipelineConfig, source: str) -> None:
             f"--dataset table --set label_key=COLUMN")
 
 
-CANDIDATE, BASELINE = "candidate", "baseline"
 BASELINE_RESOLVER = "latest_blessed_model_resolver"
 
 
@@ -110,9 +109,9 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
                               label_key=config.label_key, prediction_key=prediction_key,
                               preprocessing_function_names=[TRANSFORM_SIGNATURE], **baseline)
 
-    specs = [model_spec(CANDIDATE)]
+    specs = [model_spec(run_summary.CANDIDATE_MODEL)]
     if tolerance is not None:
-        specs.append(model_spec(BASELINE, is_baseline=True))
+        specs.append(model_spec(run_summary.BASELINE_MODEL, is_baseline=True))
     return tfma.EvalConfig(model_specs=specs, slicing_specs=[tfma.SlicingSpec()],
                            metrics_specs=[tfma.MetricsSpec(metrics=metrics)])
 

@@ -12,6 +12,8 @@ from ml_metadata.proto import metadata_store_pb2
 from components import tfx_artifacts
 from components.shards import read_manifest
 
+# The EvalConfig's model names (pipeline.eval_config); TFMA keys each metric by them.
+CANDIDATE_MODEL, BASELINE_MODEL = "candidate", "baseline"
 # Wide enough for every node id, TFX's `latest_blessed_model_resolver` included.
 NODE_WIDTH = 29
 _OUTPUT_EVENTS = (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)
@@ -91,26 +93,33 @@ def _metric(value: float) -> str:
     return f"{int(value):,}" if float(value).is_integer() and abs(value) >= 1 else f"{value:.4g}"
 
 
-def example_gen_span(artifacts) -> tuple[int, int]:
-    """(span, version) of ExampleGen's Examples artifact."""
+def example_gen_output(artifacts) -> Optional[tuple[metadata_store_pb2.Artifact, dict]]:
+    """ExampleGen's Examples artifact and its manifest (Transform's manifest has no
+    "format")."""
     for examples in artifacts.get("Examples", []):
         manifest = read_manifest(examples.uri)
-        if manifest and "format" in manifest:  # ExampleGen's (Transform's has none)
-            return (examples.properties["span"].int_value if "span" in examples.properties
-                    else 0,
-                    examples.properties["version"].int_value if "version" in
-                    examples.properties else 0)
-    return (0, 0)
+        if manifest and "format" in manifest:
+            return examples, manifest
+    return None
+
+
+def example_gen_span(artifacts) -> tuple[int, int]:
+    """(span, version) of ExampleGen's Examples artifact."""
+    found = example_gen_output(artifacts)
+    if not found:
+        return (0, 0)
+    properties = found[0].properties
+    return tuple(properties[name].int_value if name in properties else 0
+                 for name in ("span", "version"))
 
 
 def rows_left_out(artifacts) -> dict[str, int]:
     """From ExampleGen's manifest: rows quarantined and rows without a label."""
-    for examples in artifacts.get("Examples", []):
-        manifest = read_manifest(examples.uri)
-        if manifest and "format" in manifest:  # ExampleGen's (Transform's has none)
-            return {"quarantined": manifest.get("rows_quarantined", 0),
-                    "without a label": manifest.get("rows_unlabelled", 0)}
-    return {}
+    found = example_gen_output(artifacts)
+    if not found:
+        return {}
+    return {"quarantined": found[1].get("rows_quarantined", 0),
+            "without a label": found[1].get("rows_unlabelled", 0)}
 
 
 def open_store(metadata_path: str) -> metadata_store.MetadataStore:
@@ -142,6 +151,9 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
     # What this run made: a resolver's outputs are earlier runs' artifacts.
     artifacts = output_artifacts(store, [e for e in executions if not is_resolver(e)])
     config = trainer_config(executions)
+    candidate, baseline = evaluations(artifacts)
+    variance = eval_label_variance(artifacts, config.get("label_key")) \
+        if "mean_squared_error" in candidate else None
     return RunSummary(
         run_id=run.name,
         components=components,
@@ -154,10 +166,8 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
         anomalies=anomalies(artifacts),
         pushed_model=_pushed_model(artifacts),
         blessed=_blessed(artifacts),
-        evaluation=with_r_squared(evaluation(artifacts), artifacts,
-                                  config.get("label_key")),
-        baseline_evaluation=with_r_squared(evaluation(artifacts, baseline=True), artifacts,
-                                           config.get("label_key")),
+        evaluation=with_r_squared(candidate, variance),
+        baseline_evaluation=with_r_squared(baseline, variance),
         baseline_model=baseline_model(store, executions),
         validation_failures=validation_failures(artifacts),
         task=config.get("task"),
@@ -178,15 +188,20 @@ def trainer_config(executions) -> dict:
     return {}
 
 
-def with_r_squared(metrics: dict[str, float], artifacts, label_key: Optional[str]
-                   ) -> dict[str, float]:
-    """`metrics` with R² = 1 - MSE / Var(label) beside the MSE, the variance over the eval
-    split's rows from StatisticsGen (the rows the Evaluator scored: rows without a label are
-    not written). TFMA has no R² of its own, and Keras's R2Score does not merge across
-    TFMA's batches."""
+def with_r_squared(metrics: dict[str, float], variance: Optional[float]) -> dict[str, float]:
+    """`metrics` with R² = 1 - MSE / Var(label) beside the MSE. TFMA has no R² of its own,
+    and Keras's R2Score does not merge across TFMA's batches."""
     mse = metrics.get("mean_squared_error")
-    if mse is None or not label_key:
+    if mse is None or not variance:
         return metrics
+    return dict(metrics, r_squared=1 - mse / variance)
+
+
+def eval_label_variance(artifacts, label_key: Optional[str]) -> Optional[float]:
+    """The label's variance over the eval split's rows, from StatisticsGen (the rows the
+    Evaluator scored: rows without a label are not written)."""
+    if not label_key:
+        return None
     from tensorflow_data_validation.utils import stats_util
 
     for stats in artifacts.get("ExampleStatistics", []):
@@ -196,8 +211,8 @@ def with_r_squared(metrics: dict[str, float], artifacts, label_key: Optional[str
         for feature in stats_util.load_stats_binary(path).datasets[0].features:
             name = feature.path.step[-1] if feature.path.step else feature.name
             if name == label_key and feature.num_stats.std_dev > 0:
-                return dict(metrics, r_squared=1 - mse / feature.num_stats.std_dev ** 2)
-    return metrics
+                return feature.num_stats.std_dev ** 2
+    return None
 
 
 def is_resolver(execution) -> bool:
@@ -265,7 +280,7 @@ def describe_outputs(artifacts: dict[str, list]) -> str:
         parts.append("transform graph")
     if "Model" in artifacts:
         parts.append("model")
-    metrics = evaluation(artifacts)
+    metrics = evaluations(artifacts)[0]
     if metrics:
         parts.append(", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())
                                if k != "example_count"))
@@ -334,25 +349,22 @@ def _blessed(artifacts) -> Optional[bool]:
     return None
 
 
-def evaluation(artifacts, baseline: bool = False) -> dict[str, float]:
-    """The overall slice of the newest ModelEvaluation: the new model's metrics, or with
-    `baseline` the compared model's (TFMA keys them by the EvalConfig's model names)."""
-    from pipeline.pipeline import BASELINE
-
-    evaluations = artifacts.get("ModelEvaluation", [])
-    if not evaluations:
-        return {}
+def evaluations(artifacts) -> tuple[dict[str, float], dict[str, float]]:
+    """The overall slice of the newest ModelEvaluation: the new model's metrics, and the
+    metrics of the model it was compared with (empty without one)."""
+    found: tuple[dict[str, float], dict[str, float]] = ({}, {})
+    evaluated = artifacts.get("ModelEvaluation", [])
+    if not evaluated:
+        return found
     import tensorflow_model_analysis as tfma
 
-    found = {}
-    for slice_metrics in tfma.load_metrics(evaluations[-1].uri):
+    for slice_metrics in tfma.load_metrics(evaluated[-1].uri):
         if slice_metrics.slice_key.single_slice_keys:
             continue
         for item in slice_metrics.metric_keys_and_values:
-            if not item.value.HasField("double_value") or item.key.is_diff:
-                continue
-            if (item.key.model_name == BASELINE) == baseline:
-                found[item.key.name] = item.value.double_value.value
+            if item.value.HasField("double_value") and not item.key.is_diff:
+                baseline = item.key.model_name == BASELINE_MODEL
+                found[baseline][item.key.name] = item.value.double_value.value
     return found
 
 

@@ -43,6 +43,10 @@ class ShardedExampleGen(base_beam_component.BaseBeamComponent):
             **{OPTIONS_KEY: options.to_json()}))
 
 
+# TFX's specs in a source pattern ({SPAN} and {VERSION} may carry a width: {SPAN:2}).
+SPAN_SPECS = ("{SPAN", "{VERSION", "{YYYY}", "{MM}", "{DD}")
+
+
 def resolve_span(options: ExampleGenOptions) -> ExampleGenOptions:
     """A source pattern with TFX's `{SPAN}`, `{YYYY}{MM}{DD}` and `{VERSION}` specs, resolved
     as stock ExampleGen resolves its input_config: the latest span, and its latest version.
@@ -52,11 +56,11 @@ def resolve_span(options: ExampleGenOptions) -> ExampleGenOptions:
     from tfx.proto import example_gen_pb2
 
     pattern = options.source
-    if not any(spec in pattern for spec in ("{SPAN", "{YYYY}", "{MM}", "{DD}", "{VERSION")):
+    found = [i for i in (pattern.find(spec) for spec in SPAN_SPECS) if i >= 0]
+    if not found:
         return options
-    first_spec = min(i for i in (pattern.find(s) for s in ("{SPAN", "{YYYY}", "{MM}", "{DD}",
-                                                           "{VERSION")) if i >= 0)
-    base = os.path.dirname(pattern[:first_spec])
+    # Stock globs below a base folder; the base is what comes before the first spec.
+    base = os.path.dirname(pattern[:min(found)])
     split = example_gen_pb2.Input.Split(name="source", pattern=os.path.relpath(pattern, base))
     try:
         fingerprint, span, version = utils.calculate_splits_fingerprint_span_and_version(

@@ -352,11 +352,7 @@ class TrainingInput:
                 self.images)
             if training:
                 self.read_files.extend(input_share(self.train_files, context)[0])
-            return build_dataset(files, self.schema,
-                                 None if self.label_fn else options.label_key,
-                                 feature_keys=self.feature_keys, label_fn=self.label_fn,
-                                 label_inputs=options.label_inputs if self.label_fn else (),
-                                 config=config, input_context=context)
+            return self._dataset(files, self.feature_keys, config, context)
         return make
 
     def statistics(self, files) -> DataStatistics:
@@ -366,12 +362,16 @@ class TrainingInput:
         keys = [] if self.images else numeric_keys(self.schema, self.feature_keys)
         config = dataclasses.replace(self.options.input_config(
             max(self.options.input.batch_size, 4096), False, {}), num_epochs=1)
-        data = build_dataset(files, self.schema,
+        return DataStatistics.of(self._dataset(files, keys, config), keys)
+
+    def _dataset(self, files, feature_keys: list[str], config,
+                 context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
+        """`feature_keys` and the label (read, or computed by label_fn) of `files`."""
+        return build_dataset(files, self.schema,
                              None if self.label_fn else self.options.label_key,
-                             feature_keys=keys, label_fn=self.label_fn,
+                             feature_keys=feature_keys, label_fn=self.label_fn,
                              label_inputs=self.options.label_inputs if self.label_fn else (),
-                             config=config)
-        return DataStatistics.of(data, keys)
+                             config=config, input_context=context)
 
 
 def run_fn(fn_args: Any) -> None:
