@@ -196,3 +196,30 @@ def test_a_damaged_gzip_member_is_named_and_the_others_still_read(tmp_path):
     for member in (0, len(index.offsets) - 1):
         first = int(index.firsts[member])
         assert reader[first] == records[first]
+
+
+def test_a_damaged_plain_record_is_named_and_the_others_still_read(wine_examples, tmp_path):
+    """The same through a plain shard's `.idx`: a record whose bytes were overwritten is an
+    error naming the file and its offset; its neighbours read as before."""
+    import shutil
+
+    if tfrecord_io.is_gzip(shard_files(wine_examples)[0]):
+        pytest.skip("the gzip case is the damaged-member test above")
+    copy = str(tmp_path / "copy")
+    shutil.copytree(wine_examples, copy)
+    path = shard_files(copy)[0]
+    records = sequential(path)
+    index = record_index.RecordIndex.build(path)
+    index.save()
+    damaged = len(records) // 2
+    data = bytearray(open(path, "rb").read())
+    middle = int(index.offsets[damaged] + index.lengths[damaged] // 2)
+    data[middle:middle + 4] = b"\xff\xff\xff\xff"
+    open(path, "r+b").write(bytes(data))
+    reader = record_index.RecordReader(record_index.load(path))
+    with pytest.raises(tfrecord_io.CorruptRecordError,
+                       match=f"^{path}: corrupt TFRecord at byte offset "
+                             f"{int(index.offsets[damaged])}: "):
+        reader[damaged]
+    for neighbour in (damaged - 1, damaged + 1):
+        assert reader[neighbour] == records[neighbour]
