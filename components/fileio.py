@@ -99,7 +99,8 @@ def rmtree(path: str) -> None:
 
 def rename(source: str, destination: str) -> None:
     """Moves a file or folder (on object stores, gfile copies a folder object by object)."""
-    _gfile().rename(source, destination) if _remote(source) else os.rename(source, destination)
+    _gfile().rename(source, destination, overwrite=True) if _remote(source) else \
+        os.rename(source, destination)
 
 
 def read_text(path: str) -> str:

@@ -37,6 +37,9 @@ from components.options import JsonOptions, SettingError, setting
 MANIFEST_FILE = "manifest.json"
 DEFAULT_SHARD_SIZE_MB = 128.0
 QUARANTINE_DIR = "quarantine"
+# Inside the staging folder, where a shard is written before it is moved into place; like
+# every `_` name there, never committed.
+ATTEMPTS_DIR = "_attempts"
 _MB = 1 << 20
 # A chunk is at most this share of a shard, so cutting at chunk-internal record boundaries
 # needs only the one chunk's record index.
@@ -161,7 +164,11 @@ class ChunkWriter:
         """`writer_id` names this writer's chunk files and orders its chunks among all
         writers' (ExampleGen uses the source file's index, so the output order is the input
         order). With gzip shards the chunks are gzipped at the shards' level."""
-        self._folder, self._writer_id = folder, writer_id
+        # A folder of its own per writer and attempt: an engine that runs a task again (a
+        # retry, a speculative copy) never writes over another attempt's files, and only the
+        # chunks of the attempt the engine kept are planned; the others go with the staging.
+        self.folder = os.path.join(folder, f"{writer_id:06d}-{uuid.uuid4().hex[:8]}")
+        self._writer_id = writer_id
         self._limit = sharding.chunk_bytes
         self._level = sharding.compression_level if sharding.compression == "gzip" else None
         # Per (partition, split): framed byte runs and their record ends, not yet written.
@@ -169,7 +176,7 @@ class ChunkWriter:
         self._sizes: dict[tuple, int] = {}
         self._sequence = 0
         self.chunks: list[Chunk] = []
-        fileio.makedirs(folder)
+        fileio.makedirs(self.folder)
 
     def add(self, partition: str, split: str, records) -> None:
         """`records`: serialized records, as a pyarrow binary array or a list of bytes."""
@@ -194,7 +201,7 @@ class ChunkWriter:
         if not runs:
             return
         self._sequence += 1
-        path = os.path.join(self._folder, f"{self._writer_id:06d}-{self._sequence:06d}.rec")
+        path = os.path.join(self.folder, f"{self._writer_id:06d}-{self._sequence:06d}.rec")
         bases = np.cumsum([0] + [len(data) for data, _ in runs[:-1]])
         ends = np.concatenate([run_ends + base for (_, run_ends), base in zip(runs, bases)])
         with fileio.open_file(path, "wb") as f:
@@ -313,7 +320,9 @@ def write_shard(spec: ShardSpec, staging: str, sharding: ShardingOptions) -> Sha
     """
     compression = sharding.compression
     relative = spec.relative_path(compression)
-    path = os.path.join(staging, relative)
+    # Written under a name of this attempt's own, then moved into place whole: a retried or
+    # speculative attempt of the same shard never interleaves with another's bytes.
+    path = os.path.join(staging, ATTEMPTS_DIR, uuid.uuid4().hex[:12], relative)
     fileio.makedirs(os.path.dirname(path))
 
     def compress_piece(piece: Piece) -> tuple[bytes, int]:
@@ -350,8 +359,12 @@ def write_shard(spec: ShardSpec, staging: str, sharding: ShardingOptions) -> Sha
                     out.write(_piece_records(piece))
                 else:
                     fileio.append_range(piece.path, piece.start, piece.end - piece.start, out)
+    nbytes = fileio.size(path)
+    final = os.path.join(staging, relative)
+    fileio.makedirs(os.path.dirname(final))
+    fileio.rename(path, final)
     return Shard(spec.partition, spec.split, relative, sum(p.rows for p in spec.pieces),
-                 fileio.size(path), tuple(members))
+                 nbytes, tuple(members))
 
 
 def _piece_records(piece: Piece) -> bytes:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 import warnings
 
@@ -10,6 +11,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import click  # noqa: E402
 
+from components import listening  # noqa: E402
 from components.example_gen.options import ExampleGenOptions  # noqa: E402
 from components.trainer.options import DATA_SERVICE_PORT  # noqa: E402
 from pipeline.cli_options import given_settings, setting_options, usage_error  # noqa: E402
@@ -308,7 +310,10 @@ def data_service_dispatcher(port, work_dir) -> None:
     from components.trainer import data_service as service
 
     server = service.start_dispatcher(port, work_dir)
-    click.echo(f"tf.data service dispatcher at {server.target}", err=True)
+    bound = int(server.target.rsplit(":", 1)[1])
+    click.echo(f"tf.data service dispatcher listening on {listening.describe(bound)}; "
+               f"trainers and workers reach it at grpc://{socket.getfqdn()}:{bound}", err=True)
+    _unauthenticated_warning(bound)
     server.join()
 
 
@@ -322,8 +327,22 @@ def data_service_worker(dispatcher, port, host) -> None:
     from components.trainer import data_service as service
 
     server = service.start_worker(dispatcher, port, host)
-    click.echo(f"tf.data service worker registered with {dispatcher}", err=True)
+    bound = server._address.rsplit(":", 1)[1]  # the port TensorFlow chose for port 0
+    click.echo(f"tf.data service worker listening on {listening.describe(int(bound))}, "
+               f"registered with {dispatcher} as {host}:{bound}", err=True)
+    _unauthenticated_warning(int(bound))
     server.join()
+
+
+def _unauthenticated_warning(port: int) -> None:
+    """tf.data service has no authentication and TensorFlow (2.16) binds its servers to every
+    interface, with no setting to choose one: say so, with the rule that closes the gap."""
+    if listening.listening_addresses(port) - {"127.0.0.1", "::1"}:
+        click.echo(f"warning: port {port} is open to every network this machine is on, and "
+                   "tf.data service asks no one for credentials: whoever reaches it can run "
+                   "dataset graphs that read any file this user can. Allow only the trainers "
+                   f"and workers to reach it, e.g. iptables -A INPUT -p tcp --dport {port} "
+                   "! -s <cluster subnet> -j DROP", err=True)
 
 
 @main.command("spark-cluster")

@@ -171,6 +171,31 @@ def data_service():
         server.wait()
 
 
+def test_the_dispatcher_says_where_it_really_listens_and_warns_of_an_open_port():
+    """TensorFlow binds tf.data service servers to every interface and has no setting to
+    choose one: the start-up lines print the binding the kernel reports and, when it is not
+    loopback alone, the warning with the network rule it needs."""
+    from components import listening
+
+    (port,) = free_ports(1)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": REPO}
+    server = subprocess.Popen([sys.executable, "-W", "ignore", "-m", "pipeline.cli",
+                               "data-service", "dispatcher", "--port", str(port)],
+                              cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        first, second = server.stderr.readline(), server.stderr.readline()
+        bound, where = listening.listening_addresses(port), listening.describe(port)
+    finally:
+        server.kill()
+        server.wait()
+    assert bound, first
+    assert f"listening on {where}" in first, first
+    assert f"reach it at grpc://{socket.getfqdn()}:{port}" in first, first
+    if bound - {"127.0.0.1", "::1"}:
+        assert "every interface" in first and "no one for credentials" in second, second
+        assert f"--dport {port}" in second, second
+
+
 @pytest.fixture(scope="module")
 def row_id_examples(tmp_path_factory) -> str:
     """3,000 rows with a row_id, in 4 shards per split."""

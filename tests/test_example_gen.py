@@ -316,6 +316,40 @@ def test_beam_worker_processes_write_what_one_process_writes(taxi_slice_dir, tax
         assert ours == whole, split
 
 
+@pytest.mark.parametrize("compression", ["gzip", "none"])
+def test_a_bundle_retried_after_its_first_attempt_failed_writes_each_row_once(
+        taxi_slice_dir, taxi_examples, tmp_path, monkeypatch, caplog, compression):
+    """Beam's BundleBasedDirectRunner retries a failed bundle as Dataflow does. Source file 2's
+    first attempt fails after it has written its chunk files (TFRP_INJECT_FAULT), so the
+    retried bundle runs files 0 and 1 again beside their first attempts' files on disk: every
+    row is still written once, in the splits the fault-free run gives it, and the row with a
+    wrong field count is quarantined once."""
+    from components import faults
+
+    with open(os.path.join(taxi_slice_dir, "data.csv")) as f:
+        header, *lines = f.readlines()
+    source = tmp_path / "parts"
+    source.mkdir()
+    for part in range(4):
+        bad = "1,2\n" if part == 2 else ""
+        (source / f"part-{part}.csv").write_text(header + "".join(lines[part::4]) + bad)
+    monkeypatch.setenv(faults.ENVIRONMENT, f"{faults.FAIL_FIRST_ATTEMPT}=2")
+    out = tmp_path / "out"
+    manifest = beam_job.run(
+        from_flat(ExampleGenOptions, {"source": str(source), "compression": compression,
+                                      "on_bad_record": "quarantine"}),
+        str(out), beam_pipeline_args=["--runner=BundleBasedDirectRunner"])
+    assert "encode task 2's first attempt fails" in caplog.text  # the fault did happen
+    assert manifest["rows_in"] == len(lines) + 1
+    assert manifest["rows_written"] == len(lines) and manifest["rows_quarantined"] == 1
+    assert sum(1 for _ in open(out / "quarantine" / "bad_records-00002.jsonl")) == 1
+    for split in ("train", "eval"):
+        ours = sorted(map(repr, read_all(out / f"Split-{split}")))
+        clean = sorted(map(repr, read_all(os.path.join(taxi_examples, f"Split-{split}"))))
+        assert ours == clean, split
+    assert not [n for n in os.listdir(out) if n.startswith((".", "_"))]
+
+
 def test_append_range_copies_byte_ranges_in_the_kernel_or_through_memory(tmp_path):
     """Plain shards are byte ranges of chunk files: copied by the kernel between local files,
     read and written into anything else; the same bytes either way, and a range past the end

@@ -18,8 +18,6 @@ from components.example_gen import encode
 from components.example_gen.options import ExampleGenOptions
 from components.example_gen.sources import locate, registry
 from components.example_gen.sources.base import FileProfile
-# The tagged output of _EncodeFile that carries one FileResult per source file.
-FILE_RESULTS = "file_results"
 
 
 class Progress:
@@ -58,8 +56,10 @@ def _profile(indexed_path, fmt: str) -> FileProfile:
 
 
 class _EncodeFile(beam.DoFn):
-    """Pass 2 for one file (`encode.encode_file`): its chunks, and its counts on a tagged
-    output."""
+    """Pass 2 for one file (`encode.encode_file`): one (chunks, counts) element. One output,
+    not a tagged second one: Beam 2.59's BundleBasedDirectRunner, the local runner that
+    retries failed bundles as Dataflow does, delivers a DoFn's main output into its tagged
+    output, and the retry tests run there."""
 
     def __init__(self, options: ExampleGenOptions, fmt: str, staging: str):
         self._options, self._fmt, self._staging = options, fmt, staging
@@ -71,8 +71,7 @@ class _EncodeFile(beam.DoFn):
             self._options, self._fmt, self._staging, file_index, path, profile,
             on_rows=(lambda rows: progress.encoded_rows(rows, profile.rows)) if progress
             else None)
-        yield from chunks
-        yield beam.pvalue.TaggedOutput(FILE_RESULTS, result)
+        yield chunks, result
 
 
 def build_pipeline(pipeline: beam.Pipeline, options: ExampleGenOptions, fmt: str,
@@ -86,10 +85,10 @@ def build_pipeline(pipeline: beam.Pipeline, options: ExampleGenOptions, fmt: str
         | "MergeProfiles" >> beam.CombineGlobally(encode.merge_profiles)
     )
     encoded = indexed_files | "Encode" >> beam.ParDo(
-        _EncodeFile(options, fmt, staging), profile=beam.pvalue.AsSingleton(profile)
-    ).with_outputs(FILE_RESULTS, main="chunks")
-    written = encoded.chunks | "WriteShards" >> beam_shards.WriteShards(staging, options.sharding)
-    results = encoded[FILE_RESULTS]
+        _EncodeFile(options, fmt, staging), profile=beam.pvalue.AsSingleton(profile))
+    written = (encoded | "Chunks" >> beam.FlatMap(lambda file: file[0])
+               | "WriteShards" >> beam_shards.WriteShards(staging, options.sharding))
+    results = encoded | "Results" >> beam.Map(lambda file: file[1])
     _ = (
         pipeline
         | "Once" >> beam.Create([None])

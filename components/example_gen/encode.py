@@ -13,7 +13,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from components import fileio, shards
+from components import faults, fileio, shards
 from components.codec import schema_file, serializer
 from components.example_gen import splits as splitting
 from components.example_gen.options import ExampleGenOptions
@@ -49,12 +49,15 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
     """Pass 2 for one file: typed batches -> split/partition -> tf.Example chunk files under
     `staging`. Returns the chunks and the file's row counts; `on_rows` hears of rows read."""
     split_names, weights, key_columns = split_plan(options, profile.columns)
+    faults.before_task(staging, file_index, "encode")
     writer = shards.ChunkWriter(os.path.join(staging, "_chunks"), file_index,
                                 options.sharding)
     rows_in = quarantined = lost = lost_bytes = unlabelled = 0
     lost_count_known = True
-    quarantine_path = os.path.join(staging, shards.QUARANTINE_DIR,
-                                   QUARANTINE_FILE.format(file_index=file_index))
+    # Written in this attempt's folder and moved into place when the file is done, so a
+    # retried attempt's quarantine replaces a failed one's whole.
+    quarantine_name = QUARANTINE_FILE.format(file_index=file_index)
+    quarantine_path = os.path.join(writer.folder, quarantine_name)
     quarantine = None
     # Reading (pyarrow) and encoding (numpy and Arrow kernels) release the GIL for much of
     # their work; one encoder thread working a batch ahead keeps both cores busy.
@@ -66,7 +69,6 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
                     if options.on_bad_record == "fail":
                         raise BadRecordError(item.describe())
                     if quarantine is None:
-                        fileio.makedirs(os.path.dirname(quarantine_path))
                         quarantine = fileio.open_file(quarantine_path, "w")
                     quarantine.write(json.dumps(dataclasses.asdict(item)) + "\n")
                     if item.lost_bytes:  # a damaged region: its records are lost, not kept
@@ -96,7 +98,13 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
         finally:
             if quarantine is not None:
                 quarantine.close()
-    return writer.close(), FileResult(file_index, path, rows_in, quarantined, lost, lost_bytes,
+    chunks = writer.close()
+    faults.after_output(staging, file_index, "encode")
+    if quarantine is not None:
+        fileio.makedirs(os.path.join(staging, shards.QUARANTINE_DIR))
+        fileio.rename(quarantine_path, os.path.join(staging, shards.QUARANTINE_DIR,
+                                                    quarantine_name))
+    return chunks, FileResult(file_index, path, rows_in, quarantined, lost, lost_bytes,
                                       lost_count_known, unlabelled)
 
 

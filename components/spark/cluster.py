@@ -32,8 +32,13 @@ class LocalCluster:
     """`with LocalCluster(workers=2) as cluster: get_session(cluster.master, cluster.conf)`."""
 
     def __init__(self, workers: int = 2, cores: int = 1, memory: str = "1g",
-                 work_dir: Optional[str] = None):
+                 work_dir: Optional[str] = None, distinct_hosts: bool = False):
+        """`distinct_hosts`: worker i on 127.0.0.(i+1) (Linux routes all of 127/8 to
+        loopback), so Spark sees each worker as another machine. Speculation needs that: it
+        never runs a second attempt of a task on a host already running the first."""
         self.workers, self.cores, self.memory = workers, cores, memory
+        self.worker_hosts = [f"127.0.0.{i + 1}" if distinct_hosts else LOOPBACK
+                             for i in range(workers)]
         self.work_dir = work_dir or tempfile.mkdtemp(prefix="spark-cluster-")
         self.secret = secrets.token_hex(16)
         self.port = _free_port()
@@ -48,11 +53,11 @@ class LocalCluster:
                 "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
                 "spark.pyspark.python": sys.executable}
 
-    def _spark_class(self, *args: str, log: str) -> subprocess.Popen:
+    def _spark_class(self, *args: str, log: str, host: str = LOOPBACK) -> subprocess.Popen:
         import pyspark
 
         home = os.path.dirname(pyspark.__file__)
-        env = dict(os.environ, SPARK_HOME=home, SPARK_LOCAL_IP=LOOPBACK,
+        env = dict(os.environ, SPARK_HOME=home, SPARK_LOCAL_IP=host,
                    PYSPARK_PYTHON=sys.executable,
                    SPARK_MASTER_OPTS="-Dspark.authenticate=true "
                                      f"-Dspark.authenticate.secret={self.secret}",
@@ -69,13 +74,13 @@ class LocalCluster:
             "org.apache.spark.deploy.master.Master", "--host", LOOPBACK, "--port",
             str(self.port), "--webui-port", str(_free_port()), log="master.log"))
         self._wait_for_port(self.port)
-        for i in range(self.workers):
+        for i, host in enumerate(self.worker_hosts):
             folder = os.path.join(self.work_dir, f"worker-{i}")
             os.makedirs(folder, exist_ok=True)
             self.processes.append(self._spark_class(
-                "org.apache.spark.deploy.worker.Worker", self.master, "--host", LOOPBACK,
+                "org.apache.spark.deploy.worker.Worker", self.master, "--host", host,
                 "--cores", str(self.cores), "--memory", self.memory, "--work-dir", folder,
-                "--webui-port", str(_free_port()), log=f"worker-{i}.log"))
+                "--webui-port", str(_free_port()), log=f"worker-{i}.log", host=host))
         self._wait_for_workers()
         return self
 

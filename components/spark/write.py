@@ -15,7 +15,7 @@ import os
 import pickle
 from typing import Optional
 
-from components import shards
+from components import faults, shards
 from components.codec import serializer
 from components.example_gen import encode
 from components.example_gen.options import ExampleGenOptions
@@ -89,11 +89,10 @@ class _PartitionEncoder:
         task = context.partitionId()
         options = self._options
         split_names, weights, key_columns = encode.split_plan(options, self._kinds)
-        # A folder per attempt: a retried or speculative task never writes over another's
-        # chunks, and only the chunks of the attempt whose payload Spark keeps are planned.
-        writer = shards.ChunkWriter(
-            os.path.join(self._staging, "_chunks", f"attempt-{context.taskAttemptId()}"),
-            task, options.sharding)
+        faults.before_task(self._staging, task, "write_examples")
+        # Only the chunks of the attempt whose payload Spark keeps are planned.
+        writer = shards.ChunkWriter(os.path.join(self._staging, "_chunks"), task,
+                                    options.sharding)
         # Kinds come from the DataFrame's schema, so the profile starts with every column
         # and only counts presence and string values.
         profile, rows, unlabelled = FileProfile(columns=dict(self._kinds)), 0, 0
@@ -110,7 +109,9 @@ class _PartitionEncoder:
             if batch.num_rows:
                 encode.write_groups(writer, encode.encode_batch(
                     options, source, batch, profile, split_names, weights, key_columns))
-        payload = pickle.dumps((task, writer.close(), profile, rows, unlabelled))
+        chunks = writer.close()
+        faults.after_output(self._staging, task, "write_examples")
+        payload = pickle.dumps((task, chunks, profile, rows, unlabelled))
         yield pa.RecordBatch.from_arrays([pa.array([payload], pa.binary())], ["payload"])
 
 
