@@ -18,6 +18,11 @@ def set_examples_properties(examples, split_names: list[str], span: int = 0,
     examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)
     examples.span = span
     examples.version = version or 0
+    # Stock's driver also writes them as custom properties, which is where stock's resolvers
+    # (SpanRangeStrategy) read the span.
+    examples.set_int_custom_property("span", span)
+    if version is not None:
+        examples.set_int_custom_property("version", version)
 
 
 def split_anomalies(uri: str, splits: list[str], described: bool = False

@@ -85,6 +85,15 @@ class PipelineConfig:
     engine: str = ExampleGenOptions.engine
     spark_master: Optional[str] = ExampleGenOptions.spark_master
     spark_conf: Optional[dict] = ExampleGenOptions.spark_conf
+    # Pre-split inputs (split -> pattern under data_root) and the spans to read
+    # (range_config); ExampleGen's settings of those names.
+    input_config: Optional[dict] = ExampleGenOptions.input_config
+    range_config: Optional[dict] = ExampleGenOptions.range_config
+    # Train on the latest N spans: ExampleGen processes each new span once, a resolver (stock's
+    # SpanRangeStrategy) hands Transform the window, and tf.Transform's analyzer cache, kept
+    # under the pipeline root, spares the spans it has analysed before.
+    spans: int = setting(1, "Train on the latest N spans of a {SPAN} source (a rolling "
+                         "window); 1: the latest span alone.", minimum=1)
     # "infer" (SchemaGen), "import" (ImportSchemaGen from schemas/<dataset>/schema.pbtxt),
     # or the path of a schema.pbtxt to import.
     schema: Optional[str] = None
@@ -243,6 +252,12 @@ class PipelineConfig:
     def example_gen_options(self, source: str) -> ExampleGenOptions:
         return from_flat(ExampleGenOptions, {**settings_for(ExampleGenOptions, self),
                                              "source": source, "format": self.data_format})
+
+    @property
+    def analyzer_cache_dir(self) -> Optional[str]:
+        """Where Transform keeps each span's analysis across runs (a window of spans only)."""
+        return os.path.join(self.resolved_pipeline_root, "analyzer_cache") \
+            if self.spans > 1 else None
 
     def transform_options(self) -> TransformOptions:
         settings = settings_for(TransformOptions, self)

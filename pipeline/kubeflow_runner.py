@@ -37,6 +37,13 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> str:
     the spec itself, with the pipeline root as its default: that is the file Kubeflow
     Pipelines uploads and kfp's loader reads, and Vertex's PipelineJob takes it as well.
     """
+    if config.spans > 1:
+        # TFX 1.16's KFP v2 compiler knows only the latest-artifact and latest-blessed-model
+        # resolvers (kubeflow/v2/step_builder.py); stock's span window cannot be compiled.
+        raise ValueError(f"spans={config.spans}: a window of spans needs stock's "
+                         "SpanRangeStrategy resolver, which TFX's Kubeflow v2 / Vertex "
+                         "compiler cannot compile; run it on LocalDagRunner, or set spans=1 "
+                         "(the latest span) for Kubeflow and Vertex")
     config = container_config(config)
     output_path = os.path.abspath(output_path)
     os.makedirs(os.path.dirname(output_path), exist_ok=True)

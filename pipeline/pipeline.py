@@ -5,7 +5,6 @@ ShardedExampleGen -> StatisticsGen -> SchemaGen | ImportSchemaGen -> ExampleVali
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Optional
 
@@ -13,7 +12,8 @@ import tensorflow_model_analysis as tfma
 from ml_metadata.proto import metadata_store_pb2
 from tfx import v1 as tfx
 
-from components.example_gen.component import ShardedExampleGen, resolve_span
+from components.example_gen.component import ShardedExampleGen
+from components.example_gen.inputs import resolve_inputs
 from components.example_gen import encode
 from components.trainer import tasks
 from components.trainer.options import TRANSFORM_SIGNATURE
@@ -65,6 +65,7 @@ def check_data_fits_dataset(config: PipelineConfig, source: str) -> None:
 
 
 BASELINE_RESOLVER = "latest_blessed_model_resolver"
+SPAN_RESOLVER = "span_resolver"
 
 
 def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
@@ -116,6 +117,21 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
                            metrics_specs=[tfma.MetricsSpec(metrics=metrics)])
 
 
+def span_resolver(example_gen, spans: int) -> tfx.dsl.Resolver:
+    """The latest `spans` spans ExampleGen has written (their latest versions)."""
+    from tfx.proto import range_config_pb2
+
+    resolver = tfx.dsl.Resolver(
+        strategy_class=tfx.dsl.experimental.SpanRangeStrategy,
+        config={"range_config": range_config_pb2.RangeConfig(
+            rolling_range=range_config_pb2.RollingRange(num_spans=spans))},
+        examples=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Examples,
+                                 producer_component_id=example_gen.id),
+    ).with_id(SPAN_RESOLVER)
+    resolver.add_upstream_node(example_gen)
+    return resolver
+
+
 def baseline_resolver() -> tfx.dsl.Resolver:
     """The latest model the Evaluator blessed, the production model a new one must beat."""
     return tfx.dsl.Resolver(
@@ -132,14 +148,13 @@ def create_pipeline(
 ) -> tfx.dsl.Pipeline:
     """The pipeline for `config`. It reads `source` (a path or a bundled source name), by
     default the configured data_root or the dataset's bundled data."""
-    # A `{SPAN}` pattern is resolved first: the checks below read the files of its span.
-    resolved = resolve_span(config.example_gen_options(source or datasets.source_for(config)))
-    source = resolved.source
-    check_data_fits_dataset(config, source)
-    config = settle_task(config, source)
-    example_gen = ShardedExampleGen(dataclasses.replace(
-        config.example_gen_options(source), span=resolved.span, version=resolved.version,
-        source_fingerprint=resolved.source_fingerprint))
+    # Spans and pre-split inputs are resolved first: the checks below read the first file.
+    resolved = resolve_inputs(config.example_gen_options(
+        source or datasets.source_for(config)))
+    first_input = resolved.input_patterns()[0][1]
+    check_data_fits_dataset(config, first_input)
+    config = settle_task(config, first_input)
+    example_gen = ShardedExampleGen(resolved)
     statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
     if config.schema_file:
         schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_file)
@@ -148,8 +163,12 @@ def create_pipeline(
             statistics=statistics_gen.outputs["statistics"], infer_feature_shape=False)
     example_validator = tfx.components.ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
+    # A window of spans: each run's ExampleGen processes the new span, and Transform gets the
+    # latest N spans ExampleGen has written (stock's span resolver).
+    window = span_resolver(example_gen, config.spans) if config.spans > 1 else None
     transform = ShardedTransform(
-        examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
+        examples=window.outputs["examples"] if window else example_gen.outputs["examples"],
+        schema=schema_gen.outputs["schema"],
         # The gate: with fail_on_anomalies, any anomaly stops the run here.
         anomalies=example_validator.outputs["anomalies"],
         options=config.transform_options())
@@ -182,7 +201,8 @@ def create_pipeline(
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=config.resolved_pipeline_root,
-        components=[example_gen, statistics_gen, schema_gen, example_validator, transform,
+        components=[example_gen, statistics_gen, schema_gen, example_validator,
+                    *([window] if window else []), transform,
                     *([production] if production else []), trainer, evaluator, pusher],
         enable_cache=config.enable_cache,
         metadata_connection_config=metadata_connection_config,

@@ -49,6 +49,12 @@ class RunSummary:
     resolvers: list[str] = dataclasses.field(default_factory=list)  # node ids
     # The span and version ExampleGen read ((0, 0) for a source without spans).
     span: tuple[int, int] = (0, 0)
+    # Every span of a range ExampleGen read together; empty for one span.
+    spans: tuple[int, ...] = ()
+    # The spans Transform analysed this run, and those whose analysis it took from the
+    # analyzer cache (a window of spans); empty when it analysed one input.
+    analysed_spans: tuple[int, ...] = ()
+    cached_spans: tuple[int, ...] = ()
 
     def format(self) -> str:
         lines = [f"Run {self.run_id}"]
@@ -58,9 +64,15 @@ class RunSummary:
         lines.append(f"Reused from cache: {cached} of {len(self.components)} components")
         rows = ", ".join(f"{s}={n:,}" for s, n in self.rows_per_split.items()) or "unknown"
         lines.append(f"Rows per split: {rows}")
-        if self.span != (0, 0):
+        if len(self.spans) > 1:
+            lines.append(f"Spans: {self.spans[0]}-{self.spans[-1]}" +
+                         (f", the last at version {self.span[1]}" if self.span[1] else ""))
+        elif self.span != (0, 0):
             lines.append(f"Span: {self.span[0]}" + (f", version {self.span[1]}"
                                                    if self.span[1] else ""))
+        if self.cached_spans or len(self.analysed_spans) > 1:
+            lines.append(f"Transform: analysed span(s) {_listed(self.analysed_spans)}; "
+                         f"{_listed(self.cached_spans)} from the analyzer cache")
         left_out = [f"{n:,} {why}" for why, n in self.rows_left_out.items() if n]
         if left_out:
             lines.append(f"Rows left out: {', '.join(left_out)}")
@@ -113,6 +125,31 @@ def example_gen_span(artifacts) -> tuple[int, int]:
                  for name in ("span", "version"))
 
 
+def example_gen_spans(artifacts) -> tuple[int, ...]:
+    """The spans of a range ExampleGen read into one artifact (its `spans` property)."""
+    from components.example_gen.executor import SPANS_PROPERTY
+
+    found = example_gen_output(artifacts)
+    if not found or SPANS_PROPERTY not in found[0].custom_properties:
+        return ()
+    return tuple(int(s) for s in
+                 found[0].custom_properties[SPANS_PROPERTY].string_value.split(","))
+
+
+def _listed(spans: tuple[int, ...]) -> str:
+    return ", ".join(map(str, spans)) or "none"
+
+
+def transform_spans(artifacts) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(spans analysed, spans from the analyzer cache) of ShardedTransform's output."""
+    for examples in artifacts.get("Examples", []):
+        properties = examples.custom_properties
+        if "analysed_spans" in properties:
+            return tuple(tuple(int(s) for s in properties[name].string_value.split(",") if s)
+                         for name in ("analysed_spans", "cached_spans"))
+    return (), ()
+
+
 def rows_left_out(artifacts) -> dict[str, int]:
     """From ExampleGen's manifest: rows quarantined and rows without a label."""
     found = example_gen_output(artifacts)
@@ -161,7 +198,8 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
         artifacts=artifacts,
         rows_per_split=_rows_per_split(artifacts),
         rows_left_out=rows_left_out(artifacts),
-        span=example_gen_span(artifacts),
+        span=example_gen_span(artifacts), spans=example_gen_spans(artifacts),
+        analysed_spans=transform_spans(artifacts)[0], cached_spans=transform_spans(artifacts)[1],
         schema_path=_first_uri(artifacts, "Schema", "schema.pbtxt"),
         anomalies=anomalies(artifacts),
         pushed_model=_pushed_model(artifacts),

@@ -171,33 +171,6 @@ def test_a_regression_model_above_max_mse_is_not_blessed(diabetes_run):
     assert summary.blessed is False and not summary.pushed_model
 
 
-# Last: it runs the iris pipeline again, after every test of its first run.
-def test_a_model_worse_than_production_is_not_blessed_or_pushed(iris_run):
-    """The day a worse model comes: iris again in the same pipeline, trained one step, with
-    the absolute bound at zero, so only the comparison with the latest blessed model (the
-    first run's, found by the resolver) can refuse it. It is not blessed, nothing is pushed,
-    and the serving folder still holds the first run's model alone."""
-    frame, first_stdout, first = iris_run
-    assert "Compared with: no blessed model yet (bounds alone)" in first_stdout
-    folder = first.pushed_model.split(f"{os.sep}serving{os.sep}")[0]
-    (first_model,) = [a.uri for a in first.artifacts["Model"]]
-    result = tfrp(*table_run_args(folder, pa.Table.from_pandas(frame, preserve_index=False),
-                                  "species", "--train-steps", "1", "--set", "min_accuracy=0"))
-    second = summary_of(folder, "species")
-    assert second.baseline_model == first_model
-    assert f"Compared with the latest blessed model: {first_model}" in result.stdout
-    new_accuracy = second.evaluation["sparse_categorical_accuracy"]
-    old_accuracy = second.baseline_evaluation["sparse_categorical_accuracy"]
-    # The baseline scored now, on the same eval rows, is what it scored when it was new.
-    assert old_accuracy == pytest.approx(first.evaluation["sparse_categorical_accuracy"])
-    assert new_accuracy < old_accuracy
-    assert second.blessed is False and second.pushed_model is None
-    assert any("worse than the latest blessed model" in f for f in second.validation_failures)
-    assert "not blessed: sparse_categorical_accuracy change=" in result.stdout
-    serving = os.path.dirname(first.pushed_model)
-    assert os.listdir(serving) == [os.path.basename(first.pushed_model)]
-
-
 def report_of(summary) -> dict:
     import json
 

@@ -21,9 +21,12 @@ def run(options: ExampleGenOptions, output_dir: str, *,
     """ExampleGen into `output_dir` on `options.engine`; returns the manifest. Beam takes
     `beam_pipeline_args` or the TFX executor's `make_pipeline`; Spark takes its master and
     settings from the options."""
+    from components.example_gen import inputs
     from components.example_gen.sources.base import input_error_line
 
     try:
+        if inputs.needs_resolving(options):  # the CLI's and the bench's; TFX's are resolved
+            options = inputs.resolve_inputs(options)
         if options.engine == "spark":
             from components.spark import example_gen_job
 

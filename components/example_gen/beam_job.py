@@ -65,10 +65,10 @@ class _EncodeFile(beam.DoFn):
         self._options, self._fmt, self._staging = options, fmt, staging
 
     def process(self, indexed_path, profile: FileProfile):
-        file_index, path = indexed_path
+        file_index, path, split = indexed_path
         progress = Progress.current
         chunks, result = encode.encode_file(
-            self._options, self._fmt, self._staging, file_index, path, profile,
+            self._options, self._fmt, self._staging, file_index, path, profile, split=split,
             on_rows=(lambda rows: progress.encoded_rows(rows, profile.rows)) if progress
             else None)
         yield chunks, result
@@ -76,9 +76,13 @@ class _EncodeFile(beam.DoFn):
 
 def build_pipeline(pipeline: beam.Pipeline, options: ExampleGenOptions, fmt: str,
                    files: list[str], staging: str, hidden_files: Sequence[str] = (),
-                   layout_files: Sequence[str] = ()):
-    """Adds ExampleGen's transforms to `pipeline`; the staging folder receives every output."""
-    indexed_files = pipeline | "Files" >> beam.Create(list(enumerate(files)))
+                   layout_files: Sequence[str] = (),
+                   file_splits: Optional[Sequence[Optional[str]]] = None):
+    """Adds ExampleGen's transforms to `pipeline`; the staging folder receives every output.
+    `file_splits`: each file's split when the inputs are pre-split (None: hash-split)."""
+    splits = file_splits or [None] * len(files)
+    indexed_files = pipeline | "Files" >> beam.Create(
+        [(i, path, split) for i, (path, split) in enumerate(zip(files, splits))])
     profile = (
         indexed_files
         | "Profile" >> beam.Map(_profile, fmt)
@@ -115,7 +119,8 @@ def run(options: ExampleGenOptions, output_dir: str,
     `make_pipeline` lets the TFX executor supply its own configured Beam pipeline; `progress`
     shows progress bars on a terminal (the CLI's default).
     """
-    source, fmt, files = locate.source_files(options.source, options.format)
+    inputs = options.input_patterns()
+    fmt, files, file_splits = locate.input_files(inputs, options.format)
     shards.check_output_dir(output_dir)  # before any work, not after
     Progress.current = Progress(len(files)) if progress else None
     try:
@@ -124,7 +129,8 @@ def run(options: ExampleGenOptions, output_dir: str,
                 argv=list(beam_pipeline_args or []))
             with pipeline:
                 build_pipeline(pipeline, options, fmt, files, staging,
-                               locate.hidden_files(source), locate.layout_files(source))
+                               *locate.unread_files(inputs),
+                               file_splits)
             manifest = shards.read_manifest(staging)
     finally:
         if Progress.current:

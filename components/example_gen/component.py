@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Optional
 
 from tfx.dsl.components.base import base_beam_component, executor_spec
@@ -11,6 +10,7 @@ from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionP
 
 from components.example_gen import executor
 from components.example_gen.options import ExampleGenOptions
+from components.example_gen.inputs import resolve_inputs
 from components.example_gen.sources import locate
 from components.options import OPTIONS_KEY, options_or_settings
 
@@ -34,7 +34,11 @@ class ShardedExampleGen(base_beam_component.BaseBeamComponent):
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
     def __init__(self, options: Optional[ExampleGenOptions] = None, **settings: Any):
-        options = resolve_span(options_or_settings(ExampleGenOptions, options, settings))
+        """Stock's `input_config` (an `example_gen_pb2.Input`) and `range_config` (a
+        `range_config_pb2.RangeConfig`) are taken as they are, so a stock pipeline's carry
+        over."""
+        settings = {name: _from_proto(name, value) for name, value in settings.items()}
+        options = resolve_inputs(options_or_settings(ExampleGenOptions, options, settings))
         if options.source_fingerprint is None:
             options = dataclasses.replace(
                 options, source_fingerprint=locate.local_fingerprint(options.source))
@@ -43,29 +47,12 @@ class ShardedExampleGen(base_beam_component.BaseBeamComponent):
             **{OPTIONS_KEY: options.to_json()}))
 
 
-# TFX's specs in a source pattern ({SPAN} and {VERSION} may carry a width: {SPAN:2}).
-SPAN_SPECS = ("{SPAN", "{VERSION", "{YYYY}", "{MM}", "{DD}")
+def _from_proto(name: str, value: Any) -> Any:
+    """A stock input_config or range_config proto as our options hold it; others as given."""
+    from google.protobuf import json_format, message
 
-
-def resolve_span(options: ExampleGenOptions) -> ExampleGenOptions:
-    """A source pattern with TFX's `{SPAN}`, `{YYYY}{MM}{DD}` and `{VERSION}` specs, resolved
-    as stock ExampleGen resolves its input_config: the latest span, and its latest version.
-    The options then read that span's files and carry its numbers and stock's fingerprint of
-    them, so a run whose latest span was already processed is reused from the cache."""
-    from tfx.components.example_gen import utils
-    from tfx.proto import example_gen_pb2
-
-    pattern = options.source
-    found = [i for i in (pattern.find(spec) for spec in SPAN_SPECS) if i >= 0]
-    if not found:
-        return options
-    # Stock globs below a base folder; the base is what comes before the first spec.
-    base = os.path.dirname(pattern[:min(found)])
-    split = example_gen_pb2.Input.Split(name="source", pattern=os.path.relpath(pattern, base))
-    try:
-        fingerprint, span, version = utils.calculate_splits_fingerprint_span_and_version(
-            base, [split])
-    except ValueError as error:
-        raise ValueError(f"{pattern}: {error}") from None
-    return dataclasses.replace(options, source=os.path.join(base, split.pattern), span=span,
-                               version=version, source_fingerprint=fingerprint)
+    if not isinstance(value, message.Message):
+        return value
+    if name == "input_config":
+        return {split.name: split.pattern for split in value.splits}
+    return json_format.MessageToDict(value, preserving_proto_field_name=True)

@@ -44,11 +44,14 @@ class FileResult:
 
 def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: int,
                 path: str, profile: FileProfile,
-                on_rows: Optional[Callable[[int], None]] = None
+                on_rows: Optional[Callable[[int], None]] = None, split: Optional[str] = None
                 ) -> tuple[list[shards.Chunk], FileResult]:
     """Pass 2 for one file: typed batches -> split/partition -> tf.Example chunk files under
-    `staging`. Returns the chunks and the file's row counts; `on_rows` hears of rows read."""
+    `staging`. Returns the chunks and the file's row counts; `on_rows` hears of rows read.
+    `split`: the split of a pre-split input's file, which takes all its rows."""
     split_names, weights, key_columns = split_plan(options, profile.columns)
+    if split is not None:
+        weights = [int(name == split) for name in split_names]
     faults.before_task(staging, file_index, "encode")
     writer = shards.ChunkWriter(os.path.join(staging, "_chunks"), file_index,
                                 options.sharding)
@@ -122,8 +125,9 @@ def without_unlabelled(batch: pa.RecordBatch, label_key: Optional[str]
 def split_plan(options: ExampleGenOptions, columns) -> tuple[np.ndarray, list[int], list[str]]:
     """(split names, weights, key columns) that every batch of a run is split with: the
     split key, or else every column."""
-    splits = splitting.parse_splits(options.splits)
-    return (np.array([n for n, _ in splits], dtype=object), [w for _, w in splits],
+    weights = [w for _, w in splitting.parse_splits(options.splits)] \
+        if not options.input_config else [1] * len(options.split_names)
+    return (np.array(options.split_names, dtype=object), weights,
             [options.split_key] if options.split_key else list(columns))
 
 
@@ -136,11 +140,14 @@ def write_groups(writer: shards.ChunkWriter, groups) -> None:
 def encode_batch(options: ExampleGenOptions, path: str, batch: pa.RecordBatch,
                  profile: FileProfile, split_names, weights, key_columns) -> list:
     """[(partition, split, serialized examples)] for one record batch, all on arrays."""
-    try:
-        split_of_row = splitting.split_index(splitting.hash_rows(
-            batch, key_columns, absent_as_null=not options.split_key), weights)
-    except SourceError as e:
-        raise SourceError(f"{path}: {e}") from e
+    if sum(weights) == max(weights):  # one split takes every row: a pre-split input
+        split_of_row = np.full(batch.num_rows, weights.index(max(weights)), dtype=np.int64)
+    else:
+        try:
+            split_of_row = splitting.split_index(splitting.hash_rows(
+                batch, key_columns, absent_as_null=not options.split_key), weights)
+        except SourceError as e:
+            raise SourceError(f"{path}: {e}") from e
     if options.partition_by:
         index = batch.schema.get_field_index(options.partition_by)
         if index < 0:
@@ -211,7 +218,9 @@ def finalize(staging: str, options: ExampleGenOptions, fmt: str, profile: FilePr
         written, sources_info, options.sharding.compression, quarantined,
         format=fmt, split_key=options.split_key, partition_by=options.partition_by,
         schema=schema_file.SCHEMA_FILE,
-        splits_requested=options.splits, engine=options.engine,
+        splits_requested=options.splits if not options.input_config else None,
+        input_config=options.input_config, spans=options.resolved_spans,
+        engine=options.engine,
         # Records in damaged regions of TFRecord sources: counted when the source's index
         # says how many; otherwise only their bytes are known, and rows_in is a lower bound.
         rows_lost=sum(r.lost for r in results), bytes_lost=sum(r.lost_bytes for r in results),

@@ -33,6 +33,24 @@ class ExampleGenOptions(JsonOptions):
     spark_conf: Optional[dict] = setting(
         None, "With engine spark: a Spark setting, such as spark.executor.memory=4g.",
         metavar="KEY=VALUE")
+    # TFX's input_config, pre-split: each split's own files. With it, `source` is the base
+    # folder (stock's input_base) the patterns are under, and no row is hash-split.
+    input_config: Optional[dict] = setting(
+        None, "Pre-split inputs: a split and the pattern of its files under the source "
+        "folder (train=train/*); may hold {SPAN}, {VERSION}, {YYYY}{MM}{DD}.",
+        metavar="SPLIT=PATTERN")
+    # TFX's RangeConfig as its JSON: {"static_range": {"start_span_number": 1,
+    # "end_span_number": 3}} or {"rolling_range": {"num_spans": 3}}, or those fields flat
+    # (the command line's --range-config num_spans=3). Unlike stock, a range may hold several
+    # spans; they are read together into one Examples artifact.
+    range_config: Optional[dict] = setting(
+        None, "Which spans to read: start_span_number=A and end_span_number=B (a static "
+        "range), or num_spans=N (the latest N); unset: the latest span.",
+        metavar="FIELD=NUMBER")
+    # What the patterns resolved to when the pipeline was built: per split ("" for hash
+    # splits), the resolved patterns, one per span. Unset when `source` is read as it is.
+    resolved_inputs: Optional[dict] = None
+    resolved_spans: Optional[list] = None
     # Sizes and modification times of local source files, taken when the pipeline is built:
     # an edited source changes the component's parameters, so a cached run re-reads it.
     source_fingerprint: Optional[str] = None
@@ -45,3 +63,55 @@ class ExampleGenOptions(JsonOptions):
     def __post_init__(self):
         super().__post_init__()
         parse_splits(self.splits)
+        if self.range_config is not None:
+            object.__setattr__(self, "range_config", normalize_range_config(self.range_config))
+
+    def input_patterns(self) -> list[tuple[Optional[str], str]]:
+        """(split, path or pattern) of each input: the resolved patterns when there are any
+        (split None: hash-split rows), else the source itself."""
+        if not self.resolved_inputs:
+            return [(None, self.source)]
+        return [(split or None, pattern) for split, patterns in self.resolved_inputs.items()
+                for pattern in patterns]
+
+    @property
+    def split_names(self) -> list[str]:
+        """The output's splits: the pre-split inputs' names, or the hash splits'."""
+        if self.input_config:
+            return list(self.input_config)
+        return [name for name, _ in parse_splits(self.splits)]
+
+
+_RANGE_FIELDS = {"static_range": ("start_span_number", "end_span_number"),
+                 "rolling_range": ("num_spans", "start_span_number")}
+
+
+def normalize_range_config(config: dict) -> dict:
+    """`config` in RangeConfig's JSON form with whole numbers, from that form or its fields
+    given flat; a SettingError names what does not fit."""
+    from components.options import SettingError
+
+    if len(config) == 1 and next(iter(config)) in _RANGE_FIELDS:
+        (kind, fields), = config.items()
+    elif "num_spans" in config:
+        kind, fields = "rolling_range", config
+    else:
+        kind, fields = "static_range", config
+    unknown = sorted(set(fields) - set(_RANGE_FIELDS[kind]))
+    if unknown:
+        raise SettingError(["range_config"], f"{{0}}: {kind} has no {unknown}; it takes "
+                           f"{' and '.join(_RANGE_FIELDS[kind])}")
+    given = ", ".join(f"{k}={v}" for k, v in fields.items())  # no braces: it is a template
+    try:
+        numbers = {k: int(v) for k, v in fields.items()}
+    except (TypeError, ValueError):
+        raise SettingError(["range_config"], f"{{0}}: span numbers are whole numbers, not "
+                           f"{given}") from None
+    if kind == "static_range" and (len(numbers) != 2 or
+                                   numbers["start_span_number"] > numbers["end_span_number"]):
+        raise SettingError(["range_config"], "{0}: a static range takes start_span_number "
+                           f"<= end_span_number, not {given}")
+    if kind == "rolling_range" and numbers.get("num_spans", 1) < 1:
+        raise SettingError(["range_config"], f"{{0}}: num_spans must be at least 1, not "
+                           f"{numbers['num_spans']}")
+    return {kind: numbers}

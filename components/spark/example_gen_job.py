@@ -25,11 +25,12 @@ def run(options: ExampleGenOptions, output_dir: str, spark=None) -> dict:
     # live in a module that imports no TensorFlow, so executors start light.
     from components.example_gen.sources import locate
 
-    source, fmt, files = locate.source_files(options.source, options.format)
+    inputs = options.input_patterns()
+    fmt, files, file_splits = locate.input_files(inputs, options.format)
     shards.check_output_dir(output_dir)
     spark = spark or spark_session.get_session(options.spark_master, options.spark_conf)
     context = spark.sparkContext
-    indexed = list(enumerate(files))
+    indexed = [(i, path, split) for i, (path, split) in enumerate(zip(files, file_splits))]
     try:
         with shards.staged_output(output_dir) as staging:
             profiles = context.parallelize(indexed, len(indexed)).map(
@@ -41,8 +42,7 @@ def run(options: ExampleGenOptions, output_dir: str, spark=None) -> dict:
             written = write_shards(spark, shards.plan_shards(chunks, options.sharding),
                                    staging, options.sharding)
             encode.finalize(staging, options, fmt, profile, written,
-                            [result for _, result in encoded], locate.hidden_files(source),
-                            locate.layout_files(source))
+                            [result for _, result in encoded], *locate.unread_files(inputs))
             manifest = shards.read_manifest(staging)
     except Exception as error:
         line = input_error_line(error)
@@ -69,6 +69,6 @@ class _EncodeFile:
                                                                   profile)
 
     def __call__(self, indexed_path):
-        file_index, path = indexed_path
+        file_index, path, split = indexed_path
         return encode.encode_file(self._options, self._fmt, self._staging, file_index, path,
-                                  self._profile)
+                                  self._profile, split=split)

@@ -11,13 +11,14 @@ before it packs anything. Everything is staged and committed at the end, manifes
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 import importlib.util
 import inspect as pyinspect
 import logging
 import os
 import random
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence, Union
 
 import apache_beam as beam
 import tensorflow as tf
@@ -152,25 +153,77 @@ class _EncodeChunks(beam.DoFn):
             (self._split, self._rows, self._records)))
 
 
-def _analyze(make_pipeline, options, examples_dir, raw_schema, graph_dir, temp_dir) -> None:
+def dataset_key(examples_dir: str) -> str:
+    """The analyzer cache's name for one input's analysis: stable for the same Examples
+    artifact (its folder), so a span seen in an earlier window is found again."""
+    return "examples-" + hashlib.sha256(examples_dir.rstrip("/").encode()).hexdigest()[:16]
+
+
+def copy_cache(source: str, destination: str, keys: Optional[Sequence[str]] = None) -> None:
+    """Copies analyzer cache entries (one folder per input, `dataset_key`) that `destination`
+    lacks: all of `source`'s, or those of `keys`."""
+    if not fileio.exists(source):
+        return
+    for key in keys if keys is not None else fileio.listdir(source):
+        key = key.rstrip("/")
+        if fileio.exists(os.path.join(source, key)) and \
+                not fileio.exists(os.path.join(destination, key)):
+            fileio.copy_tree(os.path.join(source, key), os.path.join(destination, key))
+
+
+def _analyze(make_pipeline, options, examples_dirs, raw_schema, graph_dir, temp_dir
+             ) -> dict[str, list[str]]:
+    """Analyses the analyze split of every input; writes the transform function. With an
+    analyzer cache folder, each input's analysis is read from it when it is there (keyed by
+    `dataset_key`), and only the others are read and analysed, their results added to the
+    cache. Returns the inputs analysed and those taken from the cache."""
+    from tensorflow_transform.beam import analysis_graph_builder, analyzer_cache
+
     preprocessing_fn = load_preprocessing_fn(options, raw_schema)
-    source = _raw_source(examples_dir, options.analyze_split, raw_schema)
+    sources = {analyzer_cache.DatasetKey(dataset_key(d)): _raw_source(
+        d, options.analyze_split, raw_schema) for d in examples_dirs}
+    names = {key: d for key, d in zip(sources, examples_dirs)}
+    adapter_config = next(iter(sources.values())).TensorAdapterConfig()
+    cache_dir = options.analyzer_cache_dir
     with make_pipeline() as pipeline, tft_beam.Context(temp_dir=temp_dir):
-        raw = pipeline | "ReadAnalyzeSplit" >> source.BeamSource()
-        transform_fn = (raw, source.TensorAdapterConfig()) | "Analyze" >> \
-            tft_beam.AnalyzeDataset(preprocessing_fn)
+        if not cache_dir:
+            raw = [pipeline | f"ReadAnalyzeSplit[{i}]" >> source.BeamSource()
+                   for i, source in enumerate(sources.values())] | "AllInputs" >> beam.Flatten()
+            transform_fn = (raw, adapter_config) | "Analyze" >> \
+                tft_beam.AnalyzeDataset(preprocessing_fn)
+            analysed = list(sources)
+        else:
+            specs = next(iter(sources.values())).TensorAdapter().OriginalTypeSpecs()
+            keys = list(sources)
+            entry_keys = analysis_graph_builder.get_analysis_cache_entry_keys(
+                preprocessing_fn, specs, keys, False)
+            cached = [k for k in keys if fileio.exists(os.path.join(cache_dir, k.key))]
+            input_cache = pipeline | "ReadCache" >> analyzer_cache.ReadAnalysisCacheFromFS(
+                cache_dir, cached, cache_entry_keys=entry_keys) if cached else {}
+            analysed = analysis_graph_builder.get_analysis_dataset_keys(
+                preprocessing_fn, specs, keys, input_cache, False)
+            data = {key: (pipeline | f"ReadAnalyzeSplit[{i}]" >> sources[key].BeamSource())
+                    if key in analysed else None for i, key in enumerate(keys)}
+            transform_fn, cache_output = (data, input_cache, adapter_config) | "Analyze" >> \
+                tft_beam.AnalyzeDatasetWithCache(preprocessing_fn, pipeline=pipeline)
+            if cache_output:
+                _ = cache_output | "WriteCache" >> analyzer_cache.WriteAnalysisCacheToFS(
+                    pipeline, cache_dir, dataset_keys=keys)
         _ = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(graph_dir)
+    return {"analysed": [names[k] for k in sources if k in analysed],
+            "from_cache": [names[k] for k in sources if k not in analysed]}
 
 
-def _transform(make_pipeline, options, examples_dir, splits, raw_schema, schema,
+def _transform(make_pipeline, options, examples_dirs, splits, raw_schema, schema,
                graph_dir, temp_dir, staging) -> list:
     with make_pipeline() as pipeline, tft_beam.Context(temp_dir=temp_dir):
         transform_fn = pipeline | "ReadTransformFn" >> tft_beam.ReadTransformFn(graph_dir)
         outputs = []
         for split in splits:
-            source = _raw_source(examples_dir, split, raw_schema)
-            raw = pipeline | f"Read[{split}]" >> source.BeamSource()
-            transformed, _ = ((raw, source.TensorAdapterConfig()), transform_fn) | \
+            sources = [_raw_source(d, split, raw_schema) for d in examples_dirs]
+            raw = [pipeline | f"Read[{split}][{i}]" >> source.BeamSource()
+                   for i, source in enumerate(sources)] | f"All[{split}]" >> beam.Flatten()
+            transformed, _ = ((raw, sources[0].TensorAdapterConfig()), transform_fn) | \
                 f"Transform[{split}]" >> tft_beam.TransformDataset(output_record_batches=True)
             outputs.append(transformed | f"Encode[{split}]" >> beam.ParDo(_EncodeChunks(
                 split, schema, staging, options.sharding)).with_outputs(ROW_COUNTS, main="chunks"))
@@ -189,27 +242,32 @@ def _write_result(_, path, written, counts) -> None:
                              "rows": [list(c) for c in counts]}, indent=None)
 
 
-def run(options: TransformOptions, examples_dir: str, raw_schema: schema_pb2.Schema,
-        graph_dir: str, output_dir: str, make_pipeline=None,
+def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
+        raw_schema: schema_pb2.Schema, graph_dir: str, output_dir: str, make_pipeline=None,
         splits: Optional[list[str]] = None) -> dict:
-    """Transforms `examples_dir` into `output_dir` (Split-*/ shards, schema.pbtxt, manifest)
-    and writes the TransformGraph to `graph_dir`. Returns the manifest."""
+    """Transforms `examples_dir` (one Examples folder, or several: a window of spans) into
+    `output_dir` (Split-*/ shards, schema.pbtxt, manifest) and writes the TransformGraph to
+    `graph_dir`. Several inputs are analysed together and each split holds all their rows.
+    Returns the manifest."""
+    examples_dirs = [examples_dir] if isinstance(examples_dir, str) else list(examples_dir)
     make_pipeline = make_pipeline or beam.Pipeline
     active = parser.active_schema(raw_schema)
     dropped = sorted({f.name for f in raw_schema.feature} - {f.name for f in active.feature})
     if dropped:
         logging.info("Transform leaves out features the schema marks inactive: %s", dropped)
     raw_schema = active
-    input_manifest = shards.read_manifest(examples_dir)
-    splits = splits or (shards.split_names(input_manifest) if input_manifest else sorted(
-        d.rstrip("/")[len("Split-"):] for d in tf.io.gfile.listdir(examples_dir)
-        if d.startswith("Split-")))
+    input_manifests = [shards.read_manifest(d) for d in examples_dirs]
+    splits = splits or (shards.split_names(input_manifests[0]) if input_manifests[0] else
+                        sorted(d.rstrip("/")[len("Split-"):]
+                               for d in tf.io.gfile.listdir(examples_dirs[0])
+                               if d.startswith("Split-")))
     if options.analyze_split not in splits:
         raise ValueError(f"analyze split {options.analyze_split!r} is not among {splits}")
     with shards.staged_output(output_dir) as staging:
         graph_staging = os.path.join(staging, "_graph")
         temp_dir = os.path.join(staging, "_tft_tmp")
-        _analyze(make_pipeline, options, examples_dir, raw_schema, graph_staging, temp_dir)
+        analysis = _analyze(make_pipeline, options, examples_dirs, raw_schema, graph_staging,
+                            temp_dir)
         # Stock TFX writes the raw schema into the graph too; raw_feature_spec() reads it.
         from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io
 
@@ -219,12 +277,15 @@ def run(options: TransformOptions, examples_dir: str, raw_schema: schema_pb2.Sch
         row_schema = tft.TFTransformOutput(graph_staging).transformed_metadata.schema
         schema = stored_schema(row_schema, options, raw_image_names(raw_schema, options))
         # The encoder is given the schema stored beside the blocks, so they say the same.
-        result = _transform(make_pipeline, options, examples_dir, splits, raw_schema,
+        result = _transform(make_pipeline, options, examples_dirs, splits, raw_schema,
                             schema, graph_staging, temp_dir, staging)
         written = [shards.Shard(**s) for s in result["shards"]]
         manifest = shards.build_manifest(written, [], options.sharding.compression, 0,
-                                         schema=schema_file.SCHEMA_FILE)
-        reconcile(manifest, result["rows"], rows_in(examples_dir, splits, input_manifest))
+                                         schema=schema_file.SCHEMA_FILE, inputs=examples_dirs,
+                                         analysis=analysis)
+        expected = [rows_in(d, splits, m) for d, m in zip(examples_dirs, input_manifests)]
+        reconcile(manifest, result["rows"], {split: sum(e[split] for e in expected)
+                                             for split in splits})
         schema_file.write_schema(schema, os.path.join(staging, schema_file.SCHEMA_FILE))
         shards.write_manifest(staging, manifest)
         fileio.copy_tree(graph_staging, graph_dir)

@@ -17,10 +17,14 @@ class ShardedTransformSpec(ComponentSpec):
     INPUTS = {"examples": ChannelParameter(type=standard_artifacts.Examples),
               "schema": ChannelParameter(type=standard_artifacts.Schema),
               "anomalies": ChannelParameter(type=standard_artifacts.ExampleAnomalies,
-                                            optional=True)}
+                                            optional=True),
+              "analyzer_cache": ChannelParameter(type=standard_artifacts.TransformCache,
+                                                 optional=True)}
     OUTPUTS = {"transform_graph": ChannelParameter(type=standard_artifacts.TransformGraph),
                "transformed_examples": ChannelParameter(type=standard_artifacts.Examples),
-               "post_transform_schema": ChannelParameter(type=standard_artifacts.Schema)}
+               "post_transform_schema": ChannelParameter(type=standard_artifacts.Schema),
+               "updated_analyzer_cache": ChannelParameter(
+                   type=standard_artifacts.TransformCache)}
 
 
 class ShardedTransform(base_beam_component.BaseBeamComponent):
@@ -33,6 +37,13 @@ class ShardedTransform(base_beam_component.BaseBeamComponent):
     floats, vocabulary ids for strings, ints kept. Give a `TransformOptions`, or its fields as
     keywords.
 
+    `examples` may hold several Examples artifacts (a window of spans, from a resolver):
+    they are analysed together and each split of the output holds all their rows. As stock
+    Transform does, each input's analysis is kept in tf.Transform's analyzer cache
+    (`updated_analyzer_cache`; an `analyzer_cache` input is read first), so an input seen
+    before is not read again for analysis; `analyzer_cache_dir` keeps it in one folder across
+    runs instead, which lets a rerun with the same inputs be reused from TFX's cache.
+
     Wire ExampleValidator's `anomalies` in to gate on them: with `fail_on_anomalies` (the
     default) any anomaly fails this component before it reads a row, naming every anomaly.
     TFX has no gate of its own, and validation that stops nothing only decorates a run.
@@ -42,10 +53,13 @@ class ShardedTransform(base_beam_component.BaseBeamComponent):
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
     def __init__(self, examples, schema, options: Optional[TransformOptions] = None,
-                 anomalies=None, **settings: Any):
+                 anomalies=None, analyzer_cache=None, **settings: Any):
         options = options_or_settings(TransformOptions, options, settings)
         super().__init__(spec=ShardedTransformSpec(
             examples=examples, schema=schema, anomalies=anomalies,
+            analyzer_cache=analyzer_cache,
+            updated_analyzer_cache=channel_utils.as_channel(
+                [standard_artifacts.TransformCache()]),
             transform_graph=channel_utils.as_channel([standard_artifacts.TransformGraph()]),
             transformed_examples=channel_utils.as_channel([standard_artifacts.Examples()]),
             post_transform_schema=channel_utils.as_channel([standard_artifacts.Schema()]),

@@ -82,29 +82,48 @@ def _is_flag(feature: schema_pb2.Feature) -> bool:
 
 def _number(name: str, value, feature: schema_pb2.Feature) -> dict:
     """A number's features: imputed, z-scored, quantile buckets, a missing flag; for a time,
-    its calendar parts too."""
+    its calendar parts too.
+
+    Every analyzer reads the raw present values, none an analyzer's output, so the analysis
+    is one phase: tf.Transform's analyzer cache then spares an input seen before (a span of
+    a rolling window) from being read again. A missing value is imputed with the mean, so it
+    z-scores to 0 and falls in the mean's bucket."""
     present = _present(value)
     raw = dense_scalar(value, feature)
     numbers = tf.cast(raw, tf.float32)
-    mean = tft.mean(tf.boolean_mask(numbers, present))
-    filled = tf.where(present, numbers, tf.cast(mean, tf.float32))
+    kept = tf.boolean_mask(numbers, present)
+    mean = tf.cast(tft.mean(kept), tf.float32)
+    filled = tf.where(present, numbers, mean)
     # The derived names are `names.DERIVED_SUFFIXES`: the Trainer leaves out what is derived
     # from a feature it is told to leave out.
-    out = {name: tft.scale_to_z_score(filled),
-           f"{name}__bucket": tft.bucketize(filled, NUM_BUCKETS)}
+    boundaries = tft.quantiles(kept, NUM_BUCKETS, epsilon=min(1.0 / NUM_BUCKETS, 0.01))
+    out = {name: _z_score(filled, mean, tft.var(kept)),
+           f"{name}__bucket": tft.apply_buckets(filled, boundaries)}
     if not (feature.HasField("presence") and feature.presence.min_fraction >= 1.0):
         out[f"{name}__missing"] = tf.cast(tf.logical_not(present), tf.float32)
     if TIME_TAG in feature.annotation.tag:
         seconds = tf.where(present, tf.cast(raw, tf.int64),
                            tf.cast(tf.round(mean), tf.int64))
         year, month, weekday, hour = _calendar(seconds)
-        out[f"{name}__year"] = tft.scale_to_z_score(tf.cast(year, tf.float32))
+        years = tf.cast(year, tf.float32)
+        present_years = tf.boolean_mask(years, present)
+        year_mean = tf.cast(tft.mean(present_years), tf.float32)
+        out[f"{name}__year"] = _z_score(tf.where(present, years, year_mean), year_mean,
+                                        tft.var(present_years))
         for part, values, count in (("month", month - 1, 12), ("weekday", weekday, 7),
                                     ("hour", hour, 24)):
             out[f"{name}__{part}"] = tft.apply_buckets(
                 tf.cast(values, tf.float32),
                 tf.constant([[i + 0.5 for i in range(count - 1)]], tf.float32))
     return out
+
+
+def _z_score(x: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor) -> tf.Tensor:
+    """(x - mean) / std, as tft.scale_to_z_score computes it (x - mean when the variance is
+    0), from a mean and variance taken elsewhere."""
+    variance = tf.cast(variance, tf.float32)
+    centred = x - mean
+    return tf.where(variance > 0, centred / tf.sqrt(tf.maximum(variance, 1e-30)), centred)
 
 
 def _present(value) -> tf.Tensor:

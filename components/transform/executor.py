@@ -1,6 +1,7 @@
 """ShardedTransform's TFX executor: a thin adapter from TFX's artifacts to the Beam job."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -40,19 +41,36 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         options = TransformOptions.from_json(exec_properties[OPTIONS_KEY])
         if options.fail_on_anomalies and input_dict.get("anomalies"):
             check_anomalies(artifact_utils.get_single_instance(input_dict["anomalies"]))
-        examples = artifact_utils.get_single_instance(input_dict["examples"])
+        # A window of spans comes as several artifacts, in span order.
+        window = sorted(input_dict["examples"], key=lambda a: (a.span, a.version))
         schema_uri = artifact_utils.get_single_uri(input_dict["schema"])
         raw_schema = beam_job.mark_images(
             schema_file.load_schema(io_utils.get_only_uri_in_dir(schema_uri)),
-            beam_job.shards_schema(examples.uri))
+            beam_job.shards_schema(window[0].uri))
         graph = artifact_utils.get_single_instance(output_dict["transform_graph"])
         transformed = artifact_utils.get_single_instance(output_dict["transformed_examples"])
-        splits = artifact_utils.decode_split_names(examples.split_names)
-        manifest = beam_job.run(options, examples.uri, raw_schema, graph.uri, transformed.uri,
-                                make_pipeline=self._make_beam_pipeline, splits=splits)
-        # The transformed rows are the input's span and version.
+        cache = artifact_utils.get_single_uri(output_dict["updated_analyzer_cache"])
+        for given in input_dict.get("analyzer_cache") or []:
+            beam_job.copy_cache(given.uri, options.analyzer_cache_dir or cache)
+        splits = artifact_utils.decode_split_names(window[0].split_names)
+        manifest = beam_job.run(
+            dataclasses.replace(options, analyzer_cache_dir=options.analyzer_cache_dir or cache),
+            [a.uri for a in window], raw_schema, graph.uri, transformed.uri,
+            make_pipeline=self._make_beam_pipeline, splits=splits)
+        if options.analyzer_cache_dir:  # the kept folder: this window's entries, as stock
+            beam_job.copy_cache(options.analyzer_cache_dir, cache,
+                                [beam_job.dataset_key(a.uri) for a in window])
+        # The transformed rows are the inputs' spans: stock's properties hold the last.
         tfx_artifacts.set_examples_properties(transformed, list(manifest["splits"]),
-                                              examples.span, examples.version)
+                                              window[-1].span, window[-1].version)
+        if len(window) > 1:
+            transformed.set_string_custom_property(
+                "spans", ",".join(str(a.span) for a in window))
+        uris = {a.uri: a for a in window}
+        transformed.set_string_custom_property("analysed_spans", ",".join(
+            str(uris[u].span) for u in manifest["analysis"]["analysed"]))
+        transformed.set_string_custom_property("cached_spans", ",".join(
+            str(uris[u].span) for u in manifest["analysis"]["from_cache"]))
         transformed.set_int_custom_property("rows_written", manifest["rows_written"])
         # The post-transform Schema is the schema stored beside the transformed shards.
         post_schema = artifact_utils.get_single_uri(output_dict["post_transform_schema"])

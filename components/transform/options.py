@@ -33,6 +33,10 @@ class TransformOptions(JsonOptions):
     # JPEG/PNG bytes and the input function decodes them.
     image_storage: str = setting("encoded", choices=STORAGES)
     image_shape: Optional[list[int]] = None
+    # A folder where each input's analysis is kept (tf.Transform's analyzer cache, by input):
+    # an input analysed once, such as a span in a rolling window, is not read again for
+    # analysis. Unset: every input is analysed every run.
+    analyzer_cache_dir: Optional[str] = None
     sharding: ShardingOptions = dataclasses.field(default_factory=ShardingOptions)
 
     def __post_init__(self) -> None:

@@ -57,7 +57,9 @@ def local_fingerprint(source: str) -> Optional[str]:
 def detect_format(path: str) -> str:
     """The format of a file or folder, from its extension(s) or a format's marker file (an
     image folder's labels.csv)."""
-    files = [path] if not fileio.isdir(path) else list_files(path)
+    # A file, a glob (the files it matches) or a folder (the files below it).
+    files = list_files(path) if fileio.isdir(path) or any(c in path for c in "*?[") \
+        else [path]
     if fileio.isdir(path):
         for source_format in FORMATS.values():
             marker = source_format.folder_marker
@@ -150,6 +152,27 @@ def list_files(path: str, fmt: Optional[str] = None) -> list[str]:
 def taxi_csv_path() -> str:
     """The Chicago taxi sample (15,002 trips) bundled in the tfx wheel."""
     return resolve_source(TAXI_SOURCE)
+
+
+def input_files(inputs: list[tuple[Optional[str], str]], fmt: str
+                ) -> tuple[str, list[str], list[Optional[str]]]:
+    """(format, files, each file's split) of a run's inputs, (split, pattern) pairs as
+    `ExampleGenOptions.input_patterns` gives them; a split of None means hash-split rows."""
+    files, file_splits = [], []
+    for split, pattern in inputs:
+        _, fmt_found, found = source_files(pattern, fmt)
+        fmt = fmt_found
+        files += found
+        file_splits += [split] * len(found)
+    return fmt, files, file_splits
+
+
+def unread_files(inputs: list[tuple[Optional[str], str]]) -> tuple[list[str], list[str]]:
+    """(hidden files, layout files) below the inputs' folders, which a run leaves out and
+    names in its manifest."""
+    folders = [resolve_source(pattern) for _, pattern in inputs]
+    return ([f for folder in folders for f in hidden_files(folder)],
+            [f for folder in folders for f in layout_files(folder)])
 
 
 def source_files(source: str, fmt: str) -> tuple[str, str, list[str]]:
