@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import threading
 import zlib
 from typing import Iterator, Optional, Sequence
 
@@ -185,17 +186,23 @@ def _member_records(path: str, offset: int, data: bytes):
 class RecordReader:
     """Record `i` of one file by its index: a plain record is one read at its offset; a gzip
     record inflates its member (the last member read is kept, so reads that follow each
-    other inflate it once)."""
+    other inflate it once). Safe to share between threads (tf.data's parallel map): the
+    file's position and the kept member are used under a lock."""
 
     def __init__(self, index: RecordIndex):
         self.index = index
         self._file = None
         self._member: Optional[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = None
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return self.index.records
 
     def __getitem__(self, record: int) -> bytes:
+        with self._lock:
+            return self._record(record)
+
+    def _record(self, record: int) -> bytes:
         entry = self.index.entry_of(record)
         data = self._read(int(self.index.offsets[entry]), int(self.index.lengths[entry]))
         if not self.index.gzip:
@@ -234,8 +241,32 @@ class RecordReader:
             self._file.close()
             self._file = None
 
-    def __getstate__(self):  # open files do not pickle (DataLoader workers, Grain)
-        return {"index": self.index, "_file": None, "_member": None}
+    def __getstate__(self):  # open files and locks do not pickle (DataLoader workers, Grain)
+        return {"index": self.index}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["index"])
+
+
+class FileRecords:
+    """The records of several files as one sequence: record g is the g-th record of the files
+    read in order, each file through its index (stored, or built in one pass)."""
+
+    def __init__(self, files: Sequence[str]):
+        self.readers = [RecordReader(load_or_build(f)) for f in files]
+        self.starts = np.concatenate(
+            [[0], np.cumsum([len(r) for r in self.readers])]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __getitem__(self, record: int) -> bytes:
+        k = int(np.searchsorted(self.starts, record, side="right")) - 1
+        return self.readers[k][record - int(self.starts[k])]
+
+    def read(self, records: np.ndarray) -> np.ndarray:
+        """The records numbered `records`, as a numpy array of bytes objects."""
+        return np.array([self[int(g)] for g in records], dtype=object)
 
 
 def _unframe_one(path: str, offset: int, framed: bytes) -> bytes:

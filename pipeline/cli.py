@@ -485,6 +485,33 @@ def bench_spark(rows, spark_master, repeats, work_dir, as_json) -> None:
     _show(result, bench_lib.table(result), as_json)
 
 
+@bench.command("access")
+@click.option("--rows", default=1_000_000, show_default=True, type=int)
+@_bench_options
+def bench_access(rows, repeats, work_dir, as_json) -> None:
+    """Reading by index: a packed epoch with the global shuffle against the buffer shuffle
+    (whole processes), and random single-record reads against a sequential read."""
+    from bench import access as bench_lib
+
+    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats, log=_log)
+    _show(result, bench_lib.table(result), as_json)
+
+
+@bench.command("faults")
+@click.option("--rows", default=1_000_000, show_default=True, type=int)
+@click.option("--work-dir", default="tfrp_runs/bench/faults", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def bench_faults(rows, work_dir, as_json) -> None:
+    """Each fault of the retry tests at N rows: a Spark executor killed, every task's first
+    attempt failing, a stalled task raced by speculation (a local standalone cluster), and a
+    Beam bundle retried; rows in and out, ids lost and doubled (read back), time against the
+    clean run on the same engine."""
+    from bench import faults as bench_lib
+
+    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), log=_log)
+    _show(result, bench_lib.table(result), as_json)
+
+
 @bench.command("images")
 @click.option("--count", default=20_000, show_default=True, type=int)
 @_bench_options

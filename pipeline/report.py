@@ -186,7 +186,74 @@ def _input_wait_chart(report: Optional[dict]) -> str:
             f"input: {_e(overall['label'])}.</p>")
 
 
-def render(summary: run_summary.RunSummary, pipeline_name: str) -> str:
+def _production(summary: run_summary.RunSummary) -> str:
+    """The data this run read, and how its model fared against the one in production."""
+    lines = []
+    if len(summary.spans) > 1:
+        lines.append(f"ExampleGen read spans {summary.spans[0]}-{summary.spans[-1]}.")
+    elif summary.span != (0, 0):
+        lines.append(f"ExampleGen read span {summary.span[0]}, version {summary.span[1]}.")
+    if summary.analysed_spans or summary.cached_spans:
+        lines.append("Transform analysed span(s) "
+                     f"{', '.join(map(str, summary.analysed_spans)) or 'none'}; "
+                     f"{', '.join(map(str, summary.cached_spans)) or 'none'} from the "
+                     "analyzer cache.")
+    if summary.baseline_model:
+        compared = "".join(
+            f"<tr><td>{_e(name)}</td><td>{summary.evaluation.get(name, float('nan')):.4g}</td>"
+            f"<td>{value:.4g}</td></tr>"
+            for name, value in sorted(summary.baseline_evaluation.items()))
+        lines.append(f"Compared with the latest blessed model <code>{_e(summary.baseline_model)}"
+                     "</code> on the same eval rows:")
+        table = ('<table class="baseline"><tr><th>metric</th><th>this model</th>'
+                 f"<th>production</th></tr>{compared}</table>")
+    else:
+        lines.append("No blessed model yet: judged by the bounds alone.")
+        table = ""
+    verdict = "".join(f'<li class="bad">{_e(failure)}</li>'
+                      for failure in summary.validation_failures)
+    return ("".join(f"<p>{line}</p>" for line in lines) + table +
+            (f'<ul id="refusals">{verdict}</ul>' if verdict else ""))
+
+
+def _history(points: list) -> str:
+    """A line per run of the task metric (blessed runs filled, refused ones hollow), and the
+    same as a table."""
+    scored = [p for p in points if p.value is not None]
+    if not scored:
+        return "<p>No evaluated run yet.</p>"
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 2.6), dpi=100)
+    runs = list(range(1, len(scored) + 1))
+    axes.plot(runs, [p.value for p in scored], color="#4a7ab5", lw=1)
+    for run, point in zip(runs, scored):
+        axes.plot(run, point.value, "o", color="#4a7ab5",
+                  markerfacecolor="#4a7ab5" if point.blessed else "white")
+    axes.set_xticks(runs)
+    axes.set_xticklabels([f"span {p.span}" if p.span else str(r)
+                          for r, p in zip(runs, scored)], fontsize=8)
+    axes.set_ylabel(scored[-1].metric)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    plt.close(figure)
+    data = base64.b64encode(buffer.getvalue()).decode()
+    rows = "".join(
+        f"<tr><td>{_e(p.run_id)}</td><td>{p.span}</td><td>{_e(p.metric)}</td>"
+        f"<td>{p.value:.4g}</td><td>{'yes' if p.blessed else 'no'}</td>"
+        f"<td>{'yes' if p.pushed else 'no'}</td></tr>" for p in scored)
+    return (f'<img id="metric-history-chart" alt="the task metric per run" '
+            f'src="data:image/png;base64,{data}">'
+            '<table id="metric-history"><tr><th>run</th><th>span</th><th>metric</th>'
+            f"<th>value</th><th>blessed</th><th>pushed</th></tr>{rows}</table>")
+
+
+def render(summary: run_summary.RunSummary, pipeline_name: str,
+           history: Optional[list] = None) -> str:
     components = "".join(f"<tr><td>{_e(node)}</td><td>{_e(state)}</td></tr>"
                          for node, state in summary.components.items())
     rows = ", ".join(f"{split} {count:,}" for split, count in summary.rows_per_split.items())
@@ -202,6 +269,8 @@ def render(summary: run_summary.RunSummary, pipeline_name: str) -> str:
 <h2 id="schema">Schema</h2>{_schema(summary)}
 <h2>Anomalies</h2>{_anomalies(summary)}
 <h2 id="evaluation">Evaluation</h2>{_evaluation(summary)}
+<h2 id="production">Data and production model</h2>{_production(summary)}
+<h2 id="history">Over time</h2>{_history(history or [])}
 <h2 id="input">Training input</h2>{_input_wait_chart(_input_report(artifacts))}
 </body></html>
 """
@@ -214,7 +283,8 @@ def write_report(metadata_path: str, pipeline_name: str, output_path: str,
     os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
     partial = output_path + ".partial"
     with open(partial, "w", encoding="utf-8") as f:
-        f.write(render(summary, pipeline_name))
+        f.write(render(summary, pipeline_name,
+                       run_summary.history(metadata_path, pipeline_name)))
     os.replace(partial, output_path)
     return output_path
 

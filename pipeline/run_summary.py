@@ -442,3 +442,39 @@ def baseline_model(store: metadata_store.MetadataStore, executions) -> Optional[
                 for step in event.path.steps):
             return store.get_artifacts_by_id([event.artifact_id])[0].uri
     return None
+
+
+# The metric each task is judged by (the Evaluator's bound and the baseline comparison), as
+# TFMA names it in the evaluation.
+TASK_METRICS = {"binary": "binary_accuracy", "multiclass": "sparse_categorical_accuracy",
+                "regression": "mean_squared_error"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPoint:
+    """One run of a pipeline, as the metric-over-time view shows it."""
+
+    run_id: str
+    span: int
+    metric: str
+    value: Optional[float]
+    blessed: Optional[bool]
+    pushed: bool
+
+
+def history(metadata_path: str, pipeline_name: str, limit: int = 30) -> list[RunPoint]:
+    """The pipeline's latest `limit` runs, oldest first: each run's span, its model's task
+    metric on the eval split, and whether it was blessed and pushed."""
+    store = open_store(metadata_path)
+    runs = sorted((c for c in store.get_contexts_by_type("pipeline_run")
+                   if pipeline_name in {p.name for p in _parent_pipelines(store, c)}),
+                  key=lambda c: (c.create_time_since_epoch, c.id))[-limit:]
+    points = []
+    for run in runs:
+        summary = summarize(metadata_path, pipeline_name, run.name)
+        metric = TASK_METRICS.get(summary.task or "", "")
+        points.append(RunPoint(run.name, summary.span[0], metric,
+                               summary.evaluation.get(metric), summary.blessed,
+                               bool(summary.pushed_model)))
+    return points
+

@@ -223,3 +223,78 @@ def test_a_damaged_plain_record_is_named_and_the_others_still_read(wine_examples
         reader[damaged]
     for neighbour in (damaged - 1, damaged + 1):
         assert reader[neighbour] == records[neighbour]
+
+
+def global_epochs(files, schema, epochs: int, context=None, **settings) -> list[int]:
+    """Row ids ("index") of `epochs` epochs of the training input in global shuffle order."""
+    import tensorflow as tf
+
+    from components.trainer.input import build_dataset
+    from components.trainer.options import InputConfig
+
+    config = InputConfig(shuffle="global", num_epochs=epochs, seed=3, **settings)
+    dataset = build_dataset(files, schema, None, feature_keys=["index"], config=config,
+                            input_context=context)
+    return [int(v) for batch in dataset for v in tf.reshape(batch["index"], [-1]).numpy()]
+
+
+def test_a_global_shuffle_epoch_yields_every_row_once_in_a_new_order(wine_examples, tmp_path):
+    """Per-row shards (gzip and plain) and the same rows packed 7 to a block: each epoch holds
+    every row exactly once, the two epochs in different orders, neither the file order."""
+    import pyarrow as pa
+
+    from components import packing
+    from components.codec import schema_file
+    from components.packing.write import pack_batch
+
+    split = os.path.join(wine_examples, "Split-train")
+    schema = schema_file.find_schema(split)
+    files = sorted(glob.glob(os.path.join(split, "*")))
+    ids = sorted(row["index"] for row in example_rows.iter_rows(split))
+
+    rows = list(example_rows.iter_rows(split))
+    packed_schema = packing.annotate(schema, 7)
+    folder = tmp_path / "packed"
+    folder.mkdir()
+    for part in range(2):
+        blocks = pack_batch(pa.Table.from_pylist(rows[part::2]),
+                            packing.PackedLayout.from_schema(packed_schema))
+        (folder / f"blocks-{part}.tfrecord").write_bytes(
+            tfrecord_io.frame_records(blocks)[0].tobytes())
+    packed_files = sorted(str(p) for p in folder.iterdir())
+
+    for kind, data, data_schema in (("per-row", files, schema),
+                                    ("packed", packed_files, packed_schema)):
+        seen = global_epochs(data, data_schema, 2, batch_size=16)
+        first, second = seen[:len(ids)], seen[len(ids):]
+        # Epoch 1 alone (a run resumed at its start) is the same order.
+        assert global_epochs(data, data_schema, 2, batch_size=16, start_epoch=1) == second
+        assert sorted(first) == ids and sorted(second) == ids, kind
+        assert first != second and first != sorted(first), kind
+
+
+def test_a_global_epoch_resumed_on_another_number_of_pipelines_yields_each_row_once(
+        wine_examples):
+    """Two input pipelines read 4 batches of 5 rows each, and the epoch stops; it resumes at
+    position 40 on three pipelines, which read the rest. Together: every row once."""
+    import tensorflow as tf
+
+    from components.codec import schema_file
+
+    split = os.path.join(wine_examples, "Split-train")
+    schema = schema_file.find_schema(split)
+    files = sorted(glob.glob(os.path.join(split, "*")))
+    ids = sorted(row["index"] for row in example_rows.iter_rows(split))
+
+    def pipeline(count: int, i: int) -> tf.distribute.InputContext:
+        return tf.distribute.InputContext(num_input_pipelines=count, input_pipeline_id=i)
+
+    before = [v for w in range(2)
+              for v in global_epochs(files, schema, 1, pipeline(2, w), batch_size=5)[:20]]
+    after = [v for w in range(3)
+             for v in global_epochs(files, schema, 1, pipeline(3, w), batch_size=5,
+                                    start_position=40)]
+    assert sorted(before + after) == ids
+    # The first 40 positions of the order, whoever read them, are the same rows.
+    whole = global_epochs(files, schema, 1, batch_size=5)
+    assert sorted(before) == sorted(whole[:40])

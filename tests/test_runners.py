@@ -126,6 +126,17 @@ def test_compiled_json_loads_with_kfp_and_names_every_component(compiled):
     assert pipeline.pipeline_spec.default_pipeline_root == "gs://test-bucket/root"
 
 
+def test_a_window_of_spans_is_refused_by_the_kubeflow_compile_in_one_line(tmp_path):
+    """TFX's Kubeflow v2 compiler cannot compile stock's span resolver: said in one line,
+    and no file is left that looks compiled."""
+    output = tmp_path / "pipeline.json"
+    result = tfrp("compile", "--target", "kubeflow", "--output", str(output),
+                  "--set", "spans=3", check=False)
+    assert result.returncode != 0 and not output.exists()
+    line = result.stderr.strip().splitlines()[-1]
+    assert "spans=3" in line and "SpanRangeStrategy" in line and "LocalDagRunner" in line, line
+
+
 def test_every_component_runs_the_configured_image_with_beam_args(compiled):
     spec = json.loads(compiled.read_text())
     executors = spec["deploymentSpec"]["executors"]

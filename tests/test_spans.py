@@ -1,7 +1,8 @@
 """Spans: a ShardedExampleGen source with TFX's `{SPAN}`, `{VERSION}` and `{YYYY}{MM}{DD}`
-specs processes the latest span (and its latest version), puts span and version on the
-Examples artifact as stock ExampleGen does, and a run with nothing new is reused from the
-cache. Real data: the raw penguins table (palmerpenguins), one span per nesting year."""
+specs processes the latest span (and its latest version), or a range of spans, or pre-split
+inputs; puts span and version on the Examples artifact as stock ExampleGen does; and a
+scheduled pipeline trains on a window of spans and pushes only a model no worse than
+production. Real data: the raw penguins table (palmerpenguins), one span per nesting year."""
 from __future__ import annotations
 
 import csv
@@ -44,34 +45,6 @@ def run_example_gen(root, pattern: str, **settings):
         enable_cache=True, metadata_connection_config=tfx.orchestration.metadata
         .sqlite_metadata_connection_config(metadata)))
     return run_summary.summarize(metadata, "spans")
-
-
-def test_the_latest_span_is_processed_and_a_run_with_nothing_new_is_reused(tmp_path):
-    years = penguin_years()
-    data = tmp_path / "data"
-    for span, year in ((1, "2007"), (2, "2008")):
-        write_csv(data / f"span-{span}" / "penguins.csv", years[year])
-    pattern = str(data / "span-{SPAN}" / "*.csv")
-
-    first = run_example_gen(str(tmp_path), pattern)
-    (examples,) = first.artifacts["Examples"]
-    assert (examples.properties["span"].int_value, examples.properties["version"].int_value) \
-        == (2, 0)
-    assert sum(first.rows_per_split.values()) == len(years["2008"]) - 1
-
-    write_csv(data / "span-3" / "penguins.csv", years["2009"])
-    second = run_example_gen(str(tmp_path), pattern)
-    assert second.components == {"ShardedExampleGen": "ran"}
-    (examples,) = second.artifacts["Examples"]
-    assert examples.properties["span"].int_value == 3
-    assert sum(second.rows_per_split.values()) == len(years["2009"]) - 1
-    assert second.span == (3, 0) and "Span: 3" in second.format()
-    manifest = run_summary.read_manifest(examples.uri)
-    assert [os.path.relpath(s["path"], data) for s in manifest["sources"]] == \
-        [os.path.join("span-3", "penguins.csv")]
-
-    third = run_example_gen(str(tmp_path), pattern)
-    assert third.components == {"ShardedExampleGen": "cached"}
 
 
 def test_versions_and_dates(tmp_path):
@@ -122,6 +95,9 @@ def test_a_static_range_of_several_spans_is_read_into_one_artifact(tmp_path):
     examples, sources = read_sources(summary, data)
     assert examples.properties["span"].int_value == 2
     assert examples.custom_properties["spans"].string_value == "1,2"
+    # Stock's fingerprint of both spans' files, as stock's driver records it.
+    fingerprint = examples.custom_properties["input_fingerprint"].string_value
+    assert fingerprint.count("split:source,num_files:1,") == 2, fingerprint
     assert sources == [os.path.join(f"span-{s}", "penguins.csv") for s in (1, 2)]
     assert sum(summary.rows_per_split.values()) == \
         len(years["2007"]) - 1 + len(years["2008"]) - 1
@@ -262,6 +238,7 @@ def test_four_days_of_spans_train_on_a_window_and_push_only_a_better_model(tmp_p
     assert gen.properties["span"].int_value == 3
     assert sources(gen) == [os.path.join("span-3", "penguins.csv")]
     assert sum(second.rows_per_split.values()) == len(years["2009"]) - 1
+    assert second.span == (3, 0) and "Span: 3" in stdout
     # Transform read the window of spans 2 and 3, and analysed span 3 alone: span 2's
     # analysis came from the analyzer cache (one hit).
     assert transformed.custom_properties["spans"].string_value == "2,3"
@@ -288,3 +265,19 @@ def test_four_days_of_spans_train_on_a_window_and_push_only_a_better_model(tmp_p
     assert fourth.blessed is False and fourth.pushed_model is None
     assert "not blessed: sparse_categorical_accuracy change=" in stdout
     assert sorted(os.listdir(serving)) == pushed
+
+    # The report of the last run: its span and the production model's metrics beside its own,
+    # the refusal, and the task metric of every run, one row and point each.
+    import re
+
+    with open(tmp_path / "reports" / name / "report.html", encoding="utf-8") as f:
+        page = f.read()
+    assert "ExampleGen read span 3" in page and second.artifacts["Model"][0].uri in page
+    assert re.search(r'<ul id="refusals"><li class="bad">[^<]*worse than the latest blessed', page)
+    history = re.search(r'<table id="metric-history">(.*?)</table>', page).group(1)
+    rows = re.findall(r"<tr><td>[^<]+</td><td>(\d+)</td><td>sparse_categorical_accuracy</td>"
+                      r"<td>([\d.]+)</td><td>(yes|no)</td><td>(yes|no)</td></tr>", history)
+    assert [(span, blessed) for span, _, blessed, _ in rows] == \
+        [("2", "yes"), ("3", "yes"), ("3", "yes"), ("3", "no")]
+    assert float(rows[-1][1]) == pytest.approx(new, abs=1e-3)
+    assert 'id="metric-history-chart"' in page

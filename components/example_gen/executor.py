@@ -27,8 +27,12 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         manifest = example_gen.run(options, examples.uri, make_pipeline=self._make_beam_pipeline)
         tfx_artifacts.set_examples_properties(examples, shards.split_names(manifest),
                                               options.span, options.version)
+        # Stock's fingerprint of the files when stock's utilities resolved the inputs (spans,
+        # pre-split patterns); else the files read and their rows.
+        stock = (options.source_fingerprint or "").startswith("split:")
         examples.set_string_custom_property(
             example_gen_utils.FINGERPRINT_PROPERTY_NAME,
+            options.source_fingerprint if stock else
             ",".join(f"{s['path']}:{s['rows_in']}" for s in manifest["sources"]))
         if options.resolved_spans:  # a range: stock's span property holds its last span
             examples.set_string_custom_property(SPANS_PROPERTY,

@@ -18,7 +18,7 @@ from components import packing, tfrecord_io
 from components.packing import graph as packed_graph
 from components.codec import parser
 from components.images import ImageSpec, decode_images, with_storage_from
-from components.trainer.options import InputConfig
+from components.trainer.options import GLOBAL_SHUFFLE, InputConfig
 
 AUTOTUNE = tf.data.AUTOTUNE
 LabelFn = Callable[[Mapping[str, tf.Tensor]], tf.Tensor]
@@ -244,6 +244,43 @@ def _record_share(share: Optional[tuple[int, int]]):
     return apply
 
 
+def _global_order(files: Sequence[str], config: InputConfig,
+                  input_context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
+    """The records of `files`, each epoch in a seeded permutation of all of them
+    (`tf.random.experimental.index_shuffle`, keyed by the seed and the epoch): every record
+    exactly once an epoch, read by its index. The order is a function of (seed, epoch,
+    position) alone, so an epoch stopped at a position resumes there with no buffer to
+    restore (`start_epoch`, `start_position`), on any number of input pipelines: pipeline w of
+    W takes the positions w, w + W, ... from where the epoch stands."""
+    from components import record_index
+
+    records = record_index.FileRecords(files)
+    count = len(records)
+    if not count:
+        raise ValueError(f"shuffle=global: no records in {len(files)} file(s)")
+    pipelines = input_context.num_input_pipelines if input_context else 1
+    pipeline = input_context.input_pipeline_id if input_context else 0
+    seed = tf.constant(config.seed or 0, tf.int64)
+    epochs = tf.data.Dataset.counter(config.start_epoch) if config.num_epochs is None else \
+        tf.data.Dataset.range(config.start_epoch, config.num_epochs)
+
+    def epoch_positions(epoch: tf.Tensor) -> tf.data.Dataset:
+        first = tf.where(epoch == config.start_epoch, tf.constant(config.start_position,
+                                                                  tf.int64), 0)
+        return tf.data.Dataset.range(first + pipeline, count, pipelines).map(
+            lambda position: tf.random.experimental.index_shuffle(
+                position, tf.stack([seed, epoch]),
+                tf.constant(count - 1, tf.int64)))
+
+    def read(numbers: tf.Tensor) -> tf.Tensor:
+        return tf.numpy_function(records.read, [numbers], tf.string, stateful=False)
+
+    return (epochs.flat_map(epoch_positions)
+            .batch(64)
+            .map(read, num_parallel_calls=AUTOTUNE)
+            .unbatch())
+
+
 def build_dataset(
     file_patterns: Union[str, Sequence[str]],
     schema: schema_pb2.Schema,
@@ -274,8 +311,13 @@ def build_dataset(
     if config.data_service and config.skip_corrupt:
         raise ValueError("skip_corrupt reads damaged files in this process, which tf.data "
                          "service workers cannot run; use one or the other")
+    if config.shuffle == GLOBAL_SHUFFLE and (config.data_service or config.skip_corrupt):
+        raise ValueError("shuffle=global reads records by index in this process; it cannot "
+                         "run on tf.data service workers or skip damaged records")
     files, record_share = resolve_files(file_patterns), None
-    if not config.data_service:  # else the service hands out the files
+    if config.shuffle == GLOBAL_SHUFFLE and config.training:
+        pass  # every pipeline indexes every file and takes its share of each epoch's order
+    elif not config.data_service:  # else the service hands out the files
         files, record_share = input_share(files, input_context)
     if record_share:
         logging.warning("%d input pipelines but %d file(s): sharding by record; write at "
@@ -283,8 +325,10 @@ def build_dataset(
                         record_share[0], len(files), record_share[0])
     compression = _compression_type(files, config.compression)
     damaged = scan_for_corruption(files) if config.skip_corrupt else {}
-    # Record-level sharding needs every pipeline to see the records in the same order.
-    deterministic = not config.training or record_share is not None
+    # Record-level sharding needs every pipeline to see the records in the same order, and a
+    # global order is resumed by its position, so it must arrive in that order.
+    deterministic = not config.training or record_share is not None or \
+        config.shuffle == GLOBAL_SHUFFLE
 
     features_by_name = parser.feature_by_name(schema)
     keep = list(feature_keys) if feature_keys is not None else [
@@ -297,9 +341,13 @@ def build_dataset(
     # blocks, one map parses a group of about `shuffle_buffer` rows (shuffled among
     # themselves), and the rows are then cut into batches of `batch_size`.
     rows_per_block = packing.packed_rows(schema)
+    global_order = config.shuffle == GLOBAL_SHUFFLE and config.training
     if rows_per_block:
         record_shuffle_buffer = config.block_shuffle_buffer
-        records_per_parse = max(1, -(-config.shuffle_buffer // rows_per_block))
+        # In a global order each block is parsed (and its rows shuffled) on its own, so no
+        # group of rows straddles two epochs.
+        records_per_parse = 1 if global_order else \
+            max(1, -(-config.shuffle_buffer // rows_per_block))
         records_per_turn = 1
     else:
         record_shuffle_buffer = config.shuffle_buffer
@@ -328,7 +376,9 @@ def build_dataset(
         return dataset.rebatch(config.batch_size, drop_remainder=config.drop_remainder)
 
     clean_files = [f for f in files if f not in damaged]
-    return (
+    # The records of an epoch: a global permutation read by index, or the files shuffled,
+    # read interleaved and shuffled through a buffer.
+    records = _global_order(files, config, input_context) if global_order else (
         tf.data.Dataset.from_tensor_slices(tf.constant(clean_files, tf.string))
         .apply(_shuffle_if(config.training, len(clean_files), config.seed))
         .interleave(read_file, cycle_length=config.cycle_length or AUTOTUNE,
@@ -336,14 +386,16 @@ def build_dataset(
                     deterministic=deterministic)
         .apply(_with_salvaged_records(sorted(damaged), config.seed))
         .apply(_record_share(record_share))
-        .apply(_shuffle_if(config.training, record_shuffle_buffer, config.seed))
+        .apply(_shuffle_if(config.training, record_shuffle_buffer, config.seed)))
+    return (
+        records
         .batch(records_per_parse,
                drop_remainder=config.drop_remainder and not rows_per_block)
         .map(to_features_and_label, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
         .apply(to_batches)
         .apply(_on_data_service(config.data_service))
         .apply(_cache(config.cache, config.training, config.seed))
-        .repeat(config.num_epochs)
+        .repeat(1 if global_order else config.num_epochs)  # the global order has its epochs
         .apply(_prefetch(config, packed=bool(rows_per_block)))
         .with_options(_dataset_options(config, packed=bool(rows_per_block)))
     )

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any, Mapping, Optional
 
 from components.images import ImageSpec
-from components.options import JsonOptions, SettingError, from_flat
+from components.options import JsonOptions, SettingError, from_flat, setting
 from components.trainer import tasks
 
 DEFAULT_SEED = 42
@@ -18,6 +18,7 @@ TRANSFORM_SIGNATURE = "transform_features"
 IMAGE_METADATA = ("height", "width", "channels", "format")
 # Where `tfrp data-service dispatcher` listens unless told otherwise.
 DATA_SERVICE_PORT = 5050
+BUFFER_SHUFFLE, GLOBAL_SHUFFLE = "buffer", "global"
 
 
 class InputNotCheckpointable(RuntimeError):
@@ -31,6 +32,13 @@ class InputConfig(JsonOptions):
 
     batch_size: int = 256
     training: bool = True
+    # "buffer": files shuffled, records through a buffer of shuffle_buffer (packed: blocks
+    # through block_shuffle_buffer, rows within each group). "global": each epoch a seeded
+    # permutation of every record (packed: every block, rows shuffled within blocks), read by
+    # the records' index; an epoch resumes from (start_epoch, start_position) alone.
+    shuffle: str = setting(BUFFER_SHUFFLE, choices=(BUFFER_SHUFFLE, GLOBAL_SHUFFLE))
+    start_epoch: int = 0
+    start_position: int = 0
     shuffle_buffer: int = 10_000
     seed: Optional[int] = DEFAULT_SEED
     # "none", "memory" or a file path prefix; placed after parsing so later epochs skip it.
