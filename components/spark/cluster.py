@@ -70,6 +70,7 @@ class LocalCluster:
 
     def start(self) -> "LocalCluster":
         check_java()
+        os.makedirs(self.work_dir, exist_ok=True)
         self.processes.append(self._spark_class(
             "org.apache.spark.deploy.master.Master", "--host", LOOPBACK, "--port",
             str(self.port), "--webui-port", str(_free_port()), log="master.log"))
