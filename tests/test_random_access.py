@@ -240,8 +240,13 @@ def global_epochs(files, schema, epochs: int, context=None, **settings) -> list[
 
 def test_a_global_shuffle_epoch_yields_every_row_once_in_a_new_order(wine_examples, tmp_path):
     """Per-row shards (gzip and plain) and the same rows packed 7 to a block: each epoch holds
-    every row exactly once, the two epochs in different orders, neither the file order."""
+    every row exactly once, the two epochs in different orders, neither the file order. The
+    pipeline's `--set shuffle=global` reaches the Trainer's input settings."""
     import pyarrow as pa
+
+    from pipeline.configs import PipelineConfig
+
+    assert PipelineConfig(shuffle="global").trainer_options().input.shuffle == "global"
 
     from components import packing
     from components.codec import schema_file
