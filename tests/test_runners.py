@@ -126,6 +126,17 @@ def test_compiled_json_loads_with_kfp_and_names_every_component(compiled):
     assert pipeline.pipeline_spec.default_pipeline_root == "gs://test-bucket/root"
 
 
+def test_compiled_json_is_a_pipeline_spec_under_a_strict_parse(compiled):
+    """Every field of the file is a PipelineSpec field (no unknown field is let through), and
+    the resolver tasks are there."""
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    spec = json_format.ParseDict(json.loads(compiled.read_text()),
+                                 pipeline_spec_pb2.PipelineSpec(), ignore_unknown_fields=False)
+    assert RESOLVER_TASKS <= set(spec.root.dag.tasks)
+
+
 def test_a_window_of_spans_is_refused_by_the_kubeflow_compile_in_one_line(tmp_path):
     """TFX's Kubeflow v2 compiler cannot compile stock's span resolver: said in one line,
     and no file is left that looks compiled."""
