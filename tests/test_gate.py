@@ -71,12 +71,25 @@ def test_a_new_string_value_in_eval_stops_the_run_before_transform(new_payment_t
 
 
 def test_with_fail_on_anomalies_false_the_run_goes_on_and_lists_them(new_payment_type):
-    """This run also puts ExampleGen on Spark (local[2]), so the one whole-pipeline run
-    checks both: stock StatisticsGen and the rest read the Spark engine's output through
-    to a pushed model."""
+    """This run also puts ExampleGen on Spark, on a standalone cluster (a master and a worker,
+    separate JVMs on 127.0.0.1, with its secret, given as a config file as a user would), so
+    the one whole-pipeline run checks both: the LocalDagRunner pipeline's ExampleGen runs on
+    the cluster, and stock StatisticsGen and the rest read its output through to a pushed
+    model."""
+    import yaml
+
+    from components.spark.cluster import LocalCluster
+
     data_root, root = new_payment_type
-    result = run(data_root, str(root / "out"), "--set", "fail_on_anomalies=false",
-                 "--set", "engine=spark", "--set", "spark_master=local[2]")
+    with LocalCluster(workers=1, work_dir=str(root / "cluster")) as cluster:
+        settings = root / "spark.yaml"
+        settings.write_text(yaml.safe_dump({"engine": "spark", "spark_master": cluster.master,
+                                            "spark_conf": cluster.conf}))
+        result = run(data_root, str(root / "out"), "--set", "fail_on_anomalies=false",
+                     "--config", str(settings))
+        with open(os.path.join(cluster.work_dir, "master.log"), errors="replace") as f:
+            master_log = f.read()
+    assert "Registering app tfrecord-pipeline" in master_log, master_log[-2000:]
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Anomalies found: 1" in result.stdout
     assert "  eval: payment_type: Unexpected string values" in result.stdout

@@ -196,6 +196,7 @@ def test_tfrp_spark_cluster_runs_examplegen_given_the_flags_it_prints(taxi_slice
             assert "Registering app" in f.read()  # the work ran on this cluster
     finally:
         server.send_signal(signal.SIGINT)
-        server.wait(timeout=60)
+        # The JVMs get a grace period of 15 s together, then SIGKILL.
+        server.wait(timeout=120)
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", int(master.group(1)))) != 0  # the master is gone

@@ -125,19 +125,26 @@ class LocalCluster:
                 found.append(int(pid))
         return found
 
-    def stop(self) -> None:
+    def stop(self, grace_seconds: float = 15) -> None:
+        """SIGTERM to every JVM's process group (a worker's executors are in its group), one
+        grace period for all of them together, then SIGKILL to what is left."""
         import signal
 
+        def signal_all(number: int) -> None:
+            for process in self.processes:
+                if process.poll() is None:
+                    try:
+                        os.killpg(process.pid, number)
+                    except ProcessLookupError:
+                        pass
+
+        signal_all(signal.SIGTERM)
+        deadline = time.monotonic() + grace_seconds
+        while time.monotonic() < deadline and any(p.poll() is None for p in self.processes):
+            time.sleep(0.2)
+        signal_all(signal.SIGKILL)
         for process in self.processes:
-            try:
-                os.killpg(process.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for process in self.processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
         self.processes = []
 
     def __enter__(self) -> "LocalCluster":
