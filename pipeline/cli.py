@@ -364,6 +364,15 @@ def spark_cluster(workers, cores, memory) -> None:
         f"--spark-conf {key}={value}" for key, value in cluster.conf.items()])
     click.echo(f"Spark standalone cluster at {cluster.master} ({workers} workers; logs in "
                f"{cluster.work_dir})\ntfrp examplegen SOURCE OUT --engine spark {flags}")
+    # Stop on Ctrl-C or SIGTERM even when started with SIGINT ignored (as a non-interactive
+    # shell starts background jobs): Python keeps an inherited SIG_IGN, so set both here.
+    import signal
+
+    def stop(*_) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
     try:
         while True:
             time.sleep(3600)
