@@ -25,6 +25,24 @@ def set_examples_properties(examples, split_names: list[str], span: int = 0,
         examples.set_int_custom_property("version", version)
 
 
+# Custom properties that list spans: the spans of a range or window one Examples artifact
+# holds (stock's `span` holds one number), and the spans Transform analysed and took from its
+# analyzer cache.
+SPANS, ANALYSED_SPANS, CACHED_SPANS = "spans", "analysed_spans", "cached_spans"
+
+
+def set_spans(artifact, name: str, spans) -> None:
+    artifact.set_string_custom_property(name, ",".join(str(s) for s in spans))
+
+
+def spans_of(artifact, name: str) -> Optional[tuple[int, ...]]:
+    """The spans listed in `artifact`'s (an MLMD artifact's) custom property `name`, or None
+    when it has none."""
+    if name not in artifact.custom_properties:
+        return None
+    return tuple(int(s) for s in artifact.custom_properties[name].string_value.split(",") if s)
+
+
 def split_anomalies(uri: str, splits: list[str], described: bool = False
                     ) -> dict[str, list[str]]:
     """ExampleValidator's findings in the ExampleAnomalies artifact at `uri`, split by split,

@@ -127,13 +127,8 @@ def example_gen_span(artifacts) -> tuple[int, int]:
 
 def example_gen_spans(artifacts) -> tuple[int, ...]:
     """The spans of a range ExampleGen read into one artifact (its `spans` property)."""
-    from components.example_gen.executor import SPANS_PROPERTY
-
     found = example_gen_output(artifacts)
-    if not found or SPANS_PROPERTY not in found[0].custom_properties:
-        return ()
-    return tuple(int(s) for s in
-                 found[0].custom_properties[SPANS_PROPERTY].string_value.split(","))
+    return (tfx_artifacts.spans_of(found[0], tfx_artifacts.SPANS) or ()) if found else ()
 
 
 def _listed(spans: tuple[int, ...]) -> str:
@@ -143,10 +138,9 @@ def _listed(spans: tuple[int, ...]) -> str:
 def transform_spans(artifacts) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(spans analysed, spans from the analyzer cache) of ShardedTransform's output."""
     for examples in artifacts.get("Examples", []):
-        properties = examples.custom_properties
-        if "analysed_spans" in properties:
-            return tuple(tuple(int(s) for s in properties[name].string_value.split(",") if s)
-                         for name in ("analysed_spans", "cached_spans"))
+        analysed = tfx_artifacts.spans_of(examples, tfx_artifacts.ANALYSED_SPANS)
+        if analysed is not None:
+            return analysed, tfx_artifacts.spans_of(examples, tfx_artifacts.CACHED_SPANS) or ()
     return (), ()
 
 
@@ -191,6 +185,7 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
     candidate, baseline = evaluations(artifacts)
     variance = eval_label_variance(artifacts, config.get("label_key")) \
         if "mean_squared_error" in candidate else None
+    analysed_spans, cached_spans = transform_spans(artifacts)
     return RunSummary(
         run_id=run.name,
         components=components,
@@ -199,7 +194,7 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
         rows_per_split=_rows_per_split(artifacts),
         rows_left_out=rows_left_out(artifacts),
         span=example_gen_span(artifacts), spans=example_gen_spans(artifacts),
-        analysed_spans=transform_spans(artifacts)[0], cached_spans=transform_spans(artifacts)[1],
+        analysed_spans=analysed_spans, cached_spans=cached_spans,
         schema_path=_first_uri(artifacts, "Schema", "schema.pbtxt"),
         anomalies=anomalies(artifacts),
         pushed_model=_pushed_model(artifacts),

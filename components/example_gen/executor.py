@@ -13,10 +13,6 @@ from components.example_gen.options import ExampleGenOptions
 from components.options import OPTIONS_KEY
 
 
-# The spans of a range that one Examples artifact holds (stock's `span` holds one number).
-SPANS_PROPERTY = "spans"
-
-
 class Executor(base_beam_executor.BaseBeamExecutor):
     """Writes a standard Examples artifact: Split-<name>/ shards, schema.pbtxt, manifest.json."""
 
@@ -35,8 +31,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             options.source_fingerprint if stock else
             ",".join(f"{s['path']}:{s['rows_in']}" for s in manifest["sources"]))
         if options.resolved_spans:  # a range: stock's span property holds its last span
-            examples.set_string_custom_property(SPANS_PROPERTY,
-                                                ",".join(map(str, options.resolved_spans)))
+            tfx_artifacts.set_spans(examples, tfx_artifacts.SPANS, options.resolved_spans)
         examples.set_int_custom_property("rows_written", manifest["rows_written"])
         examples.set_int_custom_property("rows_quarantined", manifest["rows_quarantined"])
         examples.set_int_custom_property("rows_unlabelled", manifest.get("rows_unlabelled", 0))

@@ -64,13 +64,11 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         tfx_artifacts.set_examples_properties(transformed, list(manifest["splits"]),
                                               window[-1].span, window[-1].version)
         if len(window) > 1:
-            transformed.set_string_custom_property(
-                "spans", ",".join(str(a.span) for a in window))
-        uris = {a.uri: a for a in window}
-        transformed.set_string_custom_property("analysed_spans", ",".join(
-            str(uris[u].span) for u in manifest["analysis"]["analysed"]))
-        transformed.set_string_custom_property("cached_spans", ",".join(
-            str(uris[u].span) for u in manifest["analysis"]["from_cache"]))
+            tfx_artifacts.set_spans(transformed, tfx_artifacts.SPANS, [a.span for a in window])
+        span_of = {a.uri: a.span for a in window}
+        for name, uris in ((tfx_artifacts.ANALYSED_SPANS, manifest["analysis"]["analysed"]),
+                           (tfx_artifacts.CACHED_SPANS, manifest["analysis"]["from_cache"])):
+            tfx_artifacts.set_spans(transformed, name, [span_of[u] for u in uris])
         transformed.set_int_custom_property("rows_written", manifest["rows_written"])
         # The post-transform Schema is the schema stored beside the transformed shards.
         post_schema = artifact_utils.get_single_uri(output_dict["post_transform_schema"])
