@@ -1,10 +1,12 @@
 """How big a gzip member should be for random access: size against single-record read speed.
 
-`python -m bench.gzip_members FILE…` reads plain TFRecord files, re-gzips their records as
-members of 16 KiB to 8 MiB (uncompressed, cut at record boundaries, at our default level 1),
-and for each member size reports the compressed size against 8 MiB members and the rate of
-single-record reads at random: inflate the member holding the record (ISA-L, stopping at the
-record) and take the record. One process, warm data, no TensorFlow."""
+`python -m bench.gzip_members [--levels 1,2,3] FILE…` reads plain TFRecord files, re-gzips
+their records as members of 16 KiB to 8 MiB (uncompressed, cut at record boundaries, at each
+level given; our default level 1 alone by default), and for each level and member size reports
+the compressed size against 8 MiB members at level 1 (the layout of our writer before it cut
+small members) and the rate of single-record reads at random: inflate the member holding the
+record (ISA-L, stopping at the record) and take the record. One process, warm data, no
+TensorFlow."""
 from __future__ import annotations
 
 import json
@@ -18,23 +20,21 @@ from isal import isal_zlib
 
 from components import shards, tfrecord_io
 
-MEMBER_KIB = (16, 32, 64, 128, 256, 8192)
+MEMBER_KIB = (16, 32, 64, 96, 128, 256, 8192)
 READS = 5000
-LEVEL = 1
 
 
-def _members(data: bytes, ends: np.ndarray, limit: int) -> list[tuple[bytes, int, int]]:
-    """(gzip member, first record, uncompressed start) per member of at most `limit` bytes."""
-    members, first, start = [], 0, 0
-    while first < len(ends):
-        last = int(np.searchsorted(ends, start + limit, side="right")) - 1
-        last = min(max(last, first), len(ends) - 1)
-        members.append((shards.gzip_member(data[start:int(ends[last])], LEVEL), first, start))
-        first, start = last + 1, int(ends[last])
+def _members(data: bytes, ends: np.ndarray, limit: int, level: int
+             ) -> list[tuple[bytes, int, int]]:
+    """(gzip member, first record, uncompressed start) per member, cut as our writer cuts."""
+    members = []
+    for first, last in shards.member_bounds(ends, limit):
+        start = int(ends[first - 1]) if first else 0
+        members.append((shards.gzip_member(data[start:int(ends[last])], level), first, start))
     return members
 
 
-def measure(paths: list[str]) -> dict:
+def measure(paths: list[str], levels: tuple = (1,)) -> dict:
     data = b"".join(open(p, "rb").read() for p in paths)
     ends = np.concatenate([[0]] + [
         block.offset + block.ends.astype(np.int64) + 4
@@ -43,8 +43,8 @@ def measure(paths: list[str]) -> dict:
     rng = random.Random(0)
     picks = [rng.randrange(len(ends)) for _ in range(READS)]
     results = {}
-    for kib in MEMBER_KIB:
-        members = _members(data, ends, kib << 10)
+    for level, kib in [(level, kib) for level in levels for kib in MEMBER_KIB]:
+        members = _members(data, ends, kib << 10, level)
         firsts = np.array([m[1] for m in members])
         started = time.perf_counter()
         for record in picks:
@@ -56,13 +56,13 @@ def measure(paths: list[str]) -> dict:
             length = int.from_bytes(raw[begin:begin + 8], "little")
             assert len(raw[begin + 12:begin + 12 + length]) == length
         seconds = time.perf_counter() - started
-        results[kib] = {"members": len(members), "bytes": sum(len(m[0]) for m in members),
-                        "reads_per_second": READS / seconds}
-    reference = results[MEMBER_KIB[-1]]["bytes"]
+        results[f"{level}/{kib}"] = {
+            "level": level, "kib": kib, "members": len(members),
+            "bytes": sum(len(m[0]) for m in members), "reads_per_second": READS / seconds}
+    reference = sum(len(m[0]) for m in _members(data, ends, MEMBER_KIB[-1] << 10, 1))
     for entry in results.values():
         entry["size_vs_8mib"] = entry["bytes"] / reference - 1
-    return {"records": int(len(ends)), "uncompressed_bytes": len(data), "level": LEVEL,
-            "members": results}
+    return {"records": int(len(ends)), "uncompressed_bytes": len(data), "members": results}
 
 
 def _offsets(paths: list[str]):
@@ -79,9 +79,13 @@ def _shifted(blocks, offset: int):
 
 
 if __name__ == "__main__":
-    result = measure(sys.argv[1:])
+    arguments = sys.argv[1:]
+    chosen = (1,)
+    if arguments[:1] == ["--levels"]:
+        chosen, arguments = tuple(int(v) for v in arguments[1].split(",")), arguments[2:]
+    result = measure(arguments, chosen)
     print(json.dumps(result, indent=1))
-    for kib, entry in result["members"].items():
-        print(f"{kib:>5} KiB members: {entry['members']:>6} members, size "
-              f"{entry['size_vs_8mib']:+.1%} vs 8 MiB members, "
+    for entry in result["members"].values():
+        print(f"level {entry['level']}, {entry['kib']:>5} KiB members: {entry['members']:>6} "
+              f"members, size {entry['size_vs_8mib']:+.1%} vs 8 MiB members at level 1, "
               f"{entry['reads_per_second']:,.0f} random single-record reads/s", file=sys.stderr)

@@ -7,10 +7,12 @@ each one is, so a reader can go straight to record i. No TensorFlow.
   `tfrecord2idx` writes.
 - A gzip file cannot be entered in the middle of a member, so its index is its gzip members:
   each member's compressed offset and length, and the number of its first record and its
-  record count. Our writer gzips each piece of a shard as its own member and records them in
-  the manifest, so reaching any record inflates one member. A file gzipped as one member (as
-  stock ExampleGen writes them) is indexed just as well, but reaching a record then inflates
-  the whole file once (the member is kept in memory for the next reads).
+  record count. Our writer cuts shards into small members (96 KiB of records by default,
+  `ShardingOptions.gzip_member_kib`) and records them in the manifest, so reaching any record
+  inflates part of one small member: up to the record, checked by its own CRC-32C. A file
+  gzipped as one member (as stock ExampleGen writes them) is indexed just as well, but reaching
+  a record then inflates the file up to it (the open member is kept for the reads that
+  follow).
 
 An index lives beside the data but outside the `Split-*` folders that readers glob:
 `<artifact>/index/Split-train/<shard>.idx` (or `.gzi.json`), or `<file>.idx` for a file
@@ -22,10 +24,10 @@ import dataclasses
 import json
 import os
 import threading
-import zlib
 from typing import Iterator, Optional, Sequence
 
 import numpy as np
+from isal import isal_zlib
 
 from components import fileio, tfrecord_io
 
@@ -185,14 +187,15 @@ def _member_records(path: str, offset: int, data: bytes):
 
 class RecordReader:
     """Record `i` of one file by its index: a plain record is one read at its offset; a gzip
-    record inflates its member (the last member read is kept, so reads that follow each
-    other inflate it once). Safe to share between threads (tf.data's parallel map): the
-    file's position and the kept member are used under a lock."""
+    record is inflated from the start of its member up to the record's end, and no further
+    (the open member is kept, so reads that follow each other in one member inflate it once).
+    Safe to share between threads (tf.data's parallel map): the file's position and the open
+    member are used under a lock."""
 
     def __init__(self, index: RecordIndex):
         self.index = index
         self._file = None
-        self._member: Optional[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = None
+        self._member: Optional[_OpenMember] = None
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -204,37 +207,20 @@ class RecordReader:
 
     def _record(self, record: int) -> bytes:
         entry = self.index.entry_of(record)
-        data = self._read(int(self.index.offsets[entry]), int(self.index.lengths[entry]))
+        offset = int(self.index.offsets[entry])
         if not self.index.gzip:
-            return _unframe_one(self.index.path, int(self.index.offsets[entry]), data)
-        if self._member is None or self._member[0] != entry:
-            self._member = (entry, *self._inflate(entry, data))
-        _, buffer, starts, ends = self._member
-        at = record - int(self.index.firsts[entry])
-        return bytes(buffer[starts[at]:ends[at]])
+            return _unframe_one(self.index.path, offset,
+                                self._read(offset, int(self.index.lengths[entry])))
+        if self._member is None or self._member.entry != entry:
+            self._member = _OpenMember(self.index, entry,
+                                       self._read(offset, int(self.index.lengths[entry])))
+        return self._member.record(record - int(self.index.firsts[entry]))
 
     def _read(self, offset: int, length: int) -> bytes:
         if self._file is None:
             self._file = fileio.open_file(self.index.path, "rb")
         self._file.seek(offset)
         return self._file.read(length)
-
-    def _inflate(self, entry: int, data: bytes):
-        offset = int(self.index.offsets[entry])
-        try:
-            inflater = zlib.decompressobj(wbits=31)
-            inflated = inflater.decompress(data)
-            if not inflater.eof:
-                raise EOFError("gzip member truncated")
-        except tfrecord_io.GZIP_ERRORS as error:
-            raise tfrecord_io.CorruptRecordError(
-                self.index.path, offset, f"gzip member damaged ({error})") from error
-        buffer, starts, ends = _member_records(self.index.path, offset, inflated)
-        if len(starts) != int(self.index.counts[entry]):
-            raise tfrecord_io.CorruptRecordError(
-                self.index.path, offset, "gzip member does not hold the records its index "
-                "says")
-        return buffer, starts, ends
 
     def close(self) -> None:
         if self._file is not None:
@@ -246,6 +232,50 @@ class RecordReader:
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["index"])
+
+
+class _OpenMember:
+    """One gzip member inflated as far as the records asked for: each record is framed from
+    the inflated bytes when it is first reached, and its CRC-32C checked when it is read."""
+
+    _STEP = 16 << 10
+
+    def __init__(self, index: RecordIndex, entry: int, compressed: bytes):
+        self.entry = entry
+        self._path, self._offset = index.path, int(index.offsets[entry])
+        self._records = int(index.counts[entry])
+        self._inflater = isal_zlib.decompressobj(wbits=31)
+        self._pending = compressed
+        self._data = bytearray()
+        self._spans: list[tuple[int, int]] = []  # (start, framed size) of records framed
+
+    def record(self, at: int) -> bytes:
+        if at >= self._records:
+            raise self._damage("gzip member does not hold the records its index says")
+        while len(self._spans) <= at:
+            start = self._spans[-1][0] + self._spans[-1][1] if self._spans else 0
+            self._fill(start + 12)
+            size = 16 + int.from_bytes(self._data[start:start + 8], "little")
+            self._fill(start + size)
+            self._spans.append((start, size))
+        start, size = self._spans[at]
+        framed = bytes(self._data[start:start + size])
+        if tfrecord_io._valid_at(framed, 0) != size:
+            raise self._damage("damaged record in a gzip member")
+        return framed[12:-4]
+
+    def _fill(self, end: int) -> None:
+        while len(self._data) < end:
+            try:
+                if not self._pending or self._inflater.eof:
+                    raise EOFError("gzip member truncated")
+                self._data += self._inflater.decompress(self._pending, self._STEP)
+                self._pending = self._inflater.unconsumed_tail
+            except tfrecord_io.GZIP_ERRORS as error:
+                raise self._damage(f"gzip member damaged ({error})") from error
+
+    def _damage(self, reason: str) -> tfrecord_io.CorruptRecordError:
+        return tfrecord_io.CorruptRecordError(self._path, self._offset, reason)
 
 
 class FileRecords:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import glob
 import io
+import gzip
 import json
 import os
 import statistics
@@ -238,11 +239,13 @@ def test_shard_size_is_met_on_disk_at_every_gzip_level(taxi_slice_csv, tmp_path,
 def test_sharding_writer_keeps_every_record_in_order_across_chunk_cuts(tmp_path, compression):
     """Records through chunk files and shards come back whole and in order whether a cut
     falls between chunks (a gzipped chunk is then copied as it is) or inside one (it is
-    inflated and its two parts deflated again). Gzipped, staging holds compressed chunks."""
+    inflated and its two parts deflated again). Gzipped, staging holds compressed chunks, and
+    every shard is a run of small members, each inflating on its own to at most the member
+    size of records (a seekable layout) and holding the records the manifest says."""
     rng = np.random.default_rng(7)
     records = [b"row %d:" % i + rng.integers(0, 4, int(rng.integers(10, 300))).astype(
         np.uint8).tobytes() for i in range(6_000)]
-    sharding = ShardingOptions(num_shards=4, compression=compression)
+    sharding = ShardingOptions(num_shards=4, compression=compression, gzip_member_kib=4)
     chunks = []
     for writer_id, part in enumerate(np.array_split(np.arange(len(records)), 6)):
         writer = shards.ChunkWriter(str(tmp_path / "chunks"), writer_id, sharding)
@@ -265,6 +268,13 @@ def test_sharding_writer_keeps_every_record_in_order_across_chunk_cuts(tmp_path,
         assert len(records_in_shard) == shard.rows
         if compression == "gzip":
             assert sum(rows for _, rows in shard.gzip_members) == shard.rows
+            data = (tmp_path / "out" / shard.path).read_bytes()
+            bounds = [offset for offset, _ in shard.gzip_members] + [len(data)]
+            assert len(shard.gzip_members) > 20
+            for (offset, rows), end in zip(shard.gzip_members, bounds[1:]):
+                inflated = gzip.decompress(data[offset:end])
+                assert len(inflated) <= 4096 or rows == 1
+                assert len(list(tfrecord_io._iter_buffer(inflated))) == rows
         read_back += records_in_shard
     assert read_back == records
 
