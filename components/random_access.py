@@ -18,6 +18,18 @@ from components.packing.arrow import RowDecoder
 from components.packing.layout import ROWS_KEY
 
 
+def block_rows(path: str) -> np.ndarray:
+    """The rows of each packed block of a file, in one compiled pass reading only
+    `__rows__`."""
+    only_rows = schema_pb2.Schema()
+    only_rows.feature.add(name=ROWS_KEY, type=schema_pb2.INT)
+    counts = []
+    for block in tfrecord_io.iter_record_blocks(path):
+        column = parser.decode_record_block(block, only_rows).column(0)
+        counts.append(np.asarray(column.flatten().to_numpy(zero_copy_only=False), np.int64))
+    return np.concatenate(counts) if counts else np.zeros(0, np.int64)
+
+
 class ExampleSource:
     """Every row of `path` (a split folder, an artifact, or a file) or of `files`, decoded by
     the stored schema (or `schema`) to {feature: numpy array of the row's values}."""
@@ -38,26 +50,12 @@ class ExampleSource:
         self.readers = [record_index.RecordReader(record_index.load_or_build(f))
                         for f in files]
         # Packed files: the first row of each block (and the file's rows at the end).
-        self._record_starts = [None if rows is None else
-                               np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
-                               for rows in map(self._record_rows, self.readers)]
+        self._record_starts = [
+            np.concatenate([[0], np.cumsum(block_rows(f))]).astype(np.int64)
+            if self.decoder.layout else None for f in files]
         per_file = [len(reader) if starts is None else int(starts[-1])
                     for reader, starts in zip(self.readers, self._record_starts)]
         self._file_starts = np.concatenate([[0], np.cumsum(per_file)]).astype(np.int64)
-
-    def _record_rows(self, reader: record_index.RecordReader) -> Optional[np.ndarray]:
-        """Rows in each packed block of a file (one compiled pass reading only `__rows__`);
-        None for per-row records."""
-        if not self.decoder.layout:
-            return None
-        only_rows = schema_pb2.Schema()
-        only_rows.feature.add(name=ROWS_KEY, type=schema_pb2.INT)
-        counts = []
-        for block in tfrecord_io.iter_record_blocks(reader.index.path):
-            column = parser.decode_record_block(block, only_rows).column(0)
-            counts.append(np.asarray(column.flatten().to_numpy(zero_copy_only=False),
-                                     np.int64))
-        return np.concatenate(counts) if counts else np.zeros(0, np.int64)
 
     def __len__(self) -> int:
         return int(self._file_starts[-1])

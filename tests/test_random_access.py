@@ -227,7 +227,8 @@ def test_a_damaged_plain_record_is_named_and_the_others_still_read(wine_examples
 
 
 def global_epochs(files, schema, epochs: int, context=None, **settings) -> list[int]:
-    """Row ids ("index") of `epochs` epochs of the training input in global shuffle order."""
+    """Row ids ("index") of `epochs` epochs of the training input in global shuffle order;
+    the dataset knows its number of batches before it is read."""
     import tensorflow as tf
 
     from components.trainer.input import build_dataset
@@ -236,41 +237,50 @@ def global_epochs(files, schema, epochs: int, context=None, **settings) -> list[
     config = InputConfig(shuffle="global", num_epochs=epochs, seed=3, **settings)
     dataset = build_dataset(files, schema, None, feature_keys=["index"], config=config,
                             input_context=context)
-    return [int(v) for batch in dataset for v in tf.reshape(batch["index"], [-1]).numpy()]
+    batches = [tf.reshape(batch["index"], [-1]).numpy() for batch in dataset]
+    assert int(dataset.cardinality()) == len(batches)
+    return [int(v) for batch in batches for v in batch]
 
 
-def test_a_global_shuffle_epoch_yields_every_row_once_in_a_new_order(wine_examples, tmp_path):
-    """Per-row shards (gzip and plain) and the same rows packed 7 to a block: each epoch holds
-    every row exactly once, the two epochs in different orders, neither the file order. The
-    pipeline's `--set shuffle=global` reaches the Trainer's input settings."""
+def packed_wine(wine_examples, folder) -> tuple[list[str], object]:
+    """The wine split's rows packed 7 to a block, in two plain files, and their schema."""
     import pyarrow as pa
-
-    from pipeline.configs import PipelineConfig
-
-    assert PipelineConfig(shuffle="global").trainer_options().input.shuffle == "global"
 
     from components import packing
     from components.codec import schema_file
     from components.packing.write import pack_batch
 
     split = os.path.join(wine_examples, "Split-train")
-    schema = schema_file.find_schema(split)
-    files = sorted(glob.glob(os.path.join(split, "*")))
-    ids = sorted(row["index"] for row in example_rows.iter_rows(split))
-
     rows = list(example_rows.iter_rows(split))
-    packed_schema = packing.annotate(schema, 7)
-    folder = tmp_path / "packed"
+    packed_schema = packing.annotate(schema_file.find_schema(split), 7)
     folder.mkdir()
     for part in range(2):
         blocks = pack_batch(pa.Table.from_pylist(rows[part::2]),
                             packing.PackedLayout.from_schema(packed_schema))
         (folder / f"blocks-{part}.tfrecord").write_bytes(
             tfrecord_io.frame_records(blocks)[0].tobytes())
-    packed_files = sorted(str(p) for p in folder.iterdir())
+    return sorted(str(p) for p in folder.iterdir()), packed_schema
 
-    for kind, data, data_schema in (("per-row", files, schema),
-                                    ("packed", packed_files, packed_schema)):
+
+def per_row_wine(wine_examples) -> tuple[list[str], object]:
+    from components.codec import schema_file
+
+    split = os.path.join(wine_examples, "Split-train")
+    return sorted(glob.glob(os.path.join(split, "*"))), schema_file.find_schema(split)
+
+
+def test_a_global_shuffle_epoch_yields_every_row_once_in_a_new_order(wine_examples, tmp_path):
+    """Per-row shards (gzip and plain) and the same rows packed 7 to a block: each epoch holds
+    every row exactly once, the two epochs in different orders, neither the file order. The
+    pipeline's `--set shuffle=global` reaches the Trainer's input settings."""
+    from pipeline.configs import PipelineConfig
+
+    assert PipelineConfig(shuffle="global").trainer_options().input.shuffle == "global"
+    split = os.path.join(wine_examples, "Split-train")
+    ids = sorted(row["index"] for row in example_rows.iter_rows(split))
+    for kind, (data, data_schema) in (("per-row", per_row_wine(wine_examples)),
+                                      ("packed", packed_wine(wine_examples,
+                                                             tmp_path / "packed"))):
         seen = global_epochs(data, data_schema, 2, batch_size=16)
         first, second = seen[:len(ids)], seen[len(ids):]
         # Epoch 1 alone (a run resumed at its start) is the same order.
@@ -279,28 +289,30 @@ def test_a_global_shuffle_epoch_yields_every_row_once_in_a_new_order(wine_exampl
         assert first != second and first != sorted(first), kind
 
 
-def test_a_global_epoch_resumed_on_another_number_of_pipelines_yields_each_row_once(
-        wine_examples):
-    """Two input pipelines read 4 batches of 5 rows each, and the epoch stops; it resumes at
-    position 40 on three pipelines, which read the rest. Together: every row once."""
+@pytest.mark.parametrize("kind", ["per-row", "packed"])
+def test_a_global_order_resumed_on_another_number_of_pipelines_yields_each_row_once(
+        wine_examples, tmp_path, kind):
+    """Two input pipelines read 15 batches of 5 rows each (past the end of the first epoch,
+    whose row count neither 2 nor 3 divides), and stop; the run resumes at stream position
+    150 on three pipelines, which read the rest of the second epoch. Together: every row of
+    each epoch once, the same rows as one pipeline reading the stream alone."""
     import tensorflow as tf
 
-    from components.codec import schema_file
-
+    files, schema = per_row_wine(wine_examples) if kind == "per-row" else \
+        packed_wine(wine_examples, tmp_path / "packed")
     split = os.path.join(wine_examples, "Split-train")
-    schema = schema_file.find_schema(split)
-    files = sorted(glob.glob(os.path.join(split, "*")))
     ids = sorted(row["index"] for row in example_rows.iter_rows(split))
+    assert len(ids) % 2 and len(ids) % 3 and 75 < len(ids) < 150
 
     def pipeline(count: int, i: int) -> tf.distribute.InputContext:
         return tf.distribute.InputContext(num_input_pipelines=count, input_pipeline_id=i)
 
     before = [v for w in range(2)
-              for v in global_epochs(files, schema, 1, pipeline(2, w), batch_size=5)[:20]]
+              for v in global_epochs(files, schema, 2, pipeline(2, w), batch_size=5)[:75]]
     after = [v for w in range(3)
-             for v in global_epochs(files, schema, 1, pipeline(3, w), batch_size=5,
-                                    start_position=40)]
-    assert sorted(before + after) == ids
-    # The first 40 positions of the order, whoever read them, are the same rows.
-    whole = global_epochs(files, schema, 1, batch_size=5)
-    assert sorted(before) == sorted(whole[:40])
+             for v in global_epochs(files, schema, 2, pipeline(3, w), batch_size=5,
+                                    start_position=150)]
+    assert sorted(before + after) == sorted(ids + ids)
+    whole = global_epochs(files, schema, 2, batch_size=5)
+    assert sorted(before) == sorted(whole[:150])
+    assert sorted(whole[:len(ids)]) == ids

@@ -8,9 +8,11 @@ so no one hand-writes it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
 
+import numpy as np
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
@@ -244,41 +246,176 @@ def _record_share(share: Optional[tuple[int, int]]):
     return apply
 
 
+# A global order without num_epochs runs on; its row stream stops here, far past any run.
+_UNBOUNDED_ROWS = 1 << 62
+
+
+@dataclasses.dataclass(frozen=True)
+class _RowStream:
+    """Where a global order starts and stops in the stream of every epoch's rows one after
+    another, and the share of it one input pipeline reads. Pipeline w of W reads the units
+    (`batch` rows each) w, w + W, ...; in step with the others, after each has read k units
+    the pipelines together have read exactly the first k * W units: the stream's rows up to
+    one number, whatever W was, so a run resumes from that number on any W."""
+
+    rows_per_epoch: int
+    start: int
+    stop: int
+    batch: int
+    pipelines: int
+    pipeline: int
+
+    @classmethod
+    def of(cls, rows_per_epoch: int, config: InputConfig,
+           input_context: Optional[tf.distribute.InputContext]) -> "_RowStream":
+        return cls(rows_per_epoch, config.start_epoch * rows_per_epoch + config.start_position,
+                   _UNBOUNDED_ROWS if config.num_epochs is None
+                   else config.num_epochs * rows_per_epoch, config.batch_size,
+                   input_context.num_input_pipelines if input_context else 1,
+                   input_context.input_pipeline_id if input_context else 0)
+
+    def unit_starts(self) -> tf.data.Dataset:
+        return tf.data.Dataset.range(self.start + self.pipeline * self.batch, self.stop,
+                                     self.pipelines * self.batch)
+
+    def units(self) -> int:
+        """This pipeline's units (batches) of a bounded stream."""
+        first = self.start + self.pipeline * self.batch
+        return max(0, -(-(self.stop - first) // (self.pipelines * self.batch)))
+
+    def last_unit_short(self) -> bool:
+        last = self.start + self.pipeline * self.batch + \
+            (self.units() - 1) * self.pipelines * self.batch
+        return self.units() > 0 and last + self.batch > self.stop
+
+
 def _global_order(files: Sequence[str], config: InputConfig,
-                  input_context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
-    """The records of `files`, each epoch in a seeded permutation of all of them
+                  input_context: Optional[tf.distribute.InputContext]
+                  ) -> tuple[tf.data.Dataset, _RowStream]:
+    """Per-row records, each epoch in a seeded permutation of all of them
     (`tf.random.experimental.index_shuffle`, keyed by the seed and the epoch): every record
-    exactly once an epoch, read by its index. The order is a function of (seed, epoch,
-    position) alone, so an epoch stopped at a position resumes there with no buffer to
-    restore (`start_epoch`, `start_position`), on any number of input pipelines: pipeline w of
-    W takes the positions w, w + W, ... from where the epoch stands."""
+    exactly once an epoch, read by its index, in units of `batch_size` records that this
+    pipeline takes from the row stream (`_RowStream`). The order is a function of (seed,
+    stream position) alone, so a run stopped anywhere resumes there with no buffer to
+    restore (`start_epoch`, `start_position`), on any number of input pipelines."""
     from components import record_index
 
     records = record_index.FileRecords(files)
     count = len(records)
     if not count:
         raise ValueError(f"shuffle=global: no records in {len(files)} file(s)")
-    pipelines = input_context.num_input_pipelines if input_context else 1
-    pipeline = input_context.input_pipeline_id if input_context else 0
+    stream = _RowStream.of(count, config, input_context)
     seed = tf.constant(config.seed or 0, tf.int64)
-    epochs = tf.data.Dataset.counter(config.start_epoch) if config.num_epochs is None else \
-        tf.data.Dataset.range(config.start_epoch, config.num_epochs)
+    last = tf.constant(count - 1, tf.int64)
 
-    def epoch_positions(epoch: tf.Tensor) -> tf.data.Dataset:
-        first = tf.where(epoch == config.start_epoch, tf.constant(config.start_position,
-                                                                  tf.int64), 0)
-        return tf.data.Dataset.range(first + pipeline, count, pipelines).map(
-            lambda position: tf.random.experimental.index_shuffle(
-                position, tf.stack([seed, epoch]),
-                tf.constant(count - 1, tf.int64)))
+    def unit_records(first: tf.Tensor) -> tf.Tensor:
+        rows = tf.range(first, tf.minimum(first + stream.batch, stream.stop))
+        epoch, position = rows // count, rows % count
+        # A unit spans at most two epochs.
+        return tf.where(epoch == first // count,
+                        tf.random.experimental.index_shuffle(
+                            position, tf.stack([seed, first // count]), last),
+                        tf.random.experimental.index_shuffle(
+                            position, tf.stack([seed, first // count + 1]), last))
 
     def read(numbers: tf.Tensor) -> tf.Tensor:
         return tf.numpy_function(records.read, [numbers], tf.string, stateful=False)
 
-    return (epochs.flat_map(epoch_positions)
-            .batch(64)
-            .map(read, num_parallel_calls=AUTOTUNE)
-            .unbatch())
+    return (stream.unit_starts()
+            .map(unit_records)
+            .map(read, num_parallel_calls=AUTOTUNE, deterministic=True)
+            .unbatch()), stream
+
+
+class _BlockOrder:
+    """Packed records in a global order: each epoch a seeded permutation of the blocks
+    (numpy's PCG64, keyed by the seed and the epoch), each block's rows in an order keyed by
+    the seed, the epoch and the block. A unit of the row stream is cut from the blocks it
+    falls in as (block, epoch, first row, end row) segments."""
+
+    def __init__(self, rows_per_block: np.ndarray, seed: int):
+        self.rows = rows_per_block
+        self.total = int(rows_per_block.sum())
+        self.seed = seed
+        self._epochs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        if epoch not in self._epochs:
+            if len(self._epochs) > 2:  # a run reads at most two epochs at once
+                self._epochs.pop(min(self._epochs))
+            order = np.random.default_rng([self.seed, epoch]).permutation(len(self.rows))
+            self._epochs[epoch] = (order, np.cumsum(self.rows[order]))
+        return self._epochs[epoch]
+
+    def segments(self, firsts: np.ndarray, batch: int, stop: int) -> np.ndarray:
+        """(block, epoch, first row, end row) of the units starting at `firsts`, a block
+        read once for consecutive rows of it."""
+        out: list[list[int]] = []
+        for first in firsts.tolist():
+            row, end = first, min(first + batch, stop)
+            while row < end:
+                epoch, within = divmod(row, self.total)
+                order, ends = self._epoch(epoch)
+                k = int(np.searchsorted(ends, within, side="right"))
+                block = int(order[k])
+                lo = within - (int(ends[k]) - int(self.rows[block]))
+                hi = min(int(self.rows[block]), lo + end - row)
+                if out and out[-1][:2] == [block, epoch] and out[-1][3] == lo:
+                    out[-1][3] = hi
+                else:
+                    out.append([block, epoch, lo, hi])
+                row += hi - lo
+        return np.array(out, np.int64).reshape(-1, 4)
+
+
+def _global_blocks(files: Sequence[str], config: InputConfig,
+                   input_context: Optional[tf.distribute.InputContext],
+                   parse: Callable) -> tuple[tf.data.Dataset, _RowStream]:
+    """Packed records in a global order (`_BlockOrder`): the rows this pipeline takes from the
+    row stream, parsed block by block. A block that units of other pipelines share is read
+    by each of them; within one pipeline, once."""
+    from components import random_access, record_index
+
+    records = record_index.FileRecords(files)
+    order = _BlockOrder(np.concatenate([random_access.block_rows(f) for f in files]),
+                        config.seed or 0)
+    if not order.total:
+        raise ValueError(f"shuffle=global: no rows in {len(files)} file(s)")
+    stream = _RowStream.of(order.total, config, input_context)
+    seed = tf.constant(config.seed or 0, tf.int64)
+
+    def segments(firsts: tf.Tensor) -> tf.Tensor:
+        cut = tf.numpy_function(lambda f: order.segments(f, stream.batch, stream.stop),
+                                [firsts], tf.int64, stateful=False)
+        return tf.reshape(cut, [-1, 4])
+
+    def rows_of(segment: tf.Tensor):
+        block, epoch, lo, hi = tf.unstack(segment, num=4)
+        serialized = tf.numpy_function(records.read, [block[None]], tf.string,
+                                       stateful=False)
+        parsed = parse(tf.reshape(serialized, [1]))
+        size = tf.shape(tf.nest.flatten(parsed)[0], out_type=tf.int64)[0]
+        # This epoch's order of the block's rows, the same wherever the block is read.
+        keys = tf.random.stateless_uniform([size], tf.stack([seed ^ block, epoch]))
+        taken = tf.argsort(keys)[lo:hi]
+        return tf.nest.map_structure(lambda t: tf.gather(t, taken), parsed)
+
+    return (stream.unit_starts()
+            .batch(16)
+            .map(segments)
+            .unbatch()
+            .map(rows_of, num_parallel_calls=AUTOTUNE, deterministic=True)), stream
+
+
+def _known_cardinality(stream: "_RowStream", config: InputConfig):
+    """A bounded global order's batches are counted before it is read: Keras shows totals,
+    and a loop can take steps from `dataset.cardinality()`."""
+    def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        if stream.stop == _UNBOUNDED_ROWS:
+            return dataset
+        return dataset.apply(tf.data.experimental.assert_cardinality(
+            stream.units() - (config.drop_remainder and stream.last_unit_short())))
+    return apply
 
 
 def build_dataset(
@@ -314,9 +451,10 @@ def build_dataset(
     if config.shuffle == GLOBAL_SHUFFLE and (config.data_service or config.skip_corrupt):
         raise ValueError("shuffle=global reads records by index in this process; it cannot "
                          "run on tf.data service workers or skip damaged records")
+    global_order = config.shuffle == GLOBAL_SHUFFLE and config.training
     files, record_share = resolve_files(file_patterns), None
-    if config.shuffle == GLOBAL_SHUFFLE and config.training:
-        pass  # every pipeline indexes every file and takes its share of each epoch's order
+    if global_order:
+        pass  # every pipeline indexes every file and takes its share of the row stream
     elif not config.data_service:  # else the service hands out the files
         files, record_share = input_share(files, input_context)
     if record_share:
@@ -327,27 +465,23 @@ def build_dataset(
     damaged = scan_for_corruption(files) if config.skip_corrupt else {}
     # Record-level sharding needs every pipeline to see the records in the same order, and a
     # global order is resumed by its position, so it must arrive in that order.
-    deterministic = not config.training or record_share is not None or \
-        config.shuffle == GLOBAL_SHUFFLE
+    deterministic = not config.training or record_share is not None or global_order
 
     features_by_name = parser.feature_by_name(schema)
     keep = list(feature_keys) if feature_keys is not None else [
         k for k in features_by_name if k != label_key]
+    # A global order shuffles a packed block's rows itself, by epoch and block.
     parse = example_parser(schema, list(keep) + list(label_inputs) + (
-        [label_key] if label_key else []), config.image_specs, shuffle_rows=config.training,
-        shuffle_seed=config.seed or 0)
+        [label_key] if label_key else []), config.image_specs,
+        shuffle_rows=config.training and not global_order, shuffle_seed=config.seed or 0)
 
     # Packed data (components/packing/) holds blocks of rows: the records shuffled are whole
     # blocks, one map parses a group of about `shuffle_buffer` rows (shuffled among
     # themselves), and the rows are then cut into batches of `batch_size`.
     rows_per_block = packing.packed_rows(schema)
-    global_order = config.shuffle == GLOBAL_SHUFFLE and config.training
     if rows_per_block:
         record_shuffle_buffer = config.block_shuffle_buffer
-        # In a global order each block is parsed (and its rows shuffled) on its own, so no
-        # group of rows straddles two epochs.
-        records_per_parse = 1 if global_order else \
-            max(1, -(-config.shuffle_buffer // rows_per_block))
+        records_per_parse = max(1, -(-config.shuffle_buffer // rows_per_block))
         records_per_turn = 1
     else:
         record_shuffle_buffer = config.shuffle_buffer
@@ -376,23 +510,36 @@ def build_dataset(
         return dataset.rebatch(config.batch_size, drop_remainder=config.drop_remainder)
 
     clean_files = [f for f in files if f not in damaged]
-    # The records of an epoch: a global permutation read by index, or the files shuffled,
-    # read interleaved and shuffled through a buffer.
-    records = _global_order(files, config, input_context) if global_order else (
-        tf.data.Dataset.from_tensor_slices(tf.constant(clean_files, tf.string))
-        .apply(_shuffle_if(config.training, len(clean_files), config.seed))
-        .interleave(read_file, cycle_length=config.cycle_length or AUTOTUNE,
-                    block_length=records_per_turn, num_parallel_calls=AUTOTUNE,
-                    deterministic=deterministic)
-        .apply(_with_salvaged_records(sorted(damaged), config.seed))
-        .apply(_record_share(record_share))
-        .apply(_shuffle_if(config.training, record_shuffle_buffer, config.seed)))
+    if global_order:
+        # Rows in a seeded permutation of the epoch, read by index, in units of batch_size
+        # that this pipeline takes from the stream of every epoch's rows.
+        if rows_per_block:
+            rows, stream = _global_blocks(files, config, input_context, to_features_and_label)
+        else:
+            records, stream = _global_order(files, config, input_context)
+            rows = (records
+                    .batch(config.batch_size, drop_remainder=config.drop_remainder)
+                    .map(to_features_and_label, num_parallel_calls=AUTOTUNE,
+                         deterministic=True))
+        batches = rows.apply(to_batches).apply(_known_cardinality(stream, config))
+    else:
+        # The files shuffled, read interleaved and shuffled through a buffer.
+        batches = (
+            tf.data.Dataset.from_tensor_slices(tf.constant(clean_files, tf.string))
+            .apply(_shuffle_if(config.training, len(clean_files), config.seed))
+            .interleave(read_file, cycle_length=config.cycle_length or AUTOTUNE,
+                        block_length=records_per_turn, num_parallel_calls=AUTOTUNE,
+                        deterministic=deterministic)
+            .apply(_with_salvaged_records(sorted(damaged), config.seed))
+            .apply(_record_share(record_share))
+            .apply(_shuffle_if(config.training, record_shuffle_buffer, config.seed))
+            .batch(records_per_parse,
+                   drop_remainder=config.drop_remainder and not rows_per_block)
+            .map(to_features_and_label, num_parallel_calls=AUTOTUNE,
+                 deterministic=deterministic)
+            .apply(to_batches))
     return (
-        records
-        .batch(records_per_parse,
-               drop_remainder=config.drop_remainder and not rows_per_block)
-        .map(to_features_and_label, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-        .apply(to_batches)
+        batches
         .apply(_on_data_service(config.data_service))
         .apply(_cache(config.cache, config.training, config.seed))
         .repeat(1 if global_order else config.num_epochs)  # the global order has its epochs
