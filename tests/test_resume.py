@@ -1,6 +1,8 @@
 """Resuming mid-epoch: a Trainer SIGKILLed after step 25, with checkpoints every 10 steps,
 goes on from step 20 and finishes the epoch; with a row id in every row, the rows of steps
-1-20 of the first run and every row of the second are the epoch's rows, each once."""
+1-20 of the first run and every row of the second are the epoch's rows, each once. With the
+buffer shuffle the checkpoint holds tf.data's iterator; with the global order, the row stream's
+position alone (a few bytes)."""
 from __future__ import annotations
 
 import json
@@ -36,13 +38,18 @@ TRAIN = textwrap.dedent("""
     from components.trainer.input import build_dataset
     from components.trainer.options import InputConfig
 
+    from components.trainer.options import TrainerOptions
+
     examples, out, kill_after = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    steps, every = int(sys.argv[4]), int(sys.argv[5])
+    steps, every, shuffle = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
     schema = schema_file.load_schema(examples)
     files = os.path.join(examples, "Split-train", "*")
+    options, checkpointing = module.checkpointing_for(TrainerOptions(
+        checkpoint_every=every, input=InputConfig(batch_size=32, num_epochs=1, seed=7,
+                                                  shuffle_buffer=500, shuffle=shuffle)),
+        os.path.join(out, "checkpoints"))
     data = build_dataset(files, schema, "label", feature_keys=["x", "row_id"],
-                         config=InputConfig(batch_size=32, num_epochs=1, seed=7,
-                                            shuffle_buffer=500))
+                         config=options.input)
     sample = build_dataset(files, schema, "label", feature_keys=["x"],
                            config=InputConfig(batch_size=32, training=False)).take(2)
     model = module.build_tabular_model(schema, ["x"], module.DataStatistics.of(sample, ["x"]),
@@ -58,8 +65,7 @@ TRAIN = textwrap.dedent("""
 
     result = fit.train(model, tf.distribute.get_strategy(), data, steps=steps,
                        steps_per_epoch=steps, log_dir=os.path.join(out, "logs"),
-                       global_batch_size=32, checkpointing=fit.Checkpointing(
-                           os.path.join(out, "checkpoints"), every), on_batch=on_batch)
+                       global_batch_size=32, checkpointing=checkpointing, on_batch=on_batch)
     with open(os.path.join(out, "result.json"), "w") as f:
         json.dump({"resumed_from_step": result.resumed_from_step,
                    "checkpoints": result.checkpoints}, f)
@@ -102,22 +108,25 @@ def write_examples(folder, packed_rows: int) -> str:
     return str(folder)
 
 
-def train(examples: str, out: str, kill_after: int) -> subprocess.CompletedProcess:
+def train(examples: str, out: str, kill_after: int, shuffle: str
+          ) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-W", "ignore", "-c", TRAIN, examples, out, str(kill_after),
-         str(STEPS), str(EVERY)], cwd=REPO, capture_output=True, text=True, timeout=300,
+         str(STEPS), str(EVERY), shuffle], cwd=REPO, capture_output=True, text=True, timeout=300,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": REPO})
 
 
+@pytest.mark.parametrize("shuffle", ["buffer", "global"])
 @pytest.mark.parametrize("packed_rows", [0, 64], ids=["per-row", "packed"])
-def test_a_killed_trainer_resumes_mid_epoch_without_losing_a_row(tmp_path, packed_rows):
+def test_a_killed_trainer_resumes_mid_epoch_without_losing_a_row(tmp_path, packed_rows,
+                                                                 shuffle):
     examples = write_examples(tmp_path / "examples", packed_rows)
     out = tmp_path / "run"
     out.mkdir()
-    killed = train(examples, str(out), KILL_AFTER)
+    killed = train(examples, str(out), KILL_AFTER, shuffle)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert not (out / "result.json").exists()
-    resumed = train(examples, str(out), 0)
+    resumed = train(examples, str(out), 0, shuffle)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     with open(out / "result.json") as f:
         result = json.load(f)
@@ -138,6 +147,14 @@ def test_a_killed_trainer_resumes_mid_epoch_without_losing_a_row(tmp_path, packe
     # The saves after the restart are timed and sized.
     assert [c["step"] for c in result["checkpoints"]] == list(range(30, STEPS + 1, EVERY))
     assert all(c["bytes"] > 0 and c["seconds"] > 0 for c in result["checkpoints"])
+    if shuffle == "global":  # the input's state is its row stream's position, nothing more
+        assert all(0 < c["input_bytes"] < 1024 for c in result["checkpoints"])
+        positions = sorted((out / "checkpoints").glob("*.input.json"))
+        assert len(positions) == 2  # one per checkpoint kept
+        assert json.loads(positions[-1].read_text())["start_position"] == \
+            result["checkpoints"][-1]["step"] * BATCH
+    else:
+        assert all(c["input_bytes"] is None for c in result["checkpoints"])
 
 
 def test_checkpointing_with_a_stage_that_cannot_be_saved_says_so(taxi_examples, tmp_path):

@@ -9,6 +9,7 @@ maths: optimizer, losses and metrics are the compiled Keras model's own.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import time
@@ -139,14 +140,47 @@ class _BestWeights:
 
 @dataclasses.dataclass(frozen=True)
 class Checkpointing:
-    """Save the model, the optimizer, the step and the input iterator's position every
-    `every_steps` steps into `directory`; a run that finds a checkpoint there goes on from it,
-    mid-epoch, with no row seen twice or skipped (beyond the steps after the last save,
-    which are trained again)."""
+    """Save the model, the optimizer, the step and the input's position every `every_steps`
+    steps into `directory`; a run that finds a checkpoint there goes on from it, mid-epoch,
+    with no row seen twice or skipped (beyond the steps after the last save, which are
+    trained again).
+
+    The input's position is tf.data's iterator state (its shuffle buffers included), or, for
+    a global order (`global_order`), the position in its row stream: the seed and one
+    number, saved beside the checkpoint as `<checkpoint>.input.json`. A global order resumes
+    from that number on any number of workers (`saved_stream_position`)."""
 
     directory: str
     every_steps: int
     keep: int = 2
+    global_order: bool = False
+    stream_seed: Optional[int] = None
+    # Where the row stream stood at step 0: the input's start_epoch and start_position.
+    stream_epoch: int = 0
+    stream_start: int = 0
+
+
+INPUT_POSITION_SUFFIX = ".input.json"
+INPUT_POSITION_FORMAT = "tfrp.input_position/1"
+
+
+def saved_stream_position(directory: str, seed: Optional[int]
+                          ) -> Optional[tuple[int, int]]:
+    """(start_epoch, start_position) of the row stream at the latest checkpoint in
+    `directory`, or None when there is none. A position saved for another seed is refused:
+    its rows are another order."""
+    latest = tf.train.latest_checkpoint(directory)
+    if latest is None:
+        return None
+    saved = fileio.read_json(latest + INPUT_POSITION_SUFFIX)
+    if saved is None or saved.get("format") != INPUT_POSITION_FORMAT:
+        raise InputNotCheckpointable(f"{latest} holds no global-order position "
+                                     f"({latest + INPUT_POSITION_SUFFIX}); it was saved with "
+                                     "another shuffle, so it cannot resume this one")
+    if saved["seed"] != seed:
+        raise InputNotCheckpointable(f"{latest} was saved for seed {saved['seed']}, not "
+                                     f"{seed}: its position is in another order")
+    return int(saved["start_epoch"]), int(saved["start_position"])
 
 
 def train(model: tf.keras.Model, strategy: tf.distribute.Strategy, train_data, *,
@@ -177,7 +211,7 @@ def train(model: tf.keras.Model, strategy: tf.distribute.Strategy, train_data, *
     iterator = iter(train_data)
     epochs: list[EpochTiming] = []
     warmup = 0.0
-    saves = _Saves(checkpointing, model, iterator)
+    saves = _Saves(checkpointing, model, iterator, global_batch_size)
     done = saves.restore()
     first = done
     best = _BestWeights(early_stopping, model, eval_data, test_step)
@@ -242,16 +276,21 @@ def train(model: tf.keras.Model, strategy: tf.distribute.Strategy, train_data, *
 class _Saves:
     """The checkpoint of a training loop: restored once, saved every N steps, timed."""
 
-    def __init__(self, checkpointing: Optional[Checkpointing], model, iterator):
+    def __init__(self, checkpointing: Optional[Checkpointing], model, iterator,
+                 global_batch_size: int):
         self._every = checkpointing.every_steps if checkpointing else 0
         self.timings: list[dict] = []
         if not self._every:
             return
         self._step = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self._stream = checkpointing if checkpointing.global_order else None
+        self._global_batch = global_batch_size
+        state = {} if self._stream else {"iterator": iterator}
         self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer,
-                                               iterator=iterator, step=self._step)
+                                               step=self._step, **state)
         self._manager = tf.train.CheckpointManager(self._checkpoint, checkpointing.directory,
                                                    max_to_keep=checkpointing.keep)
+        self._prefix = os.path.join(checkpointing.directory, "ckpt")  # the manager's names
 
     def restore(self) -> int:
         """The step to go on from: the latest checkpoint's, or 0."""
@@ -260,6 +299,10 @@ class _Saves:
         self._checkpoint.restore(self._manager.latest_checkpoint)
         logging.info("Resuming from %s at step %d", self._manager.latest_checkpoint,
                      int(self._step))
+        if self._stream:  # the input was built at the saved position; steps count from it
+            self._stream = dataclasses.replace(
+                self._stream, stream_start=self._stream.stream_start
+                - int(self._step) * self._global_batch)
         return int(self._step)
 
     def after_step(self, done: int) -> None:
@@ -267,6 +310,18 @@ class _Saves:
             return
         self._step.assign(done)
         started = time.perf_counter()
+        input_bytes = None
+        if self._stream:
+            # Written before the checkpoint that names it becomes the latest, so a kill
+            # between the two never leaves a latest checkpoint without its position.
+            text = json.dumps({"format": INPUT_POSITION_FORMAT,
+                               "seed": self._stream.stream_seed, "step": done,
+                               "start_epoch": self._stream.stream_epoch,
+                               "start_position": self._stream.stream_start
+                               + done * self._global_batch})
+            fileio.makedirs(os.path.dirname(self._prefix))
+            fileio.write_text(f"{self._prefix}-{done}{INPUT_POSITION_SUFFIX}", text)
+            input_bytes = len(text)
         try:
             path = self._manager.save(checkpoint_number=done)
         except (tf.errors.FailedPreconditionError, tf.errors.UnimplementedError) as error:
@@ -275,7 +330,12 @@ class _Saves:
                 f"begin the epoch again: {error.message.splitlines()[0]}; set "
                 "checkpoint_every=0, or drop the stage named") from None
         self.timings.append({"step": done, "seconds": time.perf_counter() - started,
-                             "bytes": _checkpoint_bytes(path)})
+                             "bytes": _checkpoint_bytes(path), "input_bytes": input_bytes})
+        if self._stream:  # the positions of checkpoints the manager let go
+            kept = {p + INPUT_POSITION_SUFFIX for p in self._manager.checkpoints}
+            for stale in tf.io.gfile.glob(f"{self._prefix}-*{INPUT_POSITION_SUFFIX}"):
+                if stale not in kept:
+                    fileio.remove(stale)
 
 
 def _checkpoint_bytes(prefix: str) -> int:

@@ -29,7 +29,8 @@ from components.images import ImageSpec, decode_images, with_storage_from  # noq
 from components.trainer import distribute, fit, tasks  # noqa: E402
 from components.trainer.input import (  # noqa: E402
     build_dataset, corrupt_files_named, example_parser, input_share, resolve_files)
-from components.trainer.options import TRANSFORM_SIGNATURE, TrainerOptions  # noqa: E402
+from components.trainer.options import (  # noqa: E402
+    GLOBAL_SHUFFLE, TRANSFORM_SIGNATURE, TrainerOptions)
 
 keras = tf.keras
 
@@ -387,6 +388,7 @@ def run_fn(fn_args: Any) -> None:
     strategy = distribute.make_strategy()
     options.check_replicas(strategy.num_replicas_in_sync)
     folders = distribute.worker_folders(strategy, fn_args.model_run_dir, options.checkpoint_dir)
+    options, checkpointing = checkpointing_for(options, folders.checkpoint_dir)
     train_files = resolve_files(fn_args.train_files)
     inputs = TrainingInput(options, schemas.read, feature_keys,
                            _label_fn(options, schemas.model), images, train_files)
@@ -410,14 +412,32 @@ def run_fn(fn_args: Any) -> None:
             eval_data=distribute.distribute(strategy,
                                             inputs.dataset_fn(fn_args.eval_files, False)),
             eval_steps=budget.eval_steps,
-            checkpointing=fit.Checkpointing(folders.checkpoint_dir, options.checkpoint_every)
-            if options.checkpoint_every else None,
+            checkpointing=checkpointing,
             early_stopping=fit.EarlyStopping(options.early_stopping_patience,
                                              budget.eval_steps)
             if options.early_stopping_patience and budget.eval_steps else None)
     _write_input_report(result, head, strategy, inputs.read_files, folders.run_dir)
     export_model(model, fn_args.serving_model_dir, folders, serving_signatures(
         model, schemas, feature_keys, images, head, options.label_key))
+
+
+def checkpointing_for(options: TrainerOptions, directory: str
+                      ) -> tuple[TrainerOptions, Optional[fit.Checkpointing]]:
+    """The checkpoints to save, and the options to read the input with: a global order
+    restarted from a checkpoint starts its row stream where the checkpoint left it (on any
+    number of workers), the checkpoint holding that position instead of tf.data's state."""
+    if not options.checkpoint_every:
+        return options, None
+    if options.input.shuffle != GLOBAL_SHUFFLE:
+        return options, fit.Checkpointing(directory, options.checkpoint_every)
+    saved = fit.saved_stream_position(directory, options.input.seed)
+    if saved is not None:
+        options = dataclasses.replace(options, input=dataclasses.replace(
+            options.input, start_epoch=saved[0], start_position=saved[1]))
+    return options, fit.Checkpointing(directory, options.checkpoint_every, global_order=True,
+                                      stream_seed=options.input.seed,
+                                      stream_epoch=options.input.start_epoch,
+                                      stream_start=options.input.start_position)
 
 
 @dataclasses.dataclass(frozen=True)
