@@ -6,7 +6,13 @@ row and packed 1,024 rows a block, plain):
   global shuffle (a seeded permutation of every block, read by the records' index) against
   today's buffer shuffle, each side a whole child process, interleaved repeat by repeat;
 - single records read at random by index (`record_index.FileRecords`) against a sequential
-  read of the same files, per-row records, warm page cache, one process.
+  read of the same files, per-row records, warm page cache, one process;
+- the same per-row records written by our sharding writer as seekable gzip (members of
+  `gzip_member_kib`, the default), as our gzip before it (one member per 8 MiB chunk) and as
+  stock ExampleGen's Beam sink writes them (one zlib stream at level 6): sizes, and random
+  single-record reads from each of ours, one process;
+- what saving the input's position costs mid-epoch: tf.data's iterator checkpoint of the
+  buffer-shuffled packed chain against the global order's position file.
 """
 from __future__ import annotations
 
@@ -69,6 +75,85 @@ def _reads(rows: int, folder: str) -> dict:
             "sequential_records_per_second": sequential / sequential_seconds}
 
 
+def _gzip(rows: int, folder: str) -> dict:
+    """Sizes of the three gzip layouts and random reads from ours (see the module's text)."""
+    import gzip as gzip_module
+    import shutil
+
+    from bench import input as input_bench
+    from components import record_index, shards, tfrecord_io
+
+    files = input_bench.write_data(rows, folder)["tfrecords"]
+    records = [bytes(block.buffer[s:e]) for path in files
+               for block in tfrecord_io.iter_record_blocks(path)
+               for s, e in zip(block.starts.tolist(), block.ends.tolist())]
+    result = {}
+    for name, member_kib in (("seekable", shards.ShardingOptions.gzip_member_kib),
+                             ("8 MiB members", 8192)):
+        out = os.path.join(folder, f"gzip-{member_kib}")
+        shutil.rmtree(out, ignore_errors=True)
+        sharding = shards.ShardingOptions(num_shards=len(files), gzip_member_kib=member_kib)
+        writer = shards.ChunkWriter(os.path.join(out, "_chunks"), 0, sharding)
+        for start in range(0, len(records), 50_000):
+            writer.add("", "train", records[start:start + 50_000])
+        written = [shards.write_shard(spec, out, sharding)
+                   for spec in shards.plan_shards(writer.close(), sharding)]
+        shards.write_manifest(out, shards.build_manifest(written, [], "gzip", 0))
+        paths = [os.path.join(out, shard.path) for shard in written]
+        readable = record_index.FileRecords(paths)
+        picks = random.Random(0).sample(range(len(readable)), min(RANDOM_READS, len(readable)))
+        started = time.perf_counter()
+        for number in picks:
+            readable[number]
+        seconds = time.perf_counter() - started
+        result[name] = {"bytes": sum(shard.nbytes for shard in written),
+                        "members": sum(len(shard.gzip_members) for shard in written),
+                        "random_reads_per_second": len(picks) / seconds}
+    framed = [open(path, "rb").read() for path in files]
+    result["stock (one zlib stream, level 6)"] = {
+        "bytes": sum(len(gzip_module.compress(data, 6)) for data in framed)}
+    reference = result["8 MiB members"]["bytes"]
+    for entry in result.values():
+        entry["size_vs_8mib"] = entry["bytes"] / reference - 1
+    return result
+
+
+def _checkpoint(rows: int, folder: str) -> dict:
+    """Bytes and seconds to save the input's position after 100 batches of an epoch."""
+    import json as json_module
+    import tempfile
+
+    import tensorflow as tf
+
+    from bench import input as input_bench
+    from components import fileio
+    from components.codec import schema_file
+    from components.trainer import fit
+    from components.trainer.input import build_dataset
+    from components.trainer.options import InputConfig
+
+    paths = input_bench.write_data(rows, folder)
+    schema = schema_file.load_schema(paths["packed_schema"])
+    dataset = build_dataset(paths["packed"], schema, input_bench.LABEL, config=InputConfig(
+        batch_size=input_bench.BATCH_SIZE, num_epochs=1))
+    iterator = iter(dataset)
+    for _ in range(100):
+        next(iterator)
+    scratch = tempfile.mkdtemp(dir=folder)
+    started = time.perf_counter()
+    prefix = tf.train.Checkpoint(iterator=iterator).write(os.path.join(scratch, "iterator"))
+    iterator_seconds = time.perf_counter() - started
+    iterator_bytes = sum(tf.io.gfile.stat(f).length for f in tf.io.gfile.glob(prefix + ".*"))
+    started = time.perf_counter()
+    text = json_module.dumps({"format": fit.INPUT_POSITION_FORMAT, "seed": 42, "step": 100,
+                              "start_epoch": 0, "start_position": 100 * input_bench.BATCH_SIZE})
+    fileio.write_text(os.path.join(scratch, "ckpt-100" + fit.INPUT_POSITION_SUFFIX), text)
+    position_seconds = time.perf_counter() - started
+    fileio.rmtree(scratch)
+    return {"iterator_bytes": iterator_bytes, "iterator_seconds": iterator_seconds,
+            "position_bytes": len(text), "position_seconds": position_seconds}
+
+
 def run_benchmark(rows: int, work_root: str, repeats: int = 3,
                   log: Callable[[str], None] = print) -> dict:
     from bench import input as input_bench
@@ -98,11 +183,18 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3,
         entry["vs_buffer"] = entry["median_seconds"] / \
             result["shuffles"]["buffer"]["median_seconds"]
     result["reads"] = processes.run_child("bench.access", ["reads", str(rows), folder])
+    result["gzip"] = processes.run_child("bench.access", ["gzip", str(rows), folder])
+    result["checkpoint"] = processes.run_child("bench.access", ["checkpoint", str(rows), folder])
     return result
 
 
 def table(result: dict) -> Table:
-    reads = result["reads"]
+    reads, checkpoint = result["reads"], result["checkpoint"]
+    layouts = "; ".join(
+        f"{name} {entry['bytes'] / 2**20:,.1f} MiB ({entry['size_vs_8mib']:+.1%})"
+        + (f", {entry['random_reads_per_second']:,.0f} random reads/s"
+           if "random_reads_per_second" in entry else "")
+        for name, entry in result["gzip"].items() if isinstance(entry, dict))
     return Table(
         {f"packed epoch, {name} shuffle": row for name, row in result["shuffles"].items()},
         [("rows/s", "rows_per_second", "{:,.0f}"), ("median s", "median_seconds", "{:.2f}"),
@@ -110,7 +202,12 @@ def table(result: dict) -> Table:
          ("vs buffer", "vs_buffer", "{:.2f}x")],
         summary=f"per-row records by index: {reads['random_reads_per_second']:,.0f} random "
                 f"reads/s, sequential {reads['sequential_records_per_second']:,.0f} records/s "
-                f"(index built in {reads['index_seconds']:.2f} s); {result['rows']:,} rows")
+                f"(index built in {reads['index_seconds']:.2f} s); {result['rows']:,} rows\n"
+                f"gzip, per-row records: {layouts}\n"
+                f"input position mid-epoch: tf.data iterator checkpoint "
+                f"{checkpoint['iterator_bytes']:,} bytes in {checkpoint['iterator_seconds']:.3f}"
+                f" s; global order's position {checkpoint['position_bytes']:,} bytes in "
+                f"{checkpoint['position_seconds']:.4f} s")
 
 
 if __name__ == "__main__":
@@ -119,4 +216,5 @@ if __name__ == "__main__":
     if sys.argv[1] == "epoch":
         print(json.dumps(_epoch(sys.argv[2], int(sys.argv[3]), sys.argv[4])))
     else:
-        print(json.dumps(_reads(int(sys.argv[2]), sys.argv[3])))
+        measure = {"reads": _reads, "gzip": _gzip, "checkpoint": _checkpoint}[sys.argv[1]]
+        print(json.dumps(measure(int(sys.argv[2]), sys.argv[3])))

@@ -235,8 +235,9 @@ class RecordReader:
 
 
 class _OpenMember:
-    """One gzip member inflated as far as the records asked for: each record is framed from
-    the inflated bytes when it is first reached, and its CRC-32C checked when it is read."""
+    """One gzip member inflated only as far as the records asked for: the inflated front is
+    walked to record k by its lengths (a compiled loop), and record k's checksums are checked
+    when it is read."""
 
     _STEP = 16 << 10
 
@@ -246,33 +247,40 @@ class _OpenMember:
         self._records = int(index.counts[entry])
         self._inflater = isal_zlib.decompressobj(wbits=31)
         self._pending = compressed
-        self._data = bytearray()
-        self._spans: list[tuple[int, int]] = []  # (start, framed size) of records framed
+        self._data = np.zeros(0, np.uint8)
+        # The member's inflated size, from its gzip trailer (ISIZE), guesses how far record k
+        # lies, so most reads inflate once.
+        self._inflated_size = int.from_bytes(compressed[-4:], "little") if \
+            len(compressed) >= 18 else 0
 
     def record(self, at: int) -> bytes:
+        from components.codec import wire
+
         if at >= self._records:
             raise self._damage("gzip member does not hold the records its index says")
-        while len(self._spans) <= at:
-            start = self._spans[-1][0] + self._spans[-1][1] if self._spans else 0
-            self._fill(start + 12)
-            size = 16 + int.from_bytes(self._data[start:start + 8], "little")
-            self._fill(start + size)
-            self._spans.append((start, size))
-        start, size = self._spans[at]
-        framed = bytes(self._data[start:start + size])
-        if tfrecord_io._valid_at(framed, 0) != size:
+        want = (at + 1) * self._inflated_size // self._records * 33 // 32 + 512
+        while True:
+            skipped, start = wire.skip_records(self._data, at)
+            if skipped == at and start + 16 <= len(self._data):
+                end = start + 16 + int.from_bytes(self._data[start:start + 8].tobytes(),
+                                                  "little")
+                if end <= len(self._data):
+                    break
+            self._inflate_more(max(want - len(self._data), self._STEP))
+        framed = self._data[start:end].tobytes()
+        if tfrecord_io._valid_at(framed, 0) != len(framed):
             raise self._damage("damaged record in a gzip member")
         return framed[12:-4]
 
-    def _fill(self, end: int) -> None:
-        while len(self._data) < end:
-            try:
-                if not self._pending or self._inflater.eof:
-                    raise EOFError("gzip member truncated")
-                self._data += self._inflater.decompress(self._pending, self._STEP)
-                self._pending = self._inflater.unconsumed_tail
-            except tfrecord_io.GZIP_ERRORS as error:
-                raise self._damage(f"gzip member damaged ({error})") from error
+    def _inflate_more(self, size: int) -> None:
+        try:
+            if not self._pending or self._inflater.eof:
+                raise EOFError("gzip member truncated")
+            more = self._inflater.decompress(self._pending, size)
+            self._pending = self._inflater.unconsumed_tail
+        except tfrecord_io.GZIP_ERRORS as error:
+            raise self._damage(f"gzip member damaged ({error})") from error
+        self._data = np.concatenate([self._data, np.frombuffer(more, np.uint8)])
 
     def _damage(self, reason: str) -> tfrecord_io.CorruptRecordError:
         return tfrecord_io.CorruptRecordError(self._path, self._offset, reason)

@@ -341,6 +341,21 @@ def unframe_records(buffer, table):
 
 
 @_jit
+def skip_records(buffer, count: int):
+    """(records skipped, where the next one starts) after skipping up to `count` framed
+    records from the front of `buffer`, stopping at one the buffer does not hold whole. Only
+    the lengths are read: this finds record k of a gzip member's inflated front, whose own
+    checksums are checked when it is read."""
+    position, skipped, size = 0, 0, len(buffer)
+    while skipped < count and position + 16 <= size:
+        end = position + 16 + np.int64(_get_le(buffer, position, 8))
+        if end > size or end < position:
+            break
+        position, skipped = end, skipped + 1
+    return skipped, position
+
+
+@_jit
 def _get_varint(buffer, position: int, end: int):
     """(value, position after it), or (0, -1) when the varint runs past `end`."""
     if position < end and buffer[position] < 0x80:  # most tags and lengths: one byte
