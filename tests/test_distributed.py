@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ from components.example_gen.options import ExampleGenOptions
 from components.shards import ShardingOptions
 from components.trainer.input import build_dataset
 from components.trainer.options import InputConfig
+from conftest import free_ports
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -67,16 +67,6 @@ def finish(process: subprocess.Popen, timeout: float = 300) -> None:
 
 def losses(report: dict) -> list[float]:
     return [epoch["metrics"]["loss"] for epoch in report["epochs"]]
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 @pytest.fixture(scope="module")

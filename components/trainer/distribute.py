@@ -83,11 +83,14 @@ class WorkerFolders:
     """Where one training process writes. The chief (or the only process) writes the run's
     outputs into `model_run_dir`; another worker writes its report (and the copy of the model
     that saving under MultiWorkerMirroredStrategy needs) in a `worker-<i>/` folder of its
-    own, and saves its input position beside the chief's."""
+    own, and saves its input position beside the chief's. `shared_checkpoint_dir` is the
+    chief's checkpoint folder, on storage every worker reaches: where a restarted job, of any
+    number of workers, takes a global order's checkpoint from."""
 
     worker: Optional[int]  # None: this process writes the run's outputs
     run_dir: str
     checkpoint_dir: str
+    shared_checkpoint_dir: str
 
     @property
     def writes_outputs(self) -> bool:
@@ -100,7 +103,7 @@ def worker_folders(strategy: tf.distribute.Strategy, model_run_dir: str,
     worker = worker_index(strategy)
     checkpoints = checkpoint_dir or os.path.join(model_run_dir, "checkpoints")
     if worker is None:
-        return WorkerFolders(None, model_run_dir, checkpoints)
+        return WorkerFolders(None, model_run_dir, checkpoints, checkpoints)
     own = f"worker-{worker}"
     return WorkerFolders(worker, os.path.join(model_run_dir, own),
-                         os.path.join(checkpoints, own))
+                         os.path.join(checkpoints, own), checkpoints)

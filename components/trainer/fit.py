@@ -154,6 +154,8 @@ class Checkpointing:
     every_steps: int
     keep: int = 2
     global_order: bool = False
+    # Where to restore from, if not `directory`: the chief's folder, for a global order.
+    restore_from: Optional[str] = None
     stream_seed: Optional[int] = None
     # Where the row stream stood at step 0: the input's start_epoch and start_position.
     stream_epoch: int = 0
@@ -291,14 +293,15 @@ class _Saves:
         self._manager = tf.train.CheckpointManager(self._checkpoint, checkpointing.directory,
                                                    max_to_keep=checkpointing.keep)
         self._prefix = os.path.join(checkpointing.directory, "ckpt")  # the manager's names
+        self._restore_from = checkpointing.restore_from or checkpointing.directory
 
     def restore(self) -> int:
         """The step to go on from: the latest checkpoint's, or 0."""
-        if not self._every or not self._manager.latest_checkpoint:
+        latest = tf.train.latest_checkpoint(self._restore_from) if self._every else None
+        if not latest:
             return 0
-        self._checkpoint.restore(self._manager.latest_checkpoint)
-        logging.info("Resuming from %s at step %d", self._manager.latest_checkpoint,
-                     int(self._step))
+        self._checkpoint.restore(latest)
+        logging.info("Resuming from %s at step %d", latest, int(self._step))
         if self._stream:  # the input was built at the saved position; steps count from it
             self._stream = dataclasses.replace(
                 self._stream, stream_start=self._stream.stream_start

@@ -388,7 +388,7 @@ def run_fn(fn_args: Any) -> None:
     strategy = distribute.make_strategy()
     options.check_replicas(strategy.num_replicas_in_sync)
     folders = distribute.worker_folders(strategy, fn_args.model_run_dir, options.checkpoint_dir)
-    options, checkpointing = checkpointing_for(options, folders.checkpoint_dir)
+    options, checkpointing = checkpointing_for(options, folders)
     train_files = resolve_files(fn_args.train_files)
     inputs = TrainingInput(options, schemas.read, feature_keys,
                            _label_fn(options, schemas.model), images, train_files)
@@ -421,20 +421,25 @@ def run_fn(fn_args: Any) -> None:
         model, schemas, feature_keys, images, head, options.label_key))
 
 
-def checkpointing_for(options: TrainerOptions, directory: str
+def checkpointing_for(options: TrainerOptions, folders: distribute.WorkerFolders
                       ) -> tuple[TrainerOptions, Optional[fit.Checkpointing]]:
-    """The checkpoints to save, and the options to read the input with: a global order
-    restarted from a checkpoint starts its row stream where the checkpoint left it (on any
-    number of workers), the checkpoint holding that position instead of tf.data's state."""
+    """The checkpoints to save, and the options to read the input with. With the buffer
+    shuffle each worker saves and restores its own input iterator. A global order restarted
+    from a checkpoint starts its row stream where the chief's latest checkpoint left it, on
+    every worker of a job of any size (model, optimizer and step come from there too): the
+    position is one number for the whole job, not a worker's state."""
     if not options.checkpoint_every:
         return options, None
+    directory = folders.checkpoint_dir
     if options.input.shuffle != GLOBAL_SHUFFLE:
         return options, fit.Checkpointing(directory, options.checkpoint_every)
-    saved = fit.saved_stream_position(directory, options.input.seed)
+    shared = folders.shared_checkpoint_dir
+    saved = fit.saved_stream_position(shared, options.input.seed)
     if saved is not None:
         options = dataclasses.replace(options, input=dataclasses.replace(
             options.input, start_epoch=saved[0], start_position=saved[1]))
     return options, fit.Checkpointing(directory, options.checkpoint_every, global_order=True,
+                                      restore_from=shared,
                                       stream_seed=options.input.seed,
                                       stream_epoch=options.input.start_epoch,
                                       stream_start=options.input.start_position)
