@@ -152,7 +152,7 @@ def test_every_sharding_setting_is_a_flag_of_both_commands_and_reaches_every_com
     helps = {command: re.sub(r"\s+", " ", tfrp(command, "--help").stdout)
              for command in ("examplegen", "run")}
     samples = {"num_shards": 3, "shard_size_mb": 2.5, "compression": "none",
-               "compression_level": 4}
+               "compression_level": 4, "gzip_member_kib": 256}
     fields = dataclasses.fields(ShardingOptions)
     assert {f.name for f in fields} == set(samples)
     for field in fields:

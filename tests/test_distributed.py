@@ -137,29 +137,50 @@ def test_fewer_files_than_pipelines_shards_by_record(taxi_examples):
 
 
 # --- tf.data service ------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def data_service():
-    """A dispatcher and two workers on loopback ports, each its own `tfrp data-service`
-    process; yields the dispatcher's grpc:// address."""
+DATA_SERVICE = [sys.executable, "-W", "ignore", "-m", "pipeline.cli", "data-service"]
+SERVER_ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": REPO}
+
+
+def start_server(*arguments: str) -> subprocess.Popen:
+    return subprocess.Popen(DATA_SERVICE + list(arguments), cwd=REPO, env=SERVER_ENV,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def start_worker(dispatcher_port: int, port: int) -> subprocess.Popen:
+    """A `tfrp data-service worker`, once it says it started (on stderr)."""
+    worker = start_server("worker", "--dispatcher", f"localhost:{dispatcher_port}",
+                          "--port", str(port))
+    line = worker.stderr.readline()
+    assert "tf.data service" in line, line
+    return worker
+
+
+def start_data_service(workers: int = 2) -> tuple[str, list[subprocess.Popen], list[int]]:
+    """A dispatcher and `workers` workers on loopback ports, each its own `tfrp data-service`
+    process: the dispatcher's grpc:// address, the processes (dispatcher first) and ports."""
     import time
 
-    dispatcher_port, first, second = free_ports(3)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": REPO}
-    command = [sys.executable, "-W", "ignore", "-m", "pipeline.cli", "data-service"]
-    servers = [subprocess.Popen(command + ["dispatcher", "--port", str(dispatcher_port)],
-                                cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)]
+    ports = free_ports(1 + workers)
+    dispatcher = start_server("dispatcher", "--port", str(ports[0]))
     time.sleep(3)
-    servers += [subprocess.Popen(command + ["worker", "--dispatcher",
-                                            f"localhost:{dispatcher_port}", "--port",
-                                            str(port)], cwd=REPO, env=env,
-                                 stderr=subprocess.PIPE, text=True) for port in (first, second)]
-    for server in servers:  # each says it started, on stderr
-        line = server.stderr.readline()
-        assert "tf.data service" in line, line
-    yield f"grpc://localhost:{dispatcher_port}"
+    servers = [dispatcher] + [start_worker(ports[0], port) for port in ports[1:]]
+    line = dispatcher.stderr.readline()
+    assert "tf.data service" in line, line
+    return f"grpc://localhost:{ports[0]}", servers, ports
+
+
+def stop(servers: list[subprocess.Popen]) -> None:
     for server in servers:
         server.kill()
         server.wait()
+
+
+@pytest.fixture(scope="module")
+def data_service():
+    """A dispatcher and two workers on loopback ports; yields the dispatcher's address."""
+    address, servers, _ = start_data_service()
+    yield address
+    stop(servers)
 
 
 def test_the_dispatcher_says_where_it_really_listens_and_warns_of_an_open_port():
@@ -187,38 +208,47 @@ def test_the_dispatcher_says_where_it_really_listens_and_warns_of_an_open_port()
         assert f"--dport {port}" in second, second
 
 
-@pytest.fixture(scope="module")
-def row_id_examples(tmp_path_factory) -> str:
-    """3,000 rows with a row_id, in 4 shards per split."""
+def write_row_ids(folder, rows: int, shards: int) -> str:
+    """`rows` rows with a row_id through our ExampleGen, in `shards` shards per split."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    folder = tmp_path_factory.mktemp("row_ids")
     rng = np.random.default_rng(0)
-    x = rng.normal(size=3000)
-    pq.write_table(pa.table({"row_id": np.arange(3000), "x": x, "label": (x > 0).astype(int)}),
+    x = rng.normal(size=rows)
+    pq.write_table(pa.table({"row_id": np.arange(rows), "x": x, "label": (x > 0).astype(int)}),
                    folder / "rows.parquet")
     out = str(folder / "examples")
     beam_job.run(ExampleGenOptions(source=str(folder / "rows.parquet"),
-                                   sharding=ShardingOptions(num_shards=4)), out)
+                                   sharding=ShardingOptions(num_shards=shards)), out)
     return out
 
 
-def epoch_row_ids(examples: str, service=None) -> list[int]:
+@pytest.fixture(scope="module")
+def row_id_examples(tmp_path_factory) -> str:
+    """3,000 rows with a row_id, in 4 shards per split."""
+    return write_row_ids(tmp_path_factory.mktemp("row_ids"), 3000, 4)
+
+
+def epoch_row_ids(examples: str, service=None, on_served_epoch=None) -> list[int]:
     from components.codec import schema_file
 
     dataset = build_dataset(os.path.join(examples, "Split-train", "*"),
                             schema_file.load_schema(examples), None, feature_keys=["row_id"],
-                            config=InputConfig(batch_size=64, num_epochs=1, data_service=service))
+                            config=InputConfig(batch_size=64, num_epochs=1, data_service=service),
+                            on_served_epoch=on_served_epoch)
     return [int(v) for batch in dataset for v in batch["row_id"].numpy().ravel()]
 
 
 def test_the_data_service_yields_every_row_of_an_epoch_once(row_id_examples, data_service):
     direct = epoch_row_ids(row_id_examples)
-    served = epoch_row_ids(row_id_examples, data_service)
+    epochs: list = []
+    served = epoch_row_ids(row_id_examples, data_service, epochs.append)
     assert len(direct) > 1000 and len(set(direct)) == len(direct)
     assert sorted(served) == sorted(direct)
+    # The epoch's rows are counted against the split's, which our manifest gives.
+    assert epochs == [{"epoch": 0, "rows": len(direct), "expected_rows": len(direct),
+                       "missed_rows": 0}]
 
 
 def test_training_through_the_data_service_reduces_loss(row_id_examples, data_service,
@@ -240,3 +270,68 @@ def test_training_through_the_data_service_reduces_loss(row_id_examples, data_se
     assert losses(report)[-1] < losses(report)[0], losses(report)
     # The input-wait report still times each step's wait for its batch.
     assert all(epoch["wait_seconds"] > 0 for epoch in report["epochs"])
+
+
+def test_a_data_service_worker_killed_mid_epoch_training_goes_on_and_says_what_was_missed(
+        tmp_path, caplog):
+    """Two tf.data service workers feed a training loop, each handed one of the split's two
+    files (12,000 rows in all); one is SIGKILLed 2 steps in, its file mostly unread, and,
+    as a supervisor would, a new one is started at its address (TensorFlow 2.16's client waits
+    for that address: with no worker back there it never ended, tried here for minutes).
+    Training goes on and finishes. The epoch the worker died in brings each row at most once,
+    and the input counts what it brought against the split: rows brought + rows missed = the
+    split's rows, and a warning names the missed rows (the service's epoch is at most once:
+    rows a dead worker held are not read again; how many depends on what it held, from none
+    to most of the epoch in tries here). The next epoch brings every row, once."""
+    import signal
+
+    from components.codec import schema_file
+    from components.trainer import fit, module
+
+    examples = write_row_ids(tmp_path, 12_000, 2)
+    address, servers, ports = start_data_service()
+    try:
+        schema = schema_file.load_schema(examples)
+        files = os.path.join(examples, "Split-train", "*")
+        epochs: list = []
+        data = build_dataset(files, schema, "label", feature_keys=["x", "row_id"],
+                             config=InputConfig(batch_size=32, data_service=address),
+                             on_served_epoch=epochs.append)
+        sample = build_dataset(files, schema, "label", feature_keys=["x"],
+                               config=InputConfig(batch_size=64, training=False)).take(2)
+        model = module.build_tabular_model(schema, ["x"],
+                                           module.DataStatistics.of(sample, ["x"]),
+                                           module.Head("binary"))
+        seen: list = []
+
+        def on_batch(step, batch):
+            if step == 2:
+                servers[2].send_signal(signal.SIGKILL)
+                servers[2].wait()
+                servers.append(start_worker(ports[0], ports[2]))
+            seen.extend(int(v) for v in batch[0]["row_id"].numpy().ravel())
+
+        split_rows = module.split_rows(files)
+        steps = 2 * -(-split_rows // 32) + 5  # through the second epoch's end
+        result = fit.train(model, tf.distribute.get_strategy(), data, steps=steps,
+                           steps_per_epoch=steps, log_dir=str(tmp_path), global_batch_size=32,
+                           on_batch=on_batch)
+    finally:
+        stop(servers)
+    assert servers[2].returncode == -signal.SIGKILL and len(servers) == 4
+    assert result.epochs[0].steps == steps  # training went on to the end
+    first, second = epochs[0], epochs[1]
+    assert first["expected_rows"] == second["expected_rows"] == split_rows
+    assert 0 <= first["missed_rows"] < split_rows
+    assert first["rows"] + first["missed_rows"] == split_rows
+    warned = [r.getMessage() for r in caplog.records if "missed" in r.getMessage()]
+    assert warned == ([f"tf.data service: epoch 0 brought {first['rows']} of {split_rows} "
+                       f"rows; {first['missed_rows']} missed (a worker was lost mid-epoch: "
+                       "the service's epoch is at most once, so the rows it held are not "
+                       "read again)"] if first["missed_rows"] else [])
+    assert second == {"epoch": 1, "rows": split_rows, "expected_rows": split_rows,
+                      "missed_rows": 0}
+    in_first = seen[:first["rows"]]
+    assert len(set(in_first)) == len(in_first)  # fewer rows, none twice
+    assert len(set(seen[first["rows"]:first["rows"] + split_rows])) == split_rows
+

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -40,6 +41,23 @@ def resolve_files(file_patterns: Union[str, Sequence[str]]) -> list[str]:
     if not files:
         raise FileNotFoundError(f"No TFRecord files match {patterns}")
     return sorted(files)
+
+
+def split_rows(file_patterns) -> Optional[int]:
+    """The rows of a split from our manifest beside it (None for stock shards)."""
+    from components import shards
+
+    patterns = [file_patterns] if isinstance(file_patterns, str) else list(file_patterns)
+    total = 0
+    for pattern in patterns:
+        split_dir = pattern.rstrip("*/").rstrip("/")
+        split = os.path.basename(split_dir)
+        manifest = shards.read_manifest(os.path.dirname(split_dir)) \
+            if split.startswith("Split-") else None
+        if not manifest or split[len("Split-"):] not in manifest.get("splits", {}):
+            return None
+        total += manifest["splits"][split[len("Split-"):]]["rows"]
+    return total
 
 
 def detect_compression(path: str) -> str:
@@ -227,16 +245,85 @@ def input_share(files: list[str], input_context: Optional[tf.distribute.InputCon
     return files, (pipelines, input_context.input_pipeline_id)
 
 
-def _on_data_service(service: Optional[str]):
+class ServedEpochs:
+    """Counts the rows each epoch through a tf.data service brings, against the rows the split
+    holds. The service's distributed epoch is at most once: when a worker dies mid-epoch, the
+    rows it had taken (its files in progress) never arrive, and the epoch ends without them.
+    This says how many, once each epoch ends: a warning when rows were missed."""
+
+    def __init__(self, expected_rows: int,
+                 on_epoch: Optional[Callable[[dict], None]] = None):
+        self.expected = expected_rows
+        self.on_epoch = on_epoch
+        self.epochs: list[dict] = []
+        self._rows = 0
+
+    def add(self, rows: np.ndarray, ends_epoch: np.ndarray) -> np.ndarray:
+        if not ends_epoch:
+            self._rows += int(rows)
+            return rows
+        epoch = {"epoch": len(self.epochs), "rows": self._rows, "expected_rows": self.expected,
+                 "missed_rows": self.expected - self._rows}
+        self.epochs.append(epoch)
+        self._rows = 0
+        if epoch["missed_rows"]:
+            logging.warning(
+                "tf.data service: epoch %d brought %d of %d rows; %d missed (a worker was lost "
+                "mid-epoch: the service's epoch is at most once, so the rows it held are not "
+                "read again)", epoch["epoch"], epoch["rows"], self.expected,
+                epoch["missed_rows"])
+        else:
+            logging.info("tf.data service: epoch %d brought all %d rows", epoch["epoch"],
+                         self.expected)
+        if self.on_epoch is not None:
+            self.on_epoch(epoch)
+        return rows
+
+
+def _empty_like(spec):
+    """An element of `spec` with no rows where the batch size is not fixed."""
+    if isinstance(spec, tf.RaggedTensorSpec):
+        values = tf.zeros([0] + [d or 0 for d in spec.shape[spec.ragged_rank + 1:]],
+                          spec.dtype)
+        return tf.RaggedTensor.from_nested_row_lengths(
+            values, [tf.zeros([0], spec.row_splits_dtype)] * spec.ragged_rank)
+    return tf.zeros([d or 0 for d in spec.shape], spec.dtype)
+
+
+def _rows_in(batch) -> tf.Tensor:
+    first = tf.nest.flatten(batch, expand_composites=False)[0]
+    return tf.cast(first.nrows() if isinstance(first, tf.RaggedTensor)
+                   else tf.shape(first)[0], tf.int64)
+
+
+def _on_data_service(service: Optional[str], counter: Optional[ServedEpochs] = None):
     """Everything above this point (reading, shuffling, parsing, batching) runs on the tf.data
     service's workers. Dynamic sharding hands each file to one worker at a time, so each row
-    arrives once per epoch however many workers there are."""
+    arrives once per epoch however many workers there are, unless a worker dies: with
+    `counter`, a flagged marker after each epoch's last batch lets the trainer count what the
+    epoch brought (`ServedEpochs`)."""
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
         if not service:
             return dataset
-        return dataset.apply(tf.data.experimental.service.distribute(
+        served = dataset.apply(tf.data.experimental.service.distribute(
             processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC,
             service=service))
+        if counter is None:
+            return served
+        marker = tf.nest.map_structure(_empty_like, served.element_spec)
+        flagged = served.map(lambda *batch: (batch, False)).concatenate(
+            tf.data.Dataset.from_tensors((tuple(marker) if isinstance(marker, tuple)
+                                          else (marker,), True)))
+
+        def count(batch, ends_epoch):
+            counted = tf.numpy_function(counter.add, [_rows_in(batch), ends_epoch], tf.int64)
+            with tf.control_dependencies([counted]):
+                return batch, tf.identity(ends_epoch)
+
+        return (flagged
+                .map(count)
+                .filter(lambda batch, ends_epoch: tf.logical_not(ends_epoch))
+                .map(lambda batch, _: batch if len(batch) > 1 else batch[0]))
     return apply
 
 
@@ -428,6 +515,7 @@ def build_dataset(
     label_inputs: Sequence[str] = (),
     config: Optional[InputConfig] = None,
     input_context: Optional[tf.distribute.InputContext] = None,
+    on_served_epoch: Optional[Callable[[dict], None]] = None,
 ) -> tf.data.Dataset:
     """Builds batches of `(features, label)` from tf.Example shards.
 
@@ -443,6 +531,8 @@ def build_dataset(
       config: the knobs; see `InputConfig`.
       input_context: under `distribute_datasets_from_function`, each input pipeline reads
         its own share of the files.
+      on_served_epoch: through a tf.data service, called with each epoch's count of rows
+        against the split's (`ServedEpochs`; our shards' manifest gives the split's rows).
     """
     config = config or InputConfig()
     if config.data_service and config.skip_corrupt:
@@ -463,6 +553,10 @@ def build_dataset(
                         record_share[0], len(files), record_share[0])
     compression = _compression_type(files, config.compression)
     damaged = scan_for_corruption(files) if config.skip_corrupt else {}
+    # Counted when the split's rows are known and every batch's rows reach the trainer.
+    split_total = split_rows(file_patterns) if config.data_service and \
+        not config.drop_remainder else None
+    served = ServedEpochs(split_total, on_served_epoch) if split_total else None
     # Record-level sharding needs every pipeline to see the records in the same order, and a
     # global order is resumed by its position, so it must arrive in that order.
     deterministic = not config.training or record_share is not None or global_order
@@ -540,7 +634,7 @@ def build_dataset(
             .apply(to_batches))
     return (
         batches
-        .apply(_on_data_service(config.data_service))
+        .apply(_on_data_service(config.data_service, served))
         .apply(_cache(config.cache, config.training, config.seed))
         .repeat(1 if global_order else config.num_epochs)  # the global order has its epochs
         .apply(_prefetch(config, packed=bool(rows_per_block)))

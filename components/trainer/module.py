@@ -28,7 +28,7 @@ from components.codec import parser, schema_file  # noqa: E402
 from components.images import ImageSpec, decode_images, with_storage_from  # noqa: E402
 from components.trainer import distribute, fit, tasks  # noqa: E402
 from components.trainer.input import (  # noqa: E402
-    build_dataset, corrupt_files_named, example_parser, input_share, resolve_files)
+    build_dataset, corrupt_files_named, example_parser, input_share, resolve_files, split_rows)
 from components.trainer.options import (  # noqa: E402
     GLOBAL_SHUFFLE, TRANSFORM_SIGNATURE, TrainerOptions)
 
@@ -342,6 +342,8 @@ class TrainingInput:
     images: Mapping[str, ImageSpec]
     train_files: list[str]
     read_files: list[str] = dataclasses.field(default_factory=list)
+    # Through a tf.data service: each training epoch's rows against the split's.
+    served_epochs: list[dict] = dataclasses.field(default_factory=list)
 
     def dataset_fn(self, files, training: bool
                    ) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
@@ -353,7 +355,8 @@ class TrainingInput:
                 self.images)
             if training:
                 self.read_files.extend(input_share(self.train_files, context)[0])
-            return self._dataset(files, self.feature_keys, config, context)
+            return self._dataset(files, self.feature_keys, config, context,
+                                 self.served_epochs.append if training else None)
         return make
 
     def statistics(self, files) -> DataStatistics:
@@ -366,13 +369,16 @@ class TrainingInput:
         return DataStatistics.of(self._dataset(files, keys, config), keys)
 
     def _dataset(self, files, feature_keys: list[str], config,
-                 context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
+                 context: Optional[tf.distribute.InputContext] = None,
+                 on_served_epoch: Optional[Callable[[dict], None]] = None
+                 ) -> tf.data.Dataset:
         """`feature_keys` and the label (read, or computed by label_fn) of `files`."""
         return build_dataset(files, self.schema,
                              None if self.label_fn else self.options.label_key,
                              feature_keys=feature_keys, label_fn=self.label_fn,
                              label_inputs=self.options.label_inputs if self.label_fn else (),
-                             config=config, input_context=context)
+                             config=config, input_context=context,
+                             on_served_epoch=on_served_epoch)
 
 
 def run_fn(fn_args: Any) -> None:
@@ -416,7 +422,7 @@ def run_fn(fn_args: Any) -> None:
             early_stopping=fit.EarlyStopping(options.early_stopping_patience,
                                              budget.eval_steps)
             if options.early_stopping_patience and budget.eval_steps else None)
-    _write_input_report(result, head, strategy, inputs.read_files, folders.run_dir)
+    _write_input_report(result, head, strategy, inputs, folders.run_dir)
     export_model(model, fn_args.serving_model_dir, folders, serving_signatures(
         model, schemas, feature_keys, images, head, options.label_key))
 
@@ -472,23 +478,6 @@ def training_budget(fn_args: Any, options: TrainerOptions) -> Budget:
     return Budget(max(1, steps), window, eval_steps)
 
 
-def split_rows(file_patterns) -> Optional[int]:
-    """The rows of a split from our manifest beside it (None for stock shards)."""
-    from components import shards
-
-    patterns = [file_patterns] if isinstance(file_patterns, str) else list(file_patterns)
-    total = 0
-    for pattern in patterns:
-        split_dir = pattern.rstrip("*/").rstrip("/")
-        split = os.path.basename(split_dir)
-        manifest = shards.read_manifest(os.path.dirname(split_dir)) \
-            if split.startswith("Split-") else None
-        if not manifest or split[len("Split-"):] not in manifest.get("splits", {}):
-            return None
-        total += manifest["splits"][split[len("Split-"):]]["rows"]
-    return total
-
-
 def _label_fn(options: TrainerOptions, schema: schema_pb2.Schema) -> Optional[Callable]:
     """The function computing the label, when the examples lack it and one is set."""
     if options.label_key in parser.feature_by_name(schema) or not options.label_fn:
@@ -506,11 +495,13 @@ def build_model(schema: schema_pb2.Schema, feature_keys: list[str],
 
 
 def _write_input_report(result, head: Head, strategy: tf.distribute.Strategy,
-                        read_files: list[str], run_dir: str) -> None:
+                        inputs: TrainingInput, run_dir: str) -> None:
     report = result.report()
     report.update(task=head.task, strategy=distribute.strategy_name(strategy),
                   replicas=strategy.num_replicas_in_sync,
-                  workers=distribute.cluster_workers(), input_files=sorted(set(read_files)))
+                  workers=distribute.cluster_workers(),
+                  input_files=sorted(set(inputs.read_files)),
+                  served_epochs=inputs.served_epochs)
     report_path = fit.write_report(report, run_dir)
     logging.info("Input report: %s (overall input wait %.1f%%, %s)", report_path,
                  100 * report["overall"]["input_wait_share"], report["overall"]["label"])
