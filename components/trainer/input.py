@@ -255,17 +255,15 @@ class ServedEpochs:
                  on_epoch: Optional[Callable[[dict], None]] = None):
         self.expected = expected_rows
         self.on_epoch = on_epoch
-        self.epochs: list[dict] = []
-        self._rows = 0
+        self._epoch = self._rows = 0
 
     def add(self, rows: np.ndarray, ends_epoch: np.ndarray) -> np.ndarray:
         if not ends_epoch:
             self._rows += int(rows)
             return rows
-        epoch = {"epoch": len(self.epochs), "rows": self._rows, "expected_rows": self.expected,
+        epoch = {"epoch": self._epoch, "rows": self._rows, "expected_rows": self.expected,
                  "missed_rows": self.expected - self._rows}
-        self.epochs.append(epoch)
-        self._rows = 0
+        self._epoch, self._rows = self._epoch + 1, 0
         if epoch["missed_rows"]:
             logging.warning(
                 "tf.data service: epoch %d brought %d of %d rows; %d missed (a worker was lost "
@@ -345,7 +343,6 @@ class _RowStream:
     the pipelines together have read exactly the first k * W units: the stream's rows up to
     one number, whatever W was, so a run resumes from that number on any W."""
 
-    rows_per_epoch: int
     start: int
     stop: int
     batch: int
@@ -355,7 +352,7 @@ class _RowStream:
     @classmethod
     def of(cls, rows_per_epoch: int, config: InputConfig,
            input_context: Optional[tf.distribute.InputContext]) -> "_RowStream":
-        return cls(rows_per_epoch, config.start_epoch * rows_per_epoch + config.start_position,
+        return cls(config.start_epoch * rows_per_epoch + config.start_position,
                    _UNBOUNDED_ROWS if config.num_epochs is None
                    else config.num_epochs * rows_per_epoch, config.batch_size,
                    input_context.num_input_pipelines if input_context else 1,
