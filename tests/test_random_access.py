@@ -273,6 +273,37 @@ def global_epochs(files, schema, epochs: int, context=None, **settings) -> list[
     return [int(v) for batch in batches for v in batch]
 
 
+@pytest.mark.parametrize("drop_remainder", [False, True])
+def test_a_bounded_read_of_our_shards_knows_its_batches_before_it_is_read(wine_examples,
+                                                                          tmp_path,
+                                                                          drop_remainder):
+    """Our shards' manifest gives each shard's rows, so `num_epochs` passes of the buffer-
+    shuffled input know their number of batches up front (Keras shows totals); a copy of
+    the same files without a manifest does not, and says so (unknown)."""
+    import shutil
+
+    import tensorflow as tf
+
+    from components.codec import schema_file
+    from components.trainer.input import build_dataset
+    from components.trainer.options import InputConfig
+
+    split = os.path.join(wine_examples, "Split-train")
+    schema = schema_file.find_schema(split)
+    config = InputConfig(batch_size=16, num_epochs=2, drop_remainder=drop_remainder)
+    dataset = build_dataset(os.path.join(split, "*"), schema, None, feature_keys=["index"],
+                            config=config)
+    batches = [len(batch["index"]) for batch in dataset]
+    assert int(dataset.cardinality()) == len(batches)
+    rows = sum(1 for _ in example_rows.iter_rows(split))
+    assert sum(batches) == 2 * (rows - rows % 16 if drop_remainder else rows)
+    copy = tmp_path / "no-manifest"
+    shutil.copytree(split, copy)
+    unknown = build_dataset(str(copy / "*"), schema, None, feature_keys=["index"],
+                            config=config)
+    assert int(unknown.cardinality()) == tf.data.UNKNOWN_CARDINALITY
+
+
 def packed_wine(wine_examples, folder) -> tuple[list[str], object]:
     """The wine split's rows packed 7 to a block, in two plain files, and their schema."""
     import pyarrow as pa

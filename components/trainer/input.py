@@ -502,6 +502,30 @@ def _known_cardinality(stream: "_RowStream", config: InputConfig):
     return apply
 
 
+def _rows_read(files: Sequence[str], all_files: Sequence[str], file_patterns,
+               packed: bool) -> Optional[int]:
+    """The rows an epoch over `files` holds, known without reading them: per-row shards'
+    record counts from our manifest, or a packed split's rows when every file is read; None
+    otherwise."""
+    if packed:
+        return split_rows(file_patterns) if list(files) == list(all_files) else None
+    shards = [tfrecord_io.manifest_shard(f) for f in files]
+    return sum(s["rows"] for s in shards) if shards and all(shards) else None
+
+
+def _epochs_known(rows: Optional[int], config: InputConfig):
+    """A bounded read of known rows is counted before it is read (`dataset.cardinality()`):
+    Keras shows totals, and a loop can take its steps from it."""
+    def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        if rows is None or config.num_epochs is None:
+            return dataset
+        batches = rows // config.batch_size if config.drop_remainder else \
+            -(-rows // config.batch_size)
+        return dataset.apply(tf.data.experimental.assert_cardinality(
+            batches * config.num_epochs))
+    return apply
+
+
 def build_dataset(
     file_patterns: Union[str, Sequence[str]],
     schema: schema_pb2.Schema,
@@ -540,6 +564,7 @@ def build_dataset(
                          "run on tf.data service workers or skip damaged records")
     global_order = config.shuffle == GLOBAL_SHUFFLE and config.training
     files, record_share = resolve_files(file_patterns), None
+    all_files = files
     if global_order:
         pass  # every pipeline indexes every file and takes its share of the row stream
     elif not config.data_service:  # else the service hands out the files
@@ -634,6 +659,10 @@ def build_dataset(
         .apply(_on_data_service(config.data_service, served))
         .apply(_cache(config.cache, config.training, config.seed))
         .repeat(1 if global_order else config.num_epochs)  # the global order has its epochs
+        .apply(_epochs_known(None if global_order or record_share or damaged or
+                             config.data_service else
+                             _rows_read(files, all_files, file_patterns, bool(rows_per_block)),
+                             config))
         .apply(_prefetch(config, packed=bool(rows_per_block)))
         .with_options(_dataset_options(config, packed=bool(rows_per_block)))
     )
