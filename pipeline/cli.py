@@ -521,6 +521,23 @@ def bench_faults(rows, work_dir, as_json) -> None:
     _show(result, bench_lib.table(result), as_json)
 
 
+@bench.command("scale")
+@click.option("--rows", default=30_000_000, show_default=True, type=int)
+@click.option("--spark-master", default=None,
+              help="A standalone cluster's spark://HOST:PORT (default: start a local one of "
+                   "two workers for the run).")
+@click.option("--work-dir", default="tfrp_runs/bench", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def bench_scale(rows, spark_master, work_dir, as_json) -> None:
+    """ExampleGen on Beam and on a Spark standalone cluster at N/10 and N rows, each a whole
+    process: throughput, the peak memory of the driver's and each executor's process tree,
+    and the growth from N/10 to N."""
+    from bench import scale as bench_lib
+
+    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), spark_master, log=_log)
+    _show(result, bench_lib.table(result), as_json)
+
+
 @bench.command("images")
 @click.option("--count", default=20_000, show_default=True, type=int)
 @_bench_options

@@ -1,0 +1,125 @@
+"""`tfrp bench scale`: does ExampleGen's cost grow linearly with the data, and does the driver
+stay flat? The same seeded taxi-like CSV (`bench.data`) at N/10 and N rows goes through
+`tfrp examplegen` on Beam and with `--engine spark` on a Spark standalone cluster (given, or a
+local one of two workers started here), each a whole process. While it runs, the resident
+memory of its process trees is sampled every 0.2 s from /proc: the `tfrp` process and what it
+starts (Beam's workers; for Spark, the driver's JVM), and each executor JVM with its Python
+workers. Rows in and out come from the manifest."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from typing import Callable, Optional
+
+from bench.display import Table
+
+SAMPLE_SECONDS = 0.2
+
+
+def _children() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    return children
+
+
+def _tree_rss(root: int, children: dict[int, list[int]]) -> int:
+    """Resident bytes of `root` and its descendants."""
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        stack.extend(children.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError):
+            pass
+    return total
+
+
+def _run(command: list[str], executors: Callable[[], list[int]]) -> dict:
+    """One whole process, its seconds and the peak RSS of its tree and of each executor's."""
+    started = time.monotonic()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    driver_peak, executor_peaks = 0, {}
+    while process.poll() is None:
+        children = _children()
+        driver_peak = max(driver_peak, _tree_rss(process.pid, children))
+        for pid in executors():
+            executor_peaks[pid] = max(executor_peaks.get(pid, 0), _tree_rss(pid, children))
+        time.sleep(SAMPLE_SECONDS)
+    seconds = time.monotonic() - started
+    _, log = process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[:6])} failed:\n{log[-2000:]}")
+    return {"seconds": seconds, "driver_peak_mib": driver_peak / 2**20,
+            "executor_peak_mib": max(executor_peaks.values(), default=0) / 2**20,
+            "executors": len(executor_peaks)}
+
+
+def run_benchmark(rows: int, work_dir: str, spark_master: Optional[str] = None,
+                  log: Callable[[str], None] = print) -> dict:
+    from bench import data
+    from components import shards
+    from components.spark.cluster import LocalCluster
+
+    results: dict[str, dict] = {}
+    cluster = None
+    if spark_master is None:
+        cluster = LocalCluster(workers=2, work_dir=os.path.join(work_dir, "cluster")).start()
+    try:
+        master = spark_master or cluster.master
+        conf = [] if cluster is None else [
+            flag for key, value in cluster.conf.items()
+            for flag in ("--spark-conf", f"{key}={value}")]
+        executors = cluster.executor_pids if cluster else list
+        for size in (rows // 10, rows):
+            source = data.write_taxi_csv(size, os.path.join(work_dir, f"scale-{size}"))
+            for engine, extra in (("beam", []),
+                                  ("spark", ["--engine", "spark", "--spark-master", master,
+                                             *conf])):
+                out = os.path.join(work_dir, f"scale-out-{engine}-{size}")
+                shutil.rmtree(out, ignore_errors=True)
+                measured = _run([sys.executable, "-W", "ignore", "-m", "pipeline.cli",
+                                 "examplegen", source, out, *extra],
+                                executors if engine == "spark" else list)
+                manifest = shards.read_manifest(out)
+                if manifest["rows_in"] != size or manifest["rows_written"] != size:
+                    raise RuntimeError(f"{engine} at {size:,} rows: {manifest['rows_in']:,} in, "
+                                       f"{manifest['rows_written']:,} written")
+                measured.update(rows=size, rows_per_second=size / measured["seconds"])
+                results[f"{engine}, {size:,} rows"] = measured
+                log(f"{engine} {size:,} rows: {measured['seconds']:.1f} s, driver peak "
+                    f"{measured['driver_peak_mib']:,.0f} MiB, executor peak "
+                    f"{measured['executor_peak_mib']:,.0f} MiB")
+                shutil.rmtree(out, ignore_errors=True)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    for engine in ("beam", "spark"):
+        small, large = (results[f"{engine}, {n:,} rows"] for n in (rows // 10, rows))
+        small["time_vs_tenth"] = small["driver_vs_tenth"] = 1.0
+        large["time_vs_tenth"] = large["seconds"] / small["seconds"]
+        large["driver_vs_tenth"] = large["driver_peak_mib"] / small["driver_peak_mib"]
+    return {"rows": rows, "runs": results}
+
+
+def table(result: dict) -> Table:
+    return Table(result["runs"], [
+        ("rows/s", "rows_per_second", "{:,.0f}"), ("seconds", "seconds", "{:.1f}"),
+        ("driver peak MiB", "driver_peak_mib", "{:,.0f}"),
+        ("executor peak MiB", "executor_peak_mib", "{:,.0f}"),
+        ("time vs N/10", "time_vs_tenth", "{:.2f}x"),
+        ("driver vs N/10", "driver_vs_tenth", "{:.2f}x")],
+        summary="time vs N/10 is linear at 10.00x; a driver that holds no rows stays near "
+                "1.00x")
