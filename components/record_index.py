@@ -21,6 +21,7 @@ outside any split folder. `tfrp index PATH…` writes it for files we did not wr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import threading
@@ -51,7 +52,7 @@ class RecordIndex:
     firsts: np.ndarray
     counts: np.ndarray
 
-    @property
+    @functools.cached_property
     def records(self) -> int:
         return int(self.counts.sum()) if len(self.counts) else 0
 
@@ -276,11 +277,11 @@ class _OpenMember:
         try:
             if not self._pending or self._inflater.eof:
                 raise EOFError("gzip member truncated")
-            more = self._inflater.decompress(self._pending, size)
+            more = np.frombuffer(self._inflater.decompress(self._pending, size), np.uint8)
             self._pending = self._inflater.unconsumed_tail
         except tfrecord_io.GZIP_ERRORS as error:
             raise self._damage(f"gzip member damaged ({error})") from error
-        self._data = np.concatenate([self._data, np.frombuffer(more, np.uint8)])
+        self._data = np.concatenate([self._data, more]) if len(self._data) else more
 
     def _damage(self, reason: str) -> tfrecord_io.CorruptRecordError:
         return tfrecord_io.CorruptRecordError(self._path, self._offset, reason)
