@@ -276,11 +276,8 @@ def _read_members(path: str) -> np.ndarray:
         return np.frombuffer(f.read(), dtype=np.int64).reshape(-1, 2)
 
 
-def _record_ends(chunk: Chunk) -> np.ndarray:
-    return _record_ends_of(chunk.path)
-
-
-def _record_ends_of(path: str) -> np.ndarray:
+def _record_ends(path: str) -> np.ndarray:
+    """A chunk file's record ends (framed bytes), from its `.idx` file."""
     with fileio.open_file(path + ".idx", "rb") as f:
         return np.frombuffer(f.read(), dtype=np.int64)
 
@@ -328,7 +325,7 @@ def _snap_to_records(stream: list[Chunk], cuts: list[float]) -> list[int]:
         end = position + chunk.nbytes
         inside = [c for c in cuts[start:] if c < end]
         if inside:
-            ends = position + _record_ends(chunk)
+            ends = position + _record_ends(chunk.path)
             for cut in inside:
                 i = int(np.searchsorted(ends, cut))
                 candidates = [ends[j] for j in (i - 1, i) if 0 <= j < len(ends)]
@@ -351,7 +348,7 @@ def _pieces(stream: list[Chunk], begin: int, finish: int) -> list[Piece]:
             if whole:
                 rows = chunk.rows
             else:
-                ends = position + _record_ends(chunk)
+                ends = position + _record_ends(chunk.path)
                 rows = int(np.count_nonzero((ends > lo) & (ends <= hi)))
             pieces.append(Piece(chunk.path, lo - position, hi - position, rows,
                                 chunk.gzipped, whole))
@@ -380,7 +377,7 @@ def write_shard(spec: ShardSpec, staging: str, sharding: ShardingOptions) -> Sha
             with fileio.open_file(piece.path, "rb") as f:
                 return f.read(), [tuple(m) for m in _read_members(piece.path).tolist()]
         data = _piece_records(piece)
-        chunk_ends = _record_ends_of(piece.path)
+        chunk_ends = _record_ends(piece.path)
         ends = chunk_ends[(chunk_ends > piece.start) & (chunk_ends <= piece.end)] - piece.start
         parts, members, written = [], [], 0
         for first, last in member_bounds(ends, sharding.gzip_member_kib << 10):
@@ -441,16 +438,8 @@ _GZIP_WBITS = 16 + 15  # a gzip header and trailer around a 32 KB window
 _ISAL_LEVELS = range(1, 4)
 
 
-def gzip_compressor(level: int):
-    """A compressor object whose output, flushed, is one gzip member (mtime 0, so equal data
-    gives equal bytes)."""
-    if level in _ISAL_LEVELS:
-        return isal_zlib.compressobj(level, isal_zlib.DEFLATED, _GZIP_WBITS)
-    return zlib.compressobj(level, zlib.DEFLATED, _GZIP_WBITS)
-
-
 def gzip_member(data: bytes, level: int) -> bytes:
-    """`data` as one gzip member, the bytes `gzip_compressor` would give. One call, no
+    """`data` as one gzip member (mtime 0, so equal data gives equal bytes). One call, no
     compressor object: a shard is thousands of small members, and a compressor object a
     member (ISA-L's holds its level buffers) raised ExampleGen's peak memory by half."""
     if level in _ISAL_LEVELS:
