@@ -410,17 +410,42 @@ def write_shard(spec: ShardSpec, staging: str, sharding: ShardingOptions) -> Sha
                 for future in pending:
                     append(future.result())
         else:
+            record_ends, written = [], 0
             for piece in spec.pieces:
                 if piece.gzipped:
                     out.write(_piece_records(piece))
                 else:
                     fileio.append_range(piece.path, piece.start, piece.end - piece.start, out)
+                chunk_ends = _record_ends(piece.path)
+                record_ends.append(chunk_ends[(chunk_ends > piece.start) &
+                                              (chunk_ends <= piece.end)] - piece.start + written)
+                written += piece.end - piece.start
     nbytes = fileio.size(path)
-    final = os.path.join(staging, relative)
-    fileio.makedirs(os.path.dirname(final))
-    fileio.rename(path, final)
+    moves = [(path, relative)]
+    if compression != "gzip":  # a plain shard's record index, as it is written
+        moves.append(_write_plain_index(path, relative, nbytes, record_ends))
+    for written_path, final_relative in moves:
+        final = os.path.join(staging, final_relative)
+        fileio.makedirs(os.path.dirname(final))
+        fileio.rename(written_path, final)
     return Shard(spec.partition, spec.split, relative, sum(p.rows for p in spec.pieces),
                  nbytes, tuple(members))
+
+
+def _write_plain_index(path: str, relative: str, nbytes: int, record_ends: list
+                       ) -> tuple[str, str]:
+    """Writes the `.idx` of the plain shard at `path` (each record's offset and framed
+    length, the text DALI and the `tfrecord` package read) beside it; returns (where it is,
+    where it goes relative to the output: the artifact's `index/Split-x/` folder)."""
+    from components import record_index
+
+    ends = np.concatenate(record_ends) if record_ends else np.zeros(0, np.int64)
+    offsets = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    index = record_index.RecordIndex(path, False, nbytes, offsets, ends - offsets,
+                                     np.arange(len(ends), dtype=np.int64),
+                                     np.ones(len(ends), np.int64))
+    written = index.save(path + record_index.PLAIN_SUFFIX)
+    return written, record_index.default_index_path(relative, gzip=False)
 
 
 def _piece_records(piece: Piece) -> bytes:

@@ -165,13 +165,17 @@ def test_hidden_files_are_left_out_and_named_in_the_manifest(taxi_csv, tmp_path)
 
 def test_our_output_folder_reads_back_as_a_source_without_its_layout_files(examples,
                                                                           tmp_path):
-    """manifest.json, schema.pbtxt and quarantine/ describe the shards; read as TFRecords
-    they would be damaged records, so they are named in the manifest instead."""
-    out, _ = examples
+    """manifest.json, schema.pbtxt, quarantine/ and a plain output's record indexes (index/)
+    describe the shards; read as TFRecords they would be damaged records, so they are named
+    in the manifest instead."""
+    out, compression = examples
     manifest = beam_job.run(ExampleGenOptions(source=str(out)), str(tmp_path / "again"))
     assert manifest["format"] == "tfrecord"
     assert manifest["rows_in"] == manifest["rows_written"] == \
         shards.read_manifest(str(out))["rows_written"]
     assert manifest["rows_lost"] == manifest["bytes_lost"] == 0
-    assert sorted(os.path.relpath(p, out) for p in manifest["layout_files_skipped"]) == [
-        "manifest.json", "schema.pbtxt"]
+    indexes = sorted(os.path.relpath(os.path.join(root, name), out)
+                     for root, _, names in os.walk(os.path.join(out, "index")) for name in names)
+    assert bool(indexes) == (compression == "none")
+    assert sorted(os.path.relpath(p, out) for p in manifest["layout_files_skipped"]) == \
+        sorted(indexes + ["manifest.json", "schema.pbtxt"])

@@ -47,14 +47,14 @@ def test_record_i_of_our_shards_is_the_ith_of_a_sequential_read(wine_examples):
     for path in shard_files(wine_examples):
         stored = record_index.load(path)
         gzip = tfrecord_io.is_gzip(path)
-        # Our gzip shards are indexed by the manifest's members; plain ones need `tfrp index`.
-        assert (stored is not None) == gzip
+        # Our writer indexes every shard: gzip ones by the manifest's members, plain ones by
+        # the `.idx` it leaves in the index/ folder; both agree with an index built by reading.
+        assert stored is not None and stored.gzip == gzip
         index = record_index.RecordIndex.build(path)
         records = sequential(path)
         assert index.records == len(records) == record_index.count(path)[0]
-        if gzip:
-            assert stored.offsets.tolist() == index.offsets.tolist()
-            assert stored.counts.tolist() == index.counts.tolist()
+        assert stored.offsets.tolist() == index.offsets.tolist()
+        assert stored.counts.tolist() == index.counts.tolist()
         reader = record_index.RecordReader(index)
         for i in random.Random(0).sample(range(len(records)), min(SAMPLE, len(records))):
             assert reader[i] == records[i]
@@ -88,18 +88,33 @@ def test_stock_example_gen_output_after_tfrp_index(stock_taxi_examples, tmp_path
 
 
 def test_plain_idx_files_are_what_tfrecord2idx_writes(wine_examples, tmp_path):
+    """Our writer leaves each plain shard's `.idx` in the artifact's index/ folder as it
+    writes the shard; it is byte for byte what the `tfrecord` package's tfrecord2idx writes,
+    and so is the one `tfrp index` builds again from the data."""
+    import shutil
+
     if tfrecord_io.is_gzip(shard_files(wine_examples)[0]):
         pytest.skip("a gzip file has no .idx: its records have no file offsets")
-    tfrp("index", wine_examples)
+    def theirs_of(path: str) -> str:
+        return str(tmp_path / f"{os.path.basename(os.path.dirname(path))}-"
+                              f"{os.path.basename(path)}.idx")
+
     for path in shard_files(wine_examples):
-        ours = record_index.default_index_path(path, gzip=False)
-        theirs = str(tmp_path / (os.path.basename(path) + ".idx"))
+        theirs = theirs_of(path)
         # Its own process: the package registers its own copy of TensorFlow's Example proto.
         subprocess.run([sys.executable, "-m", "tfrecord.tools.tfrecord2idx", path, theirs],
                        check=True, capture_output=True)
+        ours = record_index.default_index_path(path, gzip=False)
         assert open(ours, "rb").read() == open(theirs, "rb").read()
         assert record_index.count(path)[1] in ("manifest", "index")
         assert record_index.load(path).records == len(sequential(path))
+    rebuilt = tmp_path / "rebuilt"
+    shutil.copytree(wine_examples, rebuilt)
+    shutil.rmtree(rebuilt / "index")
+    tfrp("index", str(rebuilt))
+    for path in shard_files(str(rebuilt)):
+        ours = record_index.default_index_path(path, gzip=False)
+        assert open(ours, "rb").read() == open(theirs_of(path), "rb").read()
 
 
 def test_row_i_of_the_source_is_the_ith_row_read_in_order(wine_examples):

@@ -93,15 +93,20 @@ def is_hidden(name: str) -> bool:
 
 
 def is_layout_file(root: str, name: str, output_roots: set[str]) -> bool:
-    """A schema.pbtxt, or the manifest.json and quarantine/ of one of our own output folders
-    read back as a source: they describe the shards beside them and are not data."""
+    """A schema.pbtxt, or the manifest.json, quarantine/ and record indexes (index/, at the
+    top or beside a partition's splits) of one of our own output folders read back as a
+    source: they describe the shards beside them and are not data."""
     from components.codec.schema_file import SCHEMA_FILE
+    from components.record_index import INDEX_FOLDER
     from components.shards import MANIFEST_FILE, QUARANTINE_DIR
 
     if name == SCHEMA_FILE:
         return True
     return any(root == top and name == MANIFEST_FILE or
-               root == os.path.join(top, QUARANTINE_DIR) for top in output_roots)
+               root == os.path.join(top, QUARANTINE_DIR) or
+               root.startswith(top) and
+               INDEX_FOLDER in os.path.relpath(root, top).split(os.sep)
+               for top in output_roots)
 
 
 def _output_roots(path: str) -> set[str]:
