@@ -1,12 +1,13 @@
 """`tfrp bench faults`: what each fault costs and whether it loses or doubles a row.
 
-The faults of `tests/test_spark_cluster.py` and the Beam retry test, at a size of your
-choosing: rows with a unique id (fixed seed) written by `write_examples` on a local Spark
-standalone cluster (two workers, on 127.0.0.1 and 127.0.0.2) and by ExampleGen on Beam's
-bundle-retrying BundleBasedDirectRunner, once clean and once per fault. Each run is a whole
-process; its output is read back and every id counted: rows lost (ids missing) and duplicates
-(ids seen more than once) are counted, not assumed. Time is the whole write against the
-clean run's on the same engine.
+The faults of `tests/test_spark_cluster.py`, the Beam retry test and the Trainer's fault
+tests, at a size of your choosing. Writes: rows with a unique id (fixed seed) written by
+`write_examples` on a local Spark standalone cluster (two workers, on 127.0.0.1 and
+127.0.0.2) and by ExampleGen on Beam's bundle-retrying BundleBasedDirectRunner, once clean
+and once per fault, each a whole process; the output is read back and every id counted. The
+Trainer's faults are in `bench/trainer_faults.py`. Rows lost (ids missing) and duplicates
+(ids seen more than once) are counted, not assumed. Time is the whole run against the clean
+run's on the same engine.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ SPECULATION = {"spark.speculation": "true", "spark.speculation.interval": "200ms
                "spark.speculation.minTaskRuntime": "1s"}
 STALL_SECONDS = 60
 BEAM_FILES = 8
+ENGINES = ("spark", "beam", "trainer")
 
 
 def write_source(folder: str, rows: int) -> tuple[str, str]:
@@ -114,13 +116,17 @@ def _beam_run(parts: str, out: str, fault: Optional[str]) -> float:
     return time.monotonic() - started
 
 
-def run_benchmark(rows: int, work_dir: str, log: Callable[[str], None] = print) -> dict:
+def run_benchmark(rows: int, work_dir: str, train_rows: int = 30_000,
+                  engines: tuple[str, ...] = ENGINES, log: Callable[[str], None] = print
+                  ) -> dict:
+    from bench import trainer_faults
     from components import faults
     from components.spark.cluster import LocalCluster
 
     shutil.rmtree(work_dir, ignore_errors=True)
     os.makedirs(work_dir)
-    source, parts = write_source(work_dir, rows)
+    if "spark" in engines or "beam" in engines:
+        source, parts = write_source(work_dir, rows)
     results: dict[str, dict] = {}
 
     def record(name: str, engine: str, seconds: float, out: str, clean: Optional[str]) -> None:
@@ -132,34 +138,53 @@ def run_benchmark(rows: int, work_dir: str, log: Callable[[str], None] = print) 
         log(f"{name}: {seconds:.1f} s, {counted['rows_out']:,} rows out, "
             f"{counted['rows_lost']} lost, {counted['duplicates']} doubled")
 
-    with LocalCluster(workers=2, work_dir=os.path.join(work_dir, "cluster"),
-                      distinct_hosts=True) as cluster:
-        for name, conf, kill in (
-                ("spark: clean", None, False),
-                ("spark: executor SIGKILL", None, True),
-                ("spark: every first attempt fails",
-                 {f"spark.executorEnv.{faults.ENVIRONMENT}": faults.FAIL_FIRST_ATTEMPT}, False),
-                (f"spark: task 0 stalls {STALL_SECONDS} s, speculation on",
-                 {f"spark.executorEnv.{faults.ENVIRONMENT}":
-                  f"{faults.SLOW_FIRST_TASK}={STALL_SECONDS}", **SPECULATION}, False)):
-            out = os.path.join(work_dir, name.split(":")[1].strip().replace(" ", "-"))
-            seconds, _ = _spark_run(cluster, source, out, conf, kill)
-            record(name, "spark", seconds, out, None if kill is False and conf is None
-                   else "spark: clean")
-    for name, fault in (("beam: clean", None),
-                        ("beam: file 2's first attempt fails (bundle retried)",
-                         f"{faults.FAIL_FIRST_ATTEMPT}=2")):
-        out = os.path.join(work_dir, "beam-" + ("fault" if fault else "clean"))
-        seconds = _beam_run(parts, out, fault)
-        record(name, "beam", seconds, out, None if fault is None else "beam: clean")
-    return {"rows": rows, "runs": results}
+    if "spark" in engines:
+        with LocalCluster(workers=2, work_dir=os.path.join(work_dir, "cluster"),
+                          distinct_hosts=True) as cluster:
+            for name, conf, kill in (
+                    ("spark: clean", None, False),
+                    ("spark: executor SIGKILL", None, True),
+                    ("spark: every first attempt fails",
+                     {f"spark.executorEnv.{faults.ENVIRONMENT}": faults.FAIL_FIRST_ATTEMPT},
+                     False),
+                    (f"spark: task 0 stalls {STALL_SECONDS} s, speculation on",
+                     {f"spark.executorEnv.{faults.ENVIRONMENT}":
+                      f"{faults.SLOW_FIRST_TASK}={STALL_SECONDS}", **SPECULATION}, False)):
+                out = os.path.join(work_dir, name.split(":")[1].strip().replace(" ", "-"))
+                seconds, _ = _spark_run(cluster, source, out, conf, kill)
+                record(name, "spark", seconds, out, None if kill is False and conf is None
+                       else "spark: clean")
+    if "beam" in engines:
+        for name, fault in (("beam: clean", None),
+                            ("beam: file 2's first attempt fails (bundle retried)",
+                             f"{faults.FAIL_FIRST_ATTEMPT}=2")):
+            out = os.path.join(work_dir, "beam-" + ("fault" if fault else "clean"))
+            seconds = _beam_run(parts, out, fault)
+            record(name, "beam", seconds, out, None if fault is None else "beam: clean")
+    if "trainer" in engines:
+        trained = trainer_faults.run_benchmark(train_rows, os.path.join(work_dir, "trainer"),
+                                               log)
+        results.update({name: {"splits_as_clean": "-", **run}
+                        for name, run in trained["runs"].items()})
+        train_split_rows = trained["split_rows"]
+    return {"rows": rows, "train_rows": train_rows, "runs": results,
+            **({"train_split_rows": train_split_rows} if "trainer" in engines else {})}
 
 
 def table(result: dict) -> Table:
-    lost = sum(r["rows_lost"] + r["duplicates"] for r in result["runs"].values())
-    return Table(result["runs"], [
+    """One line per run. Only the tf.data service may lose rows (its epoch is at most once);
+    its runs show the rows the Trainer said were missed beside the rows counted missing."""
+    runs = {name: {"reported_missed": "-", **run} for name, run in result["runs"].items()}
+    wrong = sum(r["rows_lost"] + r["duplicates"] for r in runs.values()
+                if r["engine"] != "tf.data service")
+    sizes = [f"{result['rows']:,} rows per write"] if any(
+        r["engine"] in ("spark", "beam") for r in runs.values()) else []
+    if any(r["engine"] not in ("spark", "beam") for r in runs.values()):
+        sizes.append(f"the Trainer's faults: {result['train_rows']:,} rows, "
+                     f"{result['train_split_rows']:,} of them in the train split")
+    return Table(runs, [
         ("rows in", "rows_in", "{:,}"), ("rows out", "rows_out", "{:,}"),
-        ("lost", "rows_lost", "{:,}"), ("doubled", "duplicates", "{:,}"),
-        ("splits as clean", "splits_as_clean", "{}"), ("seconds", "seconds", "{:.1f}"),
-        ("vs clean", "vs_clean", "{:.2f}x")],
-        summary=f"{result['rows']:,} rows per run; rows lost or doubled over all runs: {lost}")
+        ("lost", "rows_lost", "{:,}"), ("said missed", "reported_missed", "{}"),
+        ("doubled", "duplicates", "{:,}"), ("splits as clean", "splits_as_clean", "{}"),
+        ("seconds", "seconds", "{:.1f}"), ("vs clean", "vs_clean", "{:.2f}x")],
+        summary="; ".join(sizes) + f". Rows lost or doubled where no loss is allowed: {wrong}")

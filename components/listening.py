@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 
 WILDCARDS = frozenset({"0.0.0.0", "::"})
 
@@ -45,3 +46,15 @@ def describe(port: int) -> str:
         return f"every interface (*:{port})"
     return ", ".join(f"{a}:{port}" if ":" not in a else f"[{a}]:{port}"
                      for a in sorted(addresses))
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct ports free on `host` now, for servers we start."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()

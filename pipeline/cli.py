@@ -507,17 +507,25 @@ def bench_access(rows, repeats, work_dir, as_json) -> None:
 
 
 @bench.command("faults")
-@click.option("--rows", default=1_000_000, show_default=True, type=int)
+@click.option("--rows", default=1_000_000, show_default=True, type=int,
+              help="Rows of each Spark and Beam write.")
+@click.option("--train-rows", default=30_000, show_default=True, type=int,
+              help="Rows of the data the Trainer's faults train on (two thirds go to train).")
+@click.option("--only", multiple=True, type=click.Choice(["spark", "beam", "trainer"]),
+              help="Only these engines' faults (repeat the option).")
 @click.option("--work-dir", default="tfrp_runs/bench/faults", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-def bench_faults(rows, work_dir, as_json) -> None:
-    """Each fault of the retry tests at N rows: a Spark executor killed, every task's first
-    attempt failing, a stalled task raced by speculation (a local standalone cluster), and a
-    Beam bundle retried; rows in and out, ids lost and doubled (read back), time against the
-    clean run on the same engine."""
+def bench_faults(rows, train_rows, only, work_dir, as_json) -> None:
+    """Each fault of the fault tests, against a clean run of the same work: on a local Spark
+    standalone cluster an executor killed, every task's first attempt failing and a stalled
+    task raced by speculation; a Beam bundle retried; a tf.data service worker killed
+    mid-epoch; one of two MultiWorkerMirroredStrategy workers killed and the job restarted
+    from its checkpoint. Rows in and out, ids lost and doubled (counted from the ids read
+    back or trained), time against the clean run."""
     from bench import faults as bench_lib
 
-    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), log=_log)
+    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), train_rows,
+                                     tuple(only) or bench_lib.ENGINES, log=_log)
     _show(result, bench_lib.table(result), as_json)
 
 

@@ -211,17 +211,3 @@ def taxi_run(taxi_cli_run):
     """(config, summary) of the taxi_cli_run."""
     config, summary, _ = taxi_cli_run
     return config, summary
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports free on 127.0.0.1 now (for servers and workers the tests start)."""
-    import socket
-
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-

@@ -13,13 +13,14 @@ import textwrap
 import pytest
 import tensorflow as tf
 
+from bench.trainer_faults import data_service_run, start_data_service, stop, write_row_ids
 from components import taxi
 from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
+from components.listening import free_ports
 from components.shards import ShardingOptions
 from components.trainer.input import build_dataset
 from components.trainer.options import InputConfig
-from conftest import free_ports
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -137,44 +138,6 @@ def test_fewer_files_than_pipelines_shards_by_record(taxi_examples):
 
 
 # --- tf.data service ------------------------------------------------------------------------
-DATA_SERVICE = [sys.executable, "-W", "ignore", "-m", "pipeline.cli", "data-service"]
-SERVER_ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": REPO}
-
-
-def start_server(*arguments: str) -> subprocess.Popen:
-    return subprocess.Popen(DATA_SERVICE + list(arguments), cwd=REPO, env=SERVER_ENV,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def start_worker(dispatcher_port: int, port: int) -> subprocess.Popen:
-    """A `tfrp data-service worker`, once it says it started (on stderr)."""
-    worker = start_server("worker", "--dispatcher", f"localhost:{dispatcher_port}",
-                          "--port", str(port))
-    line = worker.stderr.readline()
-    assert "tf.data service" in line, line
-    return worker
-
-
-def start_data_service(workers: int = 2) -> tuple[str, list[subprocess.Popen], list[int]]:
-    """A dispatcher and `workers` workers on loopback ports, each its own `tfrp data-service`
-    process: the dispatcher's grpc:// address, the processes (dispatcher first) and ports."""
-    import time
-
-    ports = free_ports(1 + workers)
-    dispatcher = start_server("dispatcher", "--port", str(ports[0]))
-    time.sleep(3)
-    servers = [dispatcher] + [start_worker(ports[0], port) for port in ports[1:]]
-    line = dispatcher.stderr.readline()
-    assert "tf.data service" in line, line
-    return f"grpc://localhost:{ports[0]}", servers, ports
-
-
-def stop(servers: list[subprocess.Popen]) -> None:
-    for server in servers:
-        server.kill()
-        server.wait()
-
-
 @pytest.fixture(scope="module")
 def data_service():
     """A dispatcher and two workers on loopback ports; yields the dispatcher's address."""
@@ -208,26 +171,10 @@ def test_the_dispatcher_says_where_it_really_listens_and_warns_of_an_open_port()
         assert f"--dport {port}" in second, second
 
 
-def write_row_ids(folder, rows: int, shards: int) -> str:
-    """`rows` rows with a row_id through our ExampleGen, in `shards` shards per split."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=rows)
-    pq.write_table(pa.table({"row_id": np.arange(rows), "x": x, "label": (x > 0).astype(int)}),
-                   folder / "rows.parquet")
-    out = str(folder / "examples")
-    beam_job.run(ExampleGenOptions(source=str(folder / "rows.parquet"),
-                                   sharding=ShardingOptions(num_shards=shards)), out)
-    return out
-
-
 @pytest.fixture(scope="module")
 def row_id_examples(tmp_path_factory) -> str:
     """3,000 rows with a row_id, in 4 shards per split."""
-    return write_row_ids(tmp_path_factory.mktemp("row_ids"), 3000, 4)
+    return write_row_ids(str(tmp_path_factory.mktemp("row_ids")), 3000, 4)
 
 
 def epoch_row_ids(examples: str, service=None, on_served_epoch=None) -> list[int]:
@@ -283,43 +230,11 @@ def test_a_data_service_worker_killed_mid_epoch_training_goes_on_and_says_what_w
     split's rows, and a warning names the missed rows (the service's epoch is at most once:
     rows a dead worker held are not read again; how many depends on what it held, from none
     to most of the epoch in tries here). The next epoch brings every row, once."""
-    import signal
-
-    from components.codec import schema_file
-    from components.trainer import fit, module
-
-    examples = write_row_ids(tmp_path, 12_000, 2)
-    address, servers, ports = start_data_service()
-    try:
-        schema = schema_file.load_schema(examples)
-        files = os.path.join(examples, "Split-train", "*")
-        epochs: list = []
-        data = build_dataset(files, schema, "label", feature_keys=["x", "row_id"],
-                             config=InputConfig(batch_size=32, data_service=address),
-                             on_served_epoch=epochs.append)
-        sample = build_dataset(files, schema, "label", feature_keys=["x"],
-                               config=InputConfig(batch_size=64, training=False)).take(2)
-        model = module.build_tabular_model(schema, ["x"],
-                                           module.DataStatistics.of(sample, ["x"]),
-                                           module.Head("binary"))
-        seen: list = []
-
-        def on_batch(step, batch):
-            if step == 2:
-                servers[2].send_signal(signal.SIGKILL)
-                servers[2].wait()
-                servers.append(start_worker(ports[0], ports[2]))
-            seen.extend(int(v) for v in batch[0]["row_id"].numpy().ravel())
-
-        split_rows = module.split_rows(files)
-        steps = 2 * -(-split_rows // 32) + 5  # through the second epoch's end
-        result = fit.train(model, tf.distribute.get_strategy(), data, steps=steps,
-                           steps_per_epoch=steps, log_dir=str(tmp_path), global_batch_size=32,
-                           on_batch=on_batch)
-    finally:
-        stop(servers)
-    assert servers[2].returncode == -signal.SIGKILL and len(servers) == 4
-    assert result.epochs[0].steps == steps  # training went on to the end
+    examples = write_row_ids(str(tmp_path), 12_000, 2)
+    run = data_service_run(examples, 32, str(tmp_path / "logs"), kill_at_step=2)
+    assert run["worker_killed"] and run["worker_restarted"]
+    assert run["trained_steps"] == run["steps"]  # training went on to the end
+    split_rows, epochs, seen = run["split_rows"], run["served_epochs"], run["rows"]
     first, second = epochs[0], epochs[1]
     assert first["expected_rows"] == second["expected_rows"] == split_rows
     assert 0 <= first["missed_rows"] < split_rows

@@ -191,121 +191,27 @@ def test_checkpointing_with_a_stage_that_cannot_be_saved_says_so(taxi_examples, 
                   checkpointing=fit.Checkpointing(str(tmp_path / "ckpt"), 2))
 
 
-# One worker of a MultiWorkerMirroredStrategy job (TF_CONFIG from the environment): the
-# Trainer's strategy, folders, checkpoints and input function, with every batch's row ids
-# logged by worker and step. Worker `kill_worker` SIGKILLs itself when it fetches the batch
-# after `kill_after`.
-CLUSTER_WORKER = textwrap.dedent("""
-    import json, os, signal, sys
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    import tensorflow as tf
-    from components.codec import schema_file
-    from components.trainer import distribute, fit, module
-    from components.trainer.input import build_dataset
-    from components.trainer.options import InputConfig, TrainerOptions
-
-    examples, out = sys.argv[1], sys.argv[2]
-    kill_after, kill_worker, steps = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-    strategy = distribute.make_strategy()
-    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index", 0)
-    options = TrainerOptions(checkpoint_every=10, input=InputConfig(
-        batch_size=48, seed=7, shuffle="global"))
-    options.check_replicas(strategy.num_replicas_in_sync)
-    folders = distribute.worker_folders(strategy, os.path.join(out, "model_run"),
-                                        os.path.join(out, "checkpoints"))
-    options, checkpointing = module.checkpointing_for(options, folders)
-    schema = schema_file.load_schema(examples)
-    files = os.path.join(examples, "Split-train", "*")
-
-    def dataset_fn(context):
-        config = options.input_config(context.get_per_replica_batch_size(48), True, {})
-        return build_dataset(files, schema, "label", feature_keys=["x", "row_id"],
-                             config=config, input_context=context)
-
-    sample = build_dataset(files, schema, "label", feature_keys=["x"],
-                           config=InputConfig(batch_size=32, training=False)).take(2)
-    with strategy.scope():
-        model = module.build_tabular_model(
-            schema, ["x"], module.DataStatistics.of(sample, ["x"]), module.Head("binary"))
-    log = open(os.path.join(out, f"steps-{os.getpid()}.jsonl"), "a")
-
-    def on_batch(step, batch):
-        if step == kill_after + 1 and task == kill_worker:
-            os.kill(os.getpid(), signal.SIGKILL)
-        rows = [int(v) for part in strategy.experimental_local_results(batch[0]["row_id"])
-                for v in part.numpy().ravel()]
-        log.write(json.dumps({"step": step, "rows": rows}) + "\\n")
-        log.flush()
-
-    result = fit.train(model, strategy, distribute.distribute(strategy, dataset_fn),
-                       steps=steps, steps_per_epoch=steps, log_dir=folders.run_dir,
-                       global_batch_size=48, checkpointing=checkpointing, on_batch=on_batch)
-    with open(os.path.join(out, f"result-{task}.json"), "w") as f:
-        json.dump({"resumed_from_step": result.resumed_from_step,
-                   "workers": strategy.num_replicas_in_sync}, f)
-""")
-
-
-def start_cluster(examples: str, out, workers: int, kill_after: int = 0, kill_worker: int = -1,
-                  steps: int = 0) -> list[subprocess.Popen]:
-    from conftest import free_ports
-
-    addresses = [f"127.0.0.1:{port}" for port in free_ports(workers)]
-    return [subprocess.Popen(
-        [sys.executable, "-W", "ignore", "-c", CLUSTER_WORKER, examples, str(out),
-         str(kill_after), str(kill_worker), str(steps)], cwd=REPO,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": REPO,
-             "TF_CONFIG": json.dumps({"cluster": {"worker": addresses},
-                                      "task": {"type": "worker", "index": index}})})
-        for index in range(workers)]
-
-
-def test_a_job_that_lost_a_worker_resumes_on_three_workers_and_reads_each_row_once(tmp_path):
+@pytest.mark.parametrize("restart_workers", [2, 3])
+def test_a_job_that_lost_a_worker_resumes_from_its_checkpoint_and_reads_each_row_once(
+        tmp_path, restart_workers):
     """Two MultiWorkerMirroredStrategy workers train a global order with saves every 10
     steps; worker 1 is SIGKILLed at step 26. As an orchestrator would, the test stops the
-    stalled worker 0 and restarts the job, this time on three workers: each restores the
+    stalled worker 0 and starts the job again, on two workers and on three: each restores the
     chief's step-20 checkpoint and builds its input at the saved position. Steps 1-20 of the
     first job and every step of the second together read exactly the rows one process reads
     in the stream's first 42 batches of 48: each row of the epoch once, and the first rows of
     the next."""
-    from components.codec import schema_file
-    from components.trainer.input import build_dataset
-    from components.trainer.options import InputConfig
+    from bench.trainer_faults import cluster_run, stream_rows
 
     examples = write_examples(tmp_path / "examples", 0)
-    out = tmp_path / "job"
-    out.mkdir()
     steps = 42  # 2016 rows: the epoch's 2000 and 16 of the next
-    first = start_cluster(examples, out, 2, kill_after=25, kill_worker=1, steps=steps)
-    output, _ = first[1].communicate(timeout=300)
-    assert first[1].returncode == -signal.SIGKILL, output[-3000:]
-    first[0].kill()  # its step 26 waits for worker 1 forever
-    first[0].communicate(timeout=60)
-    first_logs = {path.name for path in out.glob("steps-*.jsonl")}
-    assert len(first_logs) == 2
-
-    second = start_cluster(examples, out, 3, steps=steps)
-    for worker in second:
-        output, _ = worker.communicate(timeout=300)
-        assert worker.returncode == 0, output[-3000:]
-    results = [json.loads((out / f"result-{i}.json").read_text()) for i in range(3)]
-    assert all(r == {"resumed_from_step": 20, "workers": 3} for r in results)
-
-    by_step: dict = {}
-    for path in out.glob("steps-*.jsonl"):
-        for line in path.read_text().splitlines():
-            entry = json.loads(line)
-            if (path.name in first_logs) == (entry["step"] <= 20):
-                by_step.setdefault(entry["step"], []).extend(entry["rows"])
+    run = cluster_run(examples, str(tmp_path / "job"), steps=steps, batch_size=48,
+                      checkpoint_every=10, kill_after=25, restart_workers=restart_workers)
+    assert run["results"] == [{"resumed_from_step": 20, "workers": restart_workers}
+                              ] * restart_workers
+    by_step = run["rows_by_step"]
     assert sorted(by_step) == list(range(1, steps + 1))
     assert all(len(rows) == 48 for rows in by_step.values())
     seen = sorted(row for rows in by_step.values() for row in rows)
-    schema = schema_file.load_schema(examples)
-    alone = build_dataset(os.path.join(examples, "Split-train", "*"), schema, "label",
-                          feature_keys=["row_id"], config=InputConfig(
-                              batch_size=48, seed=7, shuffle="global")).take(steps)
-    expected = sorted(int(v) for features, _ in alone for v in features["row_id"].numpy().ravel())
-    assert seen == expected
+    assert seen == sorted(stream_rows(examples, steps, 48))
     assert sorted(set(seen)) == list(range(ROWS)) and len(seen) - ROWS == 16
-

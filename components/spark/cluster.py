@@ -17,15 +17,10 @@ import tempfile
 import time
 from typing import Optional
 
+from components.listening import free_ports
 from components.spark.session import check_java
 
 LOOPBACK = "127.0.0.1"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
 
 
 class LocalCluster:
@@ -41,7 +36,7 @@ class LocalCluster:
                              for i in range(workers)]
         self.work_dir = work_dir or tempfile.mkdtemp(prefix="spark-cluster-")
         self.secret = secrets.token_hex(16)
-        self.port = _free_port()
+        self.port = free_ports(1)[0]
         self.master = f"spark://{LOOPBACK}:{self.port}"
         self.processes: list[subprocess.Popen] = []
 
@@ -73,7 +68,7 @@ class LocalCluster:
         os.makedirs(self.work_dir, exist_ok=True)
         self.processes.append(self._spark_class(
             "org.apache.spark.deploy.master.Master", "--host", LOOPBACK, "--port",
-            str(self.port), "--webui-port", str(_free_port()), log="master.log"))
+            str(self.port), "--webui-port", str(free_ports(1)[0]), log="master.log"))
         self._wait_for_port(self.port)
         for i, host in enumerate(self.worker_hosts):
             folder = os.path.join(self.work_dir, f"worker-{i}")
@@ -81,7 +76,7 @@ class LocalCluster:
             self.processes.append(self._spark_class(
                 "org.apache.spark.deploy.worker.Worker", self.master, "--host", host,
                 "--cores", str(self.cores), "--memory", self.memory, "--work-dir", folder,
-                "--webui-port", str(_free_port()), log=f"worker-{i}.log", host=host))
+                "--webui-port", str(free_ports(1)[0]), log=f"worker-{i}.log", host=host))
         self._wait_for_workers()
         return self
 
