@@ -174,7 +174,8 @@ def run_benchmark(rows: int, work_dir: str, train_rows: int = 30_000,
 def table(result: dict) -> Table:
     """One line per run. Only the tf.data service may lose rows (its epoch is at most once);
     its runs show the rows the Trainer said were missed beside the rows counted missing."""
-    runs = {name: {"reported_missed": "-", **run} for name, run in result["runs"].items()}
+    runs = {name: {**run, "reported_missed": f"{run['reported_missed']:,}"
+                   if "reported_missed" in run else "-"} for name, run in result["runs"].items()}
     wrong = sum(r["rows_lost"] + r["duplicates"] for r in runs.values()
                 if r["engine"] != "tf.data service")
     sizes = [f"{result['rows']:,} rows per write"] if any(
