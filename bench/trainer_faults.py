@@ -24,7 +24,7 @@ from typing import Callable, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEED = 7
-CHIEF_TIMEOUT = 300
+WORKER_TIMEOUT = 300
 
 
 def process_env(**extra: str) -> dict:
@@ -162,7 +162,7 @@ def start_cluster(examples: str, out: str, workers: int, *, steps: int, batch_si
 
 
 def _finish(process: subprocess.Popen) -> str:
-    output, _ = process.communicate(timeout=CHIEF_TIMEOUT)
+    output, _ = process.communicate(timeout=WORKER_TIMEOUT)
     if process.returncode != 0:
         raise RuntimeError(f"a worker failed ({process.returncode}):\n{output[-3000:]}")
     return output
@@ -190,7 +190,7 @@ def cluster_run(examples: str, out: str, *, steps: int, batch_size: int,
     else:
         first = start_cluster(examples, out, 2, kill_after=kill_after, kill_worker=1,
                               **settings)
-        output, _ = first[1].communicate(timeout=CHIEF_TIMEOUT)
+        output, _ = first[1].communicate(timeout=WORKER_TIMEOUT)
         if first[1].returncode != -signal.SIGKILL:
             raise RuntimeError(f"worker 1 was to be killed; it ended {first[1].returncode}:\n"
                                f"{output[-3000:]}")
@@ -201,16 +201,20 @@ def cluster_run(examples: str, out: str, *, steps: int, batch_size: int,
             _finish(worker)
         workers = restart_workers
     seconds = time.monotonic() - started
-    results = [json.load(open(os.path.join(out, f"result-{i}.json"))) for i in range(workers)]
+    results = []
+    for index in range(workers):
+        with open(os.path.join(out, f"result-{index}.json")) as f:
+            results.append(json.load(f))
     resumed = results[0]["resumed_from_step"]
     rows_by_step: dict[int, list[int]] = {}
     for name in os.listdir(out):
         if not name.startswith("steps-"):
             continue
-        for line in open(os.path.join(out, name)):
-            entry = json.loads(line)
-            if (name in first_logs) == (entry["step"] <= resumed):
-                rows_by_step.setdefault(entry["step"], []).extend(entry["rows"])
+        with open(os.path.join(out, name)) as f:
+            for line in f:
+                entry = json.loads(line)
+                if (name in first_logs) == (entry["step"] <= resumed):
+                    rows_by_step.setdefault(entry["step"], []).extend(entry["rows"])
     return {"seconds": seconds, "results": results, "rows_by_step": rows_by_step}
 
 
