@@ -4,9 +4,10 @@
   started at its address: TensorFlow 2.16's client waits for a lost worker's address and
   never ends otherwise (tried here for minutes, with and without the dispatcher's
   fault-tolerant mode).
-- One of two MultiWorkerMirroredStrategy workers SIGKILLed mid-epoch. As an orchestrator
-  would, the stalled survivor is stopped and the job started again, on the same or another
-  number of workers; every worker restores the chief's last checkpoint and input position.
+- One of two MultiWorkerMirroredStrategy workers SIGKILLed mid-epoch. The survivor's next
+  all-reduce fails (UnavailableError) and it exits non-zero; as an orchestrator would, the
+  job is then started again, on the same or another number of workers, and every worker
+  restores the chief's last checkpoint and input position.
 
 Every batch's row ids are logged as it is fetched, so what was read is counted from the rows
 themselves, not assumed. Run as `python -m bench.trainer_faults ARGS`, this module is one
@@ -25,6 +26,7 @@ from typing import Callable, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEED = 7
 WORKER_TIMEOUT = 300
+SURVIVOR_TIMEOUT = 120
 
 
 def process_env(**extra: str) -> dict:
@@ -172,10 +174,13 @@ def cluster_run(examples: str, out: str, *, steps: int, batch_size: int,
                 checkpoint_every: int, kill_after: Optional[int] = None,
                 restart_workers: int = 2) -> dict:
     """A job of two workers training `steps` steps of a global order. With `kill_after`,
-    worker 1 SIGKILLs itself when it fetches the batch after that step; worker 0, waiting on
-    it forever, is stopped, and the job is started again on `restart_workers` workers.
+    worker 1 SIGKILLs itself when it fetches the batch after that step; worker 0's next
+    all-reduce fails and it exits on its own (given `SURVIVOR_TIMEOUT` seconds, then stopped,
+    as an orchestrator's deadline would), and the job is started again on `restart_workers`
+    workers.
 
-    Returns the seconds from the first start to the last exit, each worker's result and,
+    Returns the seconds from the first start to the last exit; how the survivor ended (its
+    exit code, None if it had to be stopped) and after how long; each worker's result; and,
     by step, the rows the model kept: the first job's steps up to the checkpoint the second
     restored, then every step of the second.
     """
@@ -186,7 +191,7 @@ def cluster_run(examples: str, out: str, *, steps: int, batch_size: int,
         for worker in start_cluster(examples, out, 2, **settings):
             _finish(worker)
         first_logs: set = set()
-        workers = 2
+        workers, survivor = 2, None
     else:
         first = start_cluster(examples, out, 2, kill_after=kill_after, kill_worker=1,
                               **settings)
@@ -194,8 +199,15 @@ def cluster_run(examples: str, out: str, *, steps: int, batch_size: int,
         if first[1].returncode != -signal.SIGKILL:
             raise RuntimeError(f"worker 1 was to be killed; it ended {first[1].returncode}:\n"
                                f"{output[-3000:]}")
-        first[0].kill()
-        first[0].communicate(timeout=60)
+        lost_at = time.monotonic()
+        try:
+            first[0].communicate(timeout=SURVIVOR_TIMEOUT)
+            survivor = {"exit": first[0].returncode}
+        except subprocess.TimeoutExpired:
+            first[0].kill()
+            first[0].communicate(timeout=60)
+            survivor = {"exit": None}
+        survivor["seconds"] = time.monotonic() - lost_at
         first_logs = {name for name in os.listdir(out) if name.startswith("steps-")}
         for worker in start_cluster(examples, out, restart_workers, **settings):
             _finish(worker)
@@ -215,7 +227,8 @@ def cluster_run(examples: str, out: str, *, steps: int, batch_size: int,
                 entry = json.loads(line)
                 if (name in first_logs) == (entry["step"] <= resumed):
                     rows_by_step.setdefault(entry["step"], []).extend(entry["rows"])
-    return {"seconds": seconds, "results": results, "rows_by_step": rows_by_step}
+    return {"seconds": seconds, "survivor": survivor, "results": results,
+            "rows_by_step": rows_by_step}
 
 
 def stream_rows(examples: str, steps: int, batch_size: int) -> list[int]:
@@ -344,7 +357,12 @@ def run_benchmark(rows: int, work_dir: str, log: Callable[[str], None] = print,
         record(name, "MultiWorkerMirrored", run["seconds"], expected,
                [row for rows_of_step in run["rows_by_step"].values() for row in rows_of_step],
                None if kill_after is None else "MWMS: clean",
-               resumed_from_step=run["results"][0]["resumed_from_step"])
+               resumed_from_step=run["results"][0]["resumed_from_step"],
+               survivor=run["survivor"])
+        if run["survivor"]:
+            log(f"  the survivor ended with {run['survivor']['exit']} "
+                f"{run['survivor']['seconds']:.1f} s after the kill; resumed from step "
+                f"{run['results'][0]['resumed_from_step']}")
     return {"rows": rows, "split_rows": len(split), "runs": runs}
 
 
