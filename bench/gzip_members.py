@@ -27,11 +27,8 @@ READS = 5000
 def _members(data: bytes, ends: np.ndarray, limit: int, level: int
              ) -> list[tuple[bytes, int, int]]:
     """(gzip member, first record, uncompressed start) per member, cut as our writer cuts."""
-    members = []
-    for first, last in shards.member_bounds(ends, limit):
-        start = int(ends[first - 1]) if first else 0
-        members.append((shards.gzip_member(data[start:int(ends[last])], level), first, start))
-    return members
+    return [(shards.gzip_member(data[start:end], level), first, start)
+            for first, _, start, end in shards.member_bounds(ends, limit)]
 
 
 def measure(paths: list[str], levels: tuple = (1,)) -> dict:

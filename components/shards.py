@@ -224,12 +224,9 @@ class ChunkWriter:
                 # Member by member from the runs' own buffers: joining the runs first would
                 # hold a second copy of the chunk.
                 members = []
-                for first, last in member_bounds(ends, self._member_bytes):
-                    start = int(ends[first - 1]) if first else 0
-                    member = gzip_member(_slice_runs(runs, bases, start, int(ends[last])),
-                                         self._level)
-                    members.append((f.tell(), last - first + 1))
-                    f.write(member)
+                for _, records, start, end in member_bounds(ends, self._member_bytes):
+                    members.append((f.tell(), records))
+                    f.write(gzip_member(_slice_runs(runs, bases, start, end), self._level))
                 stored = f.tell()
                 _write_members(path, members)
         with fileio.open_file(path + ".idx", "wb") as f:
@@ -243,15 +240,16 @@ class ChunkWriter:
         return self.chunks
 
 
-def member_bounds(ends: np.ndarray, member_bytes: int) -> Iterator[tuple[int, int]]:
-    """(first, last) record of each gzip member over records ending at `ends` (framed bytes
-    from 0): records up to `member_bytes` a member, cut at record boundaries; a record larger
-    than that is a member of its own."""
+def member_bounds(ends: np.ndarray, member_bytes: int
+                  ) -> Iterator[tuple[int, int, int, int]]:
+    """(first record, records, start byte, end byte) of each gzip member over records ending
+    at `ends` (framed bytes from 0): records up to `member_bytes` a member, cut at record
+    boundaries; a record larger than that is a member of its own."""
     first, start = 0, 0
     while first < len(ends):
         last = int(np.searchsorted(ends, start + member_bytes, side="right")) - 1
         last = min(max(last, first), len(ends) - 1)
-        yield first, last
+        yield first, last - first + 1, start, int(ends[last])
         first, start = last + 1, int(ends[last])
 
 
@@ -377,13 +375,11 @@ def write_shard(spec: ShardSpec, staging: str, sharding: ShardingOptions) -> Sha
             with fileio.open_file(piece.path, "rb") as f:
                 return f.read(), [tuple(m) for m in _read_members(piece.path).tolist()]
         data = _piece_records(piece)
-        chunk_ends = _record_ends(piece.path)
-        ends = chunk_ends[(chunk_ends > piece.start) & (chunk_ends <= piece.end)] - piece.start
         parts, members, written = [], [], 0
-        for first, last in member_bounds(ends, sharding.gzip_member_kib << 10):
-            start = int(ends[first - 1]) if first else 0
-            parts.append(gzip_member(data[start:int(ends[last])], sharding.compression_level))
-            members.append((written, last - first + 1))
+        for _, records, start, end in member_bounds(_piece_record_ends(piece),
+                                                    sharding.gzip_member_kib << 10):
+            parts.append(gzip_member(data[start:end], sharding.compression_level))
+            members.append((written, records))
             written += len(parts[-1])
         return b"".join(parts), members
 
@@ -416,9 +412,7 @@ def write_shard(spec: ShardSpec, staging: str, sharding: ShardingOptions) -> Sha
                     out.write(_piece_records(piece))
                 else:
                     fileio.append_range(piece.path, piece.start, piece.end - piece.start, out)
-                chunk_ends = _record_ends(piece.path)
-                record_ends.append(chunk_ends[(chunk_ends > piece.start) &
-                                              (chunk_ends <= piece.end)] - piece.start + written)
+                record_ends.append(_piece_record_ends(piece) + written)
                 written += piece.end - piece.start
     nbytes = fileio.size(path)
     moves = [(path, relative)]
@@ -446,6 +440,12 @@ def _write_plain_index(path: str, relative: str, nbytes: int, record_ends: list
                                      np.ones(len(ends), np.int64))
     written = index.save(path + record_index.PLAIN_SUFFIX)
     return written, record_index.default_index_path(relative, gzip=False)
+
+
+def _piece_record_ends(piece: Piece) -> np.ndarray:
+    """The piece's record ends, in framed bytes from its start."""
+    chunk_ends = _record_ends(piece.path)
+    return chunk_ends[(chunk_ends > piece.start) & (chunk_ends <= piece.end)] - piece.start
 
 
 def _piece_records(piece: Piece) -> bytes:
