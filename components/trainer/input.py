@@ -362,15 +362,15 @@ class _RowStream:
         return tf.data.Dataset.range(self.start + self.pipeline * self.batch, self.stop,
                                      self.pipelines * self.batch)
 
-    def units(self) -> int:
-        """This pipeline's units (batches) of a bounded stream."""
+    def batches(self, drop_remainder: bool) -> Optional[int]:
+        """This pipeline's batches (a unit each, a short last one left out with
+        `drop_remainder`); None for a stream without end."""
+        if self.stop == _UNBOUNDED_ROWS:
+            return None
         first = self.start + self.pipeline * self.batch
-        return max(0, -(-(self.stop - first) // (self.pipelines * self.batch)))
-
-    def last_unit_short(self) -> bool:
-        last = self.start + self.pipeline * self.batch + \
-            (self.units() - 1) * self.pipelines * self.batch
-        return self.units() > 0 and last + self.batch > self.stop
+        units = max(0, -(-(self.stop - first) // (self.pipelines * self.batch)))
+        last = first + (units - 1) * self.pipelines * self.batch
+        return units - (drop_remainder and units > 0 and last + self.batch > self.stop)
 
 
 def _global_order(files: Sequence[str], config: InputConfig,
@@ -491,17 +491,6 @@ def _global_blocks(files: Sequence[str], config: InputConfig,
             .map(rows_of, num_parallel_calls=AUTOTUNE, deterministic=True)), stream
 
 
-def _known_cardinality(stream: "_RowStream", config: InputConfig):
-    """A bounded global order's batches are counted before it is read: Keras shows totals,
-    and a loop can take steps from `dataset.cardinality()`."""
-    def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
-        if stream.stop == _UNBOUNDED_ROWS:
-            return dataset
-        return dataset.apply(tf.data.experimental.assert_cardinality(
-            stream.units() - (config.drop_remainder and stream.last_unit_short())))
-    return apply
-
-
 def _rows_read(files: Sequence[str], all_files: Sequence[str], file_patterns,
                packed: bool) -> Optional[int]:
     """The rows an epoch over `files` holds, known without reading them: per-row shards'
@@ -513,16 +502,22 @@ def _rows_read(files: Sequence[str], all_files: Sequence[str], file_patterns,
     return sum(s["rows"] for s in shards) if shards and all(shards) else None
 
 
-def _epochs_known(rows: Optional[int], config: InputConfig):
-    """A bounded read of known rows is counted before it is read (`dataset.cardinality()`):
-    Keras shows totals, and a loop can take its steps from it."""
+def _epoch_batches(rows: Optional[int], config: InputConfig) -> Optional[int]:
+    """The batches of `num_epochs` epochs of `rows` rows; None when either is unknown."""
+    if rows is None or config.num_epochs is None:
+        return None
+    per_epoch = rows // config.batch_size if config.drop_remainder else \
+        -(-rows // config.batch_size)
+    return per_epoch * config.num_epochs
+
+
+def _known_batches(batches: Optional[int]):
+    """A bounded read whose batches are known before it is read says how many
+    (`dataset.cardinality()`): Keras shows totals, and a loop can take its steps from it."""
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
-        if rows is None or config.num_epochs is None:
+        if batches is None:
             return dataset
-        batches = rows // config.batch_size if config.drop_remainder else \
-            -(-rows // config.batch_size)
-        return dataset.apply(tf.data.experimental.assert_cardinality(
-            batches * config.num_epochs))
+        return dataset.apply(tf.data.experimental.assert_cardinality(batches))
     return apply
 
 
@@ -637,7 +632,9 @@ def build_dataset(
                     .batch(config.batch_size, drop_remainder=config.drop_remainder)
                     .map(to_features_and_label, num_parallel_calls=AUTOTUNE,
                          deterministic=True))
-        batches = rows.apply(to_batches).apply(_known_cardinality(stream, config))
+        batches = (rows
+                   .apply(to_batches)
+                   .apply(_known_batches(stream.batches(config.drop_remainder))))
     else:
         # The files shuffled, read interleaved and shuffled through a buffer.
         batches = (
@@ -659,10 +656,9 @@ def build_dataset(
         .apply(_on_data_service(config.data_service, served))
         .apply(_cache(config.cache, config.training, config.seed))
         .repeat(1 if global_order else config.num_epochs)  # the global order has its epochs
-        .apply(_epochs_known(None if global_order or record_share or damaged or
-                             config.data_service else
-                             _rows_read(files, all_files, file_patterns, bool(rows_per_block)),
-                             config))
+        .apply(_known_batches(_epoch_batches(
+            None if global_order or record_share or damaged or config.data_service else
+            _rows_read(files, all_files, file_patterns, bool(rows_per_block)), config)))
         .apply(_prefetch(config, packed=bool(rows_per_block)))
         .with_options(_dataset_options(config, packed=bool(rows_per_block)))
     )
