@@ -120,7 +120,6 @@ def _gzip(rows: int, folder: str) -> dict:
 
 def _checkpoint(rows: int, folder: str) -> dict:
     """Bytes and seconds to save the input's position after 100 batches of an epoch."""
-    import json as json_module
     import tempfile
 
     import tensorflow as tf
@@ -145,8 +144,7 @@ def _checkpoint(rows: int, folder: str) -> dict:
     iterator_seconds = time.perf_counter() - started
     iterator_bytes = sum(tf.io.gfile.stat(f).length for f in tf.io.gfile.glob(prefix + ".*"))
     started = time.perf_counter()
-    text = json_module.dumps({"format": fit.INPUT_POSITION_FORMAT, "seed": 42, "step": 100,
-                              "start_epoch": 0, "start_position": 100 * input_bench.BATCH_SIZE})
+    text = fit.input_position_text(42, 100, 0, 100 * input_bench.BATCH_SIZE)
     fileio.write_text(os.path.join(scratch, "ckpt-100" + fit.INPUT_POSITION_SUFFIX), text)
     position_seconds = time.perf_counter() - started
     fileio.rmtree(scratch)

@@ -166,6 +166,13 @@ INPUT_POSITION_SUFFIX = ".input.json"
 INPUT_POSITION_FORMAT = "tfrp.input_position/1"
 
 
+def input_position_text(seed: Optional[int], step: int, start_epoch: int,
+                        start_position: int) -> str:
+    """The `<checkpoint>.input.json` of a global order: where its row stream stands."""
+    return json.dumps({"format": INPUT_POSITION_FORMAT, "seed": seed, "step": step,
+                       "start_epoch": start_epoch, "start_position": start_position})
+
+
 def saved_stream_position(directory: str, seed: Optional[int]
                           ) -> Optional[tuple[int, int]]:
     """(start_epoch, start_position) of the row stream at the latest checkpoint in
@@ -317,11 +324,9 @@ class _Saves:
         if self._stream:
             # Written before the checkpoint that names it becomes the latest, so a kill
             # between the two never leaves a latest checkpoint without its position.
-            text = json.dumps({"format": INPUT_POSITION_FORMAT,
-                               "seed": self._stream.stream_seed, "step": done,
-                               "start_epoch": self._stream.stream_epoch,
-                               "start_position": self._stream.stream_start
-                               + done * self._global_batch})
+            text = input_position_text(self._stream.stream_seed, done,
+                                       self._stream.stream_epoch,
+                                       self._stream.stream_start + done * self._global_batch)
             fileio.makedirs(os.path.dirname(self._prefix))
             fileio.write_text(f"{self._prefix}-{done}{INPUT_POSITION_SUFFIX}", text)
             input_bytes = len(text)
