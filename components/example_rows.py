@@ -6,7 +6,6 @@ the records, so nobody hand-writes a feature spec to look at data.
 from __future__ import annotations
 
 import json
-import os
 from typing import Iterator, Optional
 
 from tensorflow_metadata.proto.v0 import schema_pb2
@@ -17,16 +16,24 @@ from components.packing.arrow import RowDecoder
 
 
 def record_files(path: str) -> list[str]:
-    """TFRecord files at `path`: the file itself, or every data file below a folder."""
+    """TFRecord files at `path`: the file itself, or every data file below a folder. Names
+    starting with "." or "_" at any depth are a writer's bookkeeping, never data, and an
+    output of ours whose commit was stopped is refused (`shards.check_committed`)."""
+    from components import shards
+    from components.record_index import INDEX_FOLDER
+
     if not fileio.isdir(path):
         return [path]
+    shards.check_committed(path)
     files = []
     for root, _, names in fileio.walk(path):
-        if os.path.basename(root.rstrip("/")).startswith((".", "_", "quarantine")):
+        inside = fileio.parts(fileio.relpath(root, path))
+        if any(fileio.is_hidden(p) for p in inside) or \
+                (inside[:1] in (["quarantine"], [INDEX_FOLDER])):
             continue
-        files += [os.path.join(root, n) for n in sorted(names)
+        files += [fileio.join(root, n) for n in sorted(names)
                   if not n.endswith((".json", ".pbtxt", ".pb", ".jsonl", ".idx", ".part"))
-                  and not n.startswith(".")]
+                  and not fileio.is_hidden(n)]
     return sorted(files)
 
 

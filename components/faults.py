@@ -30,13 +30,9 @@ class InjectedFault(RuntimeError):
 
 
 def _first_attempt(staging: str, key: str) -> bool:
-    folder = os.path.join(staging, MARKERS)
+    folder = fileio.join(staging, MARKERS)
     fileio.makedirs(folder)
-    try:
-        os.close(os.open(os.path.join(folder, key), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return False
-    return True
+    return fileio.create_new(fileio.join(folder, key))
 
 
 def before_task(staging: str, task: int, stage: str) -> None:

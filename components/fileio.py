@@ -1,39 +1,310 @@
-"""File access for local paths and any filesystem TensorFlow's gfile knows (gs://, s3://, hdfs://).
+"""The one file layer: local paths and URIs (gs://, s3://, hdfs://, ...), with no TensorFlow.
 
-One home for the few file operations the components share, so a different filesystem layer
-is a change here and nowhere else. Local paths use Python's own file functions, so readers
-that run without TensorFlow (components/numpy_reader.py) can use this module.
+Every artifact, source and serving path of ours is a URI and goes through here: joining and
+splitting them (`join`, `dirname`, `basename`, `relpath`: `os.path` turns `gs://b` into
+`gs:/b`), making a local one absolute (`absolute`; a URI is left alone), and reading, writing
+and listing them. Local paths use Python's own file functions; a URI goes to `pyarrow.fs`
+(Google Cloud Storage, S3 and HDFS in the pyarrow we already pin), so the readers that run
+without TensorFlow (numpy_reader, random_access, record_index) read buckets too. Stock TFX
+components keep `tf.io.gfile`; `storage_settings` says which variables reach both.
+
+Object stores have no folders and no rename: a "folder" is a key prefix, and a rename is a
+copy and a delete per object (`rename` never moves a name that merely prefixes another, as
+a prefix rename would). An error from a store names the URI and the cause (`StorageError`).
+
+Where a store is found, from the standard variables:
+- gs://: Google's default credentials (`GOOGLE_APPLICATION_CREDENTIALS`, the metadata server
+  on Vertex and GKE); `STORAGE_EMULATOR_HOST` (`http://host:port`) points at an emulator.
+- s3://: `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` (MinIO, Ceph, an emulator),
+  `AWS_REGION` or `AWS_DEFAULT_REGION`, and the AWS SDK's credential chain
+  (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, profiles, instance roles).
 """
 from __future__ import annotations
 
+import contextlib
+import fnmatch
+import functools
+import io
 import json
 import os
-from typing import Any, Optional
+import posixpath
+import re
+from typing import Any, Iterator, Optional, Sequence
+
+# Names a reader of our outputs never lists: staging and bookkeeping (`.staging-*`,
+# `_attempts`, `_chunks`, `.crc`, `_SUCCESS`).
+HIDDEN_PREFIXES = (".", "_")
 
 
-def _gfile():
-    import tensorflow as tf
+class StorageError(OSError):
+    """An object store refused or could not be reached. One line: the URI and the cause."""
 
-    return tf.io.gfile
+    def __init__(self, uri: str, cause: str, detail: str = ""):
+        detail = " ".join(str(detail).split())
+        super().__init__(f"{uri}: {cause}" + (f" ({detail[:300]})" if detail else ""))
+        self.uri, self.cause = uri, cause
 
 
-def _remote(path: str) -> bool:
+def is_remote(path: str) -> bool:
+    """A URI, read through pyarrow.fs (file:// too: the same route on this machine's disk)."""
     return "://" in path
 
 
+def scheme(path: str) -> str:
+    return path.split("://", 1)[0] if is_remote(path) else ""
+
+
+# ---- names --------------------------------------------------------------------------------
+
+def join(base: str, *parts: str) -> str:
+    return posixpath.join(base, *parts) if is_remote(base) else os.path.join(base, *parts)
+
+
+def dirname(path: str) -> str:
+    if not is_remote(path):
+        return os.path.dirname(path)
+    head = posixpath.dirname(path.rstrip("/"))
+    return head if "://" in head and head.split("://", 1)[1] else path.rstrip("/")
+
+
+def basename(path: str) -> str:
+    return posixpath.basename(path.rstrip("/")) if is_remote(path) else \
+        os.path.basename(path)
+
+
+def relpath(path: str, start: str) -> str:
+    """`path` relative to the folder `start` (both local or both URIs)."""
+    if not is_remote(path):
+        return os.path.relpath(path, start)
+    prefix = start.rstrip("/") + "/"
+    if path.rstrip("/") == start.rstrip("/"):
+        return "."
+    if not path.startswith(prefix):
+        raise ValueError(f"{path} is not below {start}")
+    return path[len(prefix):]
+
+
+def parts(relative: str) -> list[str]:
+    """The names along a relative path."""
+    return [p for p in re.split(r"[/\\]" if os.sep == "\\" else "/", relative) if p not in
+            ("", ".")]
+
+
+def absolute(path: str) -> str:
+    """A local path made absolute (TFX records artifact URIs as given); a URI as it is,
+    without a trailing slash."""
+    if is_remote(path):
+        return path.rstrip("/")
+    return os.path.abspath((path))
+
+
+def is_hidden(name: str) -> bool:
+    return name.startswith(HIDDEN_PREFIXES)
+
+
+def has_hidden_part(path: str, top: str) -> bool:
+    """Whether any name between `top` and `path` is hidden (`.staging-*/`, `_attempts/`)."""
+    return any(is_hidden(p) for p in parts(relpath(path, top)))
+
+
+# ---- the stores ---------------------------------------------------------------------------
+
+def storage_settings() -> dict[str, str]:
+    """The variables that say where the object stores are, as set in this process: what a
+    child process (a Beam worker, a Spark executor, a container) needs to reach the same."""
+    names = ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT",
+             "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION",
+             "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
+    return {n: os.environ[n] for n in names if os.environ.get(n)}
+
+
+def s3_endpoint() -> Optional[str]:
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def s3_region() -> str:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+def _split_endpoint(endpoint: str) -> tuple[str, str]:
+    """('http' or 'https', 'host:port') of an endpoint URL; a bare host:port is http."""
+    if "://" in endpoint:
+        transport, rest = endpoint.split("://", 1)
+        return transport, rest.rstrip("/")
+    return "http", endpoint.rstrip("/")
+
+
+def filesystem(uri: str):
+    """(pyarrow filesystem, path inside it) for a URI."""
+    store = scheme(uri)
+    inner = uri.split("://", 1)[1]
+    inner = inner.rstrip("/") or inner
+    return _store(store, tuple(sorted(storage_settings().items()))), inner
+
+
+@functools.lru_cache(maxsize=None)
+def _store(store: str, settings: tuple):
+    """One pyarrow filesystem per scheme and settings (made once: each holds a connection
+    pool and, for GCS, a credential refresh)."""
+    import pyarrow.fs as pafs
+
+    env = dict(settings)
+    try:
+        if store == "gs":
+            emulator = env.get("STORAGE_EMULATOR_HOST")
+            if emulator:
+                transport, host = _split_endpoint(emulator)
+                return pafs.GcsFileSystem(anonymous=True, scheme=transport,
+                                          endpoint_override=host)
+            return pafs.GcsFileSystem()
+        if store == "file":
+            return pafs.LocalFileSystem()
+        if store == "s3":
+            endpoint = s3_endpoint()
+            options: dict[str, Any] = {"region": s3_region()}
+            if endpoint:
+                transport, host = _split_endpoint(endpoint)
+                options.update(scheme=transport, endpoint_override=host)
+            return pafs.S3FileSystem(**options)
+        filesystem_, _ = pafs.FileSystem.from_uri(f"{store}://")
+        return filesystem_
+    except (OSError, ValueError, ImportError) as e:
+        raise StorageError(f"{store}://", f"no filesystem for {store}:// in this pyarrow",
+                           str(e)) from e
+
+
+_CAUSES = (
+    (re.compile(r"credential|UNAUTHENTICATED|PERMISSION_DENIED|AccessDenied|Forbidden|"
+                r"InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken|HTTP status 40[13]", re.I),
+     "access denied: check the credentials (GOOGLE_APPLICATION_CREDENTIALS or the metadata "
+     "server for gs://; AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY for s3://)"),
+    (re.compile(r"resolve host|Couldn't connect|Connection refused|UNAVAILABLE|timed out|"
+                r"Timeout|curlCode|network|Could not connect|connection", re.I),
+     "cannot reach the store: check the endpoint (STORAGE_EMULATOR_HOST for a gs:// "
+     "emulator; AWS_ENDPOINT_URL for MinIO or another S3 store) and the network"),
+    (re.compile(r"NOT_FOUND|NoSuchBucket|NoSuchKey|does not exist|Not Found|"
+                r"HTTP status 404", re.I), "not found"),
+)
+
+
+def store_cause(detail: str) -> Optional[str]:
+    """What a store's error says went wrong (credentials, endpoint, not found), or None when
+    it names none of these (a damaged file's error, say)."""
+    for pattern, cause in _CAUSES:
+        if pattern.search(detail):
+            return cause
+    return None
+
+
+def _cause(detail: str) -> str:
+    return store_cause(detail) or "the store refused the request"
+
+
+@contextlib.contextmanager
+def calling_store(uri: str) -> Iterator[None]:
+    """Turns a store's error into a StorageError naming `uri` and the cause."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except FileNotFoundError as e:
+        raise StorageError(uri, "not found", str(e)) from e
+    except OSError as e:
+        raise StorageError(uri, _cause(str(e)), str(e)) from e
+
+
+def _info(uri: str):
+    import pyarrow.fs as pafs
+
+    store, inner = filesystem(uri)
+    with calling_store(uri):
+        return store.get_file_info(inner), pafs
+
+
+# ---- reading and writing ------------------------------------------------------------------
+
 def open_file(path: str, mode: str = "rb"):
-    return _gfile().GFile(path, mode) if _remote(path) else open(path, mode)
+    """A file object: seekable for reading ("rb", "r"), a stream for writing ("wb", "w").
+    On an object store a written file appears whole when it is closed."""
+    if not is_remote(path):
+        return open((path), mode)
+    store, inner = filesystem(path)
+    with calling_store(path):
+        if mode in ("rb", "r"):
+            info = store.get_file_info(inner)
+            if info.type.name != "File":
+                raise FileNotFoundError(f"{path}: no such file")
+            handle = store.open_input_file(inner)
+            return handle if mode == "rb" else io.TextIOWrapper(handle, encoding="utf-8")
+        if mode in ("wb", "w"):
+            handle = store.open_output_stream(inner)
+            return handle if mode == "wb" else io.TextIOWrapper(handle, encoding="utf-8")
+    raise ValueError(f"{path}: mode {mode!r} is not supported on an object store")
+
+
+def read_bytes(path: str) -> bytes:
+    with open_file(path, "rb") as f:
+        return f.read()
+
+
+def read_range(path: str, start: int, length: int) -> bytes:
+    """`length` bytes of `path` from `start`: one ranged read on an object store."""
+    with open_file(path, "rb") as f:
+        if is_remote(path):
+            return f.read_at(length, start)
+        f.seek(start)
+        return f.read(length)
+
+
+# On an object store a request costs about as much as reading this many more bytes, so two
+# ranges closer than this are fetched as one.
+REMOTE_HOLE_BYTES = 1 << 20
+REMOTE_READERS = 16  # ranged reads of one file in flight at once
+
+
+def read_ranges(path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    """The bytes of each (start, length) range of `path`, in the order given. On an object
+    store, ranges less than REMOTE_HOLE_BYTES apart are fetched as one request and the
+    requests run concurrently; on a disk each range is one positional read."""
+    if not ranges:
+        return []
+    order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
+    hole = REMOTE_HOLE_BYTES if is_remote(path) else 0
+    spans: list[list[int]] = []  # [start, end, first position in `order`, last + 1]
+    for position, i in enumerate(order):
+        start, length = ranges[i]
+        if spans and start <= spans[-1][1] + hole:
+            spans[-1][1] = max(spans[-1][1], start + length)
+            spans[-1][3] = position + 1
+        else:
+            spans.append([start, start + length, position, position + 1])
+    with open_file(path, "rb") as f:
+        if is_remote(path):
+            from concurrent.futures import ThreadPoolExecutor
+
+            with calling_store(path), ThreadPoolExecutor(min(REMOTE_READERS,
+                                                             len(spans))) as pool:
+                fetched = list(pool.map(lambda s: f.read_at(s[1] - s[0], s[0]), spans))
+        else:
+            fetched = [os.pread(f.fileno(), s[1] - s[0], s[0]) for s in spans]
+    out: list[bytes] = [b""] * len(ranges)
+    for (span_start, _, first, last), data in zip(spans, fetched):
+        view = memoryview(data)
+        for i in order[first:last]:
+            start, length = ranges[i]
+            out[i] = bytes(view[start - span_start:start - span_start + length])
+    return out
 
 
 def append_range(source: str, start: int, length: int, out) -> None:
     """Appends `length` bytes of `source`, from offset `start`, to the open file `out`. Between
     two local files the kernel copies them (copy_file_range: no trip through Python's memory);
     otherwise, or where the filesystem refuses, they are read and written."""
-    if not _remote(source) and hasattr(os, "copy_file_range") and hasattr(out, "fileno"):
+    if not is_remote(source) and hasattr(os, "copy_file_range") and hasattr(out, "fileno"):
         out.flush()
         copied = 0
         try:
-            with open(source, "rb") as f:
+            with open((source), "rb") as f:
                 while copied < length:
                     step = os.copy_file_range(f.fileno(), out.fileno(), length - copied,
                                               offset_src=start + copied)
@@ -44,9 +315,7 @@ def append_range(source: str, start: int, length: int, out) -> None:
         except OSError:
             if copied:  # part of the range is written: going on would duplicate it
                 raise
-    with open_file(source, "rb") as f:
-        f.seek(start)
-        data = f.read(length)
+    data = read_range(source, start, length)
     if len(data) != length:
         raise _short_range(source, start, length, len(data))
     out.write(data)
@@ -54,53 +323,6 @@ def append_range(source: str, start: int, length: int, out) -> None:
 
 def _short_range(source: str, start: int, length: int, found: int) -> EOFError:
     return EOFError(f"{source}: {length} bytes asked for at offset {start}, only {found} there")
-
-
-def exists(path: str) -> bool:
-    return _gfile().exists(path) if _remote(path) else os.path.exists(path)
-
-
-def isdir(path: str) -> bool:
-    return _gfile().isdir(path) if _remote(path) else os.path.isdir(path)
-
-
-def listdir(path: str) -> list[str]:
-    return [n.rstrip("/") for n in _gfile().listdir(path)] if _remote(path) \
-        else sorted(os.listdir(path))
-
-
-def walk(path: str):
-    return _gfile().walk(path) if _remote(path) else os.walk(path)
-
-
-def glob(pattern: str) -> list[str]:
-    import glob as local_glob
-
-    return _gfile().glob(pattern) if _remote(pattern) else local_glob.glob(pattern)
-
-
-def makedirs(path: str) -> None:
-    _gfile().makedirs(path) if _remote(path) else os.makedirs(path, exist_ok=True)
-
-
-def size(path: str) -> int:
-    return _gfile().stat(path).length if _remote(path) else os.path.getsize(path)
-
-
-def remove(path: str) -> None:
-    _gfile().remove(path) if _remote(path) else os.remove(path)
-
-
-def rmtree(path: str) -> None:
-    import shutil
-
-    _gfile().rmtree(path) if _remote(path) else shutil.rmtree(path)
-
-
-def rename(source: str, destination: str) -> None:
-    """Moves a file or folder (on object stores, gfile copies a folder object by object)."""
-    _gfile().rename(source, destination, overwrite=True) if _remote(source) else \
-        os.rename(source, destination)
 
 
 def read_text(path: str) -> str:
@@ -111,6 +333,27 @@ def read_text(path: str) -> str:
 def write_text(path: str, text: str) -> None:
     with open_file(path, "w") as f:
         f.write(text)
+
+
+def create_new(path: str) -> bool:
+    """Creates an empty file; False when it was there already. Exclusive on a disk; on an
+    object store a look and a write, so two writers racing within one request may both win
+    (the fault hooks' use: one test process, attempts seconds apart)."""
+    if not is_remote(path):
+        try:
+            os.close(os.open((path), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
+    if exists(path):
+        return False
+    write_bytes(path, b"")
+    return True
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    with open_file(path, "wb") as f:
+        f.write(data)
 
 
 def read_json(path: str) -> Optional[Any]:
@@ -124,12 +367,183 @@ def write_json(path: str, value: Any, indent: Optional[int] = 2) -> None:
     write_text(path, json.dumps(value, indent=indent, sort_keys=True))
 
 
+# ---- folders ------------------------------------------------------------------------------
+
+def exists(path: str) -> bool:
+    if not is_remote(path):
+        return os.path.exists((path))
+    info, pafs = _info(path)
+    return info.type != pafs.FileType.NotFound
+
+
+def isdir(path: str) -> bool:
+    if not is_remote(path):
+        return os.path.isdir((path))
+    info, pafs = _info(path)
+    return info.type == pafs.FileType.Directory
+
+
+def stat(path: str) -> tuple[int, int]:
+    """(size in bytes, modification time in ns) of a file."""
+    if not is_remote(path):
+        found = os.stat((path))
+        return found.st_size, found.st_mtime_ns
+    info, pafs = _info(path)
+    if info.type == pafs.FileType.NotFound:
+        raise StorageError(path, "not found")
+    return info.size or 0, info.mtime_ns or 0
+
+
+def size(path: str) -> int:
+    return os.path.getsize((path)) if not is_remote(path) else stat(path)[0]
+
+
+def _entries(path: str, recursive: bool) -> list:
+    import pyarrow.fs as pafs
+
+    store, inner = filesystem(path)
+    with calling_store(path):
+        return store.get_file_info(pafs.FileSelector(inner, allow_not_found=True,
+                                                     recursive=recursive))
+
+
+def listdir(path: str) -> list[str]:
+    if not is_remote(path):
+        return sorted(os.listdir((path)))
+    return sorted({posixpath.basename(e.path.rstrip("/")) for e in _entries(path, False)})
+
+
+def walk(path: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    """(folder, subfolders, files) top-down, like os.walk; on a store from one listing."""
+    if not is_remote(path):
+        yield from os.walk((path))
+        return
+    import pyarrow.fs as pafs
+
+    top = path.rstrip("/")
+    _, inner = filesystem(top)
+    folders: dict[str, tuple[set[str], list[str]]] = {top: (set(), [])}
+
+    def add_folder(relative: str) -> str:
+        folder = posixpath.join(top, relative) if relative else top
+        if folder not in folders:
+            folders[folder] = (set(), [])
+            parent = add_folder(posixpath.dirname(relative))
+            folders[parent][0].add(posixpath.basename(relative))
+        return folder
+
+    for entry in _entries(top, True):
+        relative = entry.path[len(inner):].strip("/")
+        if not relative:
+            continue
+        if entry.type == pafs.FileType.Directory:
+            add_folder(relative)
+        else:
+            folders[add_folder(posixpath.dirname(relative))][1].append(
+                posixpath.basename(relative))
+    for folder in sorted(folders):
+        subfolders, files = folders[folder]
+        yield folder, sorted(subfolders), sorted(files)
+
+
+def glob(pattern: str) -> list[str]:
+    """Files and folders matching a pattern; `*` and `?` do not cross `/`."""
+    if not is_remote(pattern):
+        import glob as local_glob
+
+        return sorted(local_glob.glob((pattern)))
+    pieces = pattern.split("/")
+    fixed = next((i for i, p in enumerate(pieces) if any(c in p for c in "*?[")), None)
+    if fixed is None:
+        return [pattern] if exists(pattern) else []
+    top = "/".join(pieces[:fixed])
+    depth = len(pieces) - fixed
+    found = []
+    for folder, subfolders, files in walk(top):
+        level = len(parts(relpath(folder, top))) + 1
+        if level > depth:
+            continue
+        for name in subfolders + files:
+            candidate = posixpath.join(folder, name)
+            if level == depth and _matches(candidate, pieces):
+                found.append(candidate)
+    return sorted(found)
+
+
+def _matches(path: str, pieces: Sequence[str]) -> bool:
+    names = path.split("/")
+    return len(names) == len(pieces) and all(
+        fnmatch.fnmatchcase(n, p) for n, p in zip(names, pieces))
+
+
+def makedirs(path: str) -> None:
+    if not is_remote(path):
+        os.makedirs((path), exist_ok=True)
+        return
+    store, inner = filesystem(path)
+    with calling_store(path):
+        store.create_dir(inner, recursive=True)
+
+
+def remove(path: str) -> None:
+    if not is_remote(path):
+        os.remove((path))
+        return
+    store, inner = filesystem(path)
+    with calling_store(path):
+        store.delete_file(inner)
+
+
+def rmtree(path: str) -> None:
+    if not is_remote(path):
+        import shutil
+
+        shutil.rmtree((path))
+        return
+    store, inner = filesystem(path)
+    with calling_store(path):
+        store.delete_dir(inner)
+
+
+def rename(source: str, destination: str) -> None:
+    """Moves a file or folder. Locally one atomic rename; on an object store each object is
+    copied and deleted under its exact name (never a prefix), a folder's data first."""
+    if not is_remote(source):
+        os.rename((source), (destination))
+        return
+    store, inner = filesystem(source)
+    _, target = filesystem(destination)
+    with calling_store(source):
+        if not isdir(source):
+            store.move(inner, target)
+            return
+        for folder, _, files in walk(source):
+            for name in files:
+                relative = relpath(posixpath.join(folder, name), source)
+                store.move(posixpath.join(inner, relative), posixpath.join(target, relative))
+        store.delete_dir(inner)
+
+
+def copy_file(source: str, destination: str) -> None:
+    if not is_remote(source) and not is_remote(destination):
+        import shutil
+
+        shutil.copyfile((source), (destination))
+        return
+    if scheme(source) == scheme(destination):
+        store, inner = filesystem(source)
+        _, target = filesystem(destination)
+        with calling_store(source):
+            store.copy_file(inner, target)  # on a store, a copy inside the store
+        return
+    write_bytes(destination, read_bytes(source))
+
+
 def copy_tree(source: str, destination: str) -> None:
     """Copies every file below `source` to the same place below `destination`."""
-    gfile = _gfile()
-    for root, _, names in gfile.walk(source):
-        target = destination + root[len(source.rstrip("/")):]
-        gfile.makedirs(target)
+    for root, _, names in walk(source):
+        target = join(destination, relpath(root, source)) if root.rstrip("/") != \
+            source.rstrip("/") else destination
+        makedirs(target)
         for name in names:
-            gfile.copy(f"{root.rstrip('/')}/{name}", f"{target.rstrip('/')}/{name}",
-                       overwrite=True)
+            copy_file(join(root, name), join(target, name))

@@ -21,7 +21,7 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import tfrecord_io
+from components import example_rows, tfrecord_io
 from components.codec import parser, schema_file
 from components.packing.arrow import RowDecoder
 from components.packing.layout import LENGTHS_SUFFIX
@@ -187,8 +187,8 @@ def iter_batches(files: Sequence[str], schema: Optional[schema_pb2.Schema] = Non
     k > 1, only records whose index in their file is `record_offset` modulo k are read, so k
     readers can share files between them. `shuffle_buffer` > 1 shuffles records (whole blocks
     of packed data) through a buffer of that many, seeded by `seed`; otherwise records come in
-    file order."""
-    files = list(files)
+    file order. `files` may also be one folder of shards (`example_rows.record_files`)."""
+    files = example_rows.record_files(files) if isinstance(files, str) else list(files)
     if schema is None:
         schema = schema_file.find_schema(files[0]) if files else None
         if schema is None:
@@ -242,7 +242,9 @@ class TorchDataset:
                          features=None, seed: Optional[int] = None, shuffle_buffer: int = 16,
                          rank: Optional[int] = None, world_size: Optional[int] = None):
                 super().__init__()
-                self.files, self.schema, self.batch_size = list(files), schema, batch_size
+                self.files = example_rows.record_files(files) if isinstance(files, str) \
+                    else list(files)
+                self.schema, self.batch_size = schema, batch_size
                 self.features, self.seed, self.epoch = features, seed, 0
                 self.shuffle_buffer = shuffle_buffer if seed is not None else 0
                 self.rank, self.world_size = rank, world_size

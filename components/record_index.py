@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import os
 import threading
 from typing import Iterator, Optional, Sequence
 
@@ -104,7 +103,7 @@ class RecordIndex:
 
     def save(self, index_path: Optional[str] = None) -> str:
         index_path = index_path or default_index_path(self.path, self.gzip)
-        fileio.makedirs(os.path.dirname(index_path))
+        fileio.makedirs(fileio.dirname(index_path))
         if self.gzip:
             text = json.dumps({"format": GZIP_FORMAT, "bytes": self.file_bytes,
                                "records": self.records,
@@ -122,10 +121,10 @@ def default_index_path(path: str, gzip: bool) -> str:
     """`<artifact>/index/Split-x/<shard><suffix>` for a shard in a `Split-*` folder (readers
     glob those folders, so nothing else may live there), else `<file><suffix>`."""
     suffix = GZIP_SUFFIX if gzip else PLAIN_SUFFIX
-    folder, name = os.path.split(path)
-    split = os.path.basename(folder)
+    folder, name = fileio.dirname(path), fileio.basename(path)
+    split = fileio.basename(folder)
     if split.startswith("Split-"):
-        return os.path.join(os.path.dirname(folder), INDEX_FOLDER, split, name + suffix)
+        return fileio.join(fileio.dirname(folder), INDEX_FOLDER, split, name + suffix)
     return path + suffix
 
 
@@ -223,6 +222,31 @@ class RecordReader:
         self._file.seek(offset)
         return self._file.read(length)
 
+    def read_many(self, records: Sequence[int]) -> list[bytes]:
+        """The records numbered `records`, in that order: each record's entry (a plain
+        record, or a gzip member inflated once however many of its records are asked for)
+        fetched in one `fileio.read_ranges` call, which coalesces them on an object store."""
+        records = np.asarray(records, np.int64)
+        if len(records) and (records.min() < 0 or records.max() >= self.index.records):
+            raise IndexError(f"{self.index.path}: records {records.min()}..{records.max()} "
+                             f"of {self.index.records}")
+        entries = records if not self.index.gzip else \
+            np.searchsorted(self.index.firsts, records, side="right") - 1
+        needed = np.unique(entries).tolist()
+        fetched = dict(zip(needed, fileio.read_ranges(
+            self.index.path, [(int(self.index.offsets[e]), int(self.index.lengths[e]))
+                              for e in needed])))
+        if not self.index.gzip:
+            return [_unframe_one(self.index.path, int(self.index.offsets[e]), fetched[e])
+                    for e in entries.tolist()]
+        members: dict[int, _OpenMember] = {}
+        out = []
+        for record, entry in zip(records.tolist(), entries.tolist()):
+            if entry not in members:
+                members[entry] = _OpenMember(self.index, entry, fetched[entry])
+            out.append(members[entry].record(record - int(self.index.firsts[entry])))
+        return out
+
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
@@ -308,8 +332,17 @@ class FileRecords:
         return self.readers[k][record - int(self.starts[k])]
 
     def read(self, records: np.ndarray) -> np.ndarray:
-        """The records numbered `records`, as a numpy array of bytes objects."""
-        return np.array([self[int(g)] for g in records], dtype=object)
+        """The records numbered `records`, as a numpy array of bytes objects: each file's
+        share read in one `RecordReader.read_many` (ranges coalesced on an object store)."""
+        records = np.asarray(records, np.int64)
+        files = np.searchsorted(self.starts, records, side="right") - 1
+        out = np.empty(len(records), dtype=object)
+        for k in np.unique(files).tolist():
+            at = np.flatnonzero(files == k)
+            for i, record in zip(at.tolist(),
+                                 self.readers[k].read_many(records[at] - int(self.starts[k]))):
+                out[i] = record
+        return out
 
 
 def _unframe_one(path: str, offset: int, framed: bytes) -> bytes:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import posixpath
 import urllib.parse
 import uuid
 import zlib
@@ -123,7 +124,7 @@ class ShardSpec:
         name = f"data_tfrecord-{self.index:05d}-of-{self.count:05d}"
         if compression == "gzip":
             name += ".gz"
-        return os.path.join(self.partition, f"Split-{self.split}", name)
+        return posixpath.join(self.partition, f"Split-{self.split}", name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +178,7 @@ class ChunkWriter:
         # A folder of its own per writer and attempt: an engine that runs a task again (a
         # retry, a speculative copy) never writes over another attempt's files, and only the
         # chunks of the attempt the engine kept are planned; the others go with the staging.
-        self.folder = os.path.join(folder, f"{writer_id:06d}-{uuid.uuid4().hex[:8]}")
+        self.folder = fileio.join(folder, f"{writer_id:06d}-{uuid.uuid4().hex[:8]}")
         self._writer_id = writer_id
         self._limit = sharding.chunk_bytes
         self._level = sharding.compression_level if sharding.compression == "gzip" else None
@@ -212,7 +213,7 @@ class ChunkWriter:
         if not runs:
             return
         self._sequence += 1
-        path = os.path.join(self.folder, f"{self._writer_id:06d}-{self._sequence:06d}.rec")
+        path = fileio.join(self.folder, f"{self._writer_id:06d}-{self._sequence:06d}.rec")
         bases = np.cumsum([0] + [len(data) for data, _ in runs[:-1]])
         ends = np.concatenate([run_ends + base for (_, run_ends), base in zip(runs, bases)])
         with fileio.open_file(path, "wb") as f:
@@ -366,8 +367,8 @@ def write_shard(spec: ShardSpec, staging: str, sharding: ShardingOptions) -> Sha
     relative = spec.relative_path(compression)
     # Written under a name of this attempt's own, then moved into place whole: a retried or
     # speculative attempt of the same shard never interleaves with another's bytes.
-    path = os.path.join(staging, ATTEMPTS_DIR, uuid.uuid4().hex[:12], relative)
-    fileio.makedirs(os.path.dirname(path))
+    path = fileio.join(staging, ATTEMPTS_DIR, uuid.uuid4().hex[:12], relative)
+    fileio.makedirs(fileio.dirname(path))
 
     def compress_piece(piece: Piece) -> tuple[bytes, list[tuple[int, int]]]:
         """The piece as gzip members, and each member's (offset in them, records)."""
@@ -419,8 +420,8 @@ def write_shard(spec: ShardSpec, staging: str, sharding: ShardingOptions) -> Sha
     if compression != "gzip":  # a plain shard's record index, as it is written
         moves.append(_write_plain_index(path, relative, nbytes, record_ends))
     for written_path, final_relative in moves:
-        final = os.path.join(staging, final_relative)
-        fileio.makedirs(os.path.dirname(final))
+        final = fileio.join(staging, final_relative)
+        fileio.makedirs(fileio.dirname(final))
         fileio.rename(written_path, final)
     return Shard(spec.partition, spec.split, relative, sum(p.rows for p in spec.pieces),
                  nbytes, tuple(members))
@@ -473,12 +474,16 @@ def gzip_member(data: bytes, level: int) -> bytes:
 
 
 STAGING_PREFIX = ".staging-"
+# Written into the output before the first move of a commit and removed after the manifest:
+# on an object store a commit is a copy per object, and a reader that finds this file
+# without a manifest knows the output is partial (a `_` name: no stock reader lists it).
+COMMITTING_FILE = "_COMMITTING"
 
 
 def check_output_dir(output_dir: str) -> None:
     """Refuses an output folder that holds anything: a finished output is never overwritten,
-    and the remains of a run that was killed (a staging folder, or outputs moved in before
-    the manifest) are named, with what to delete, rather than mixed into a new output."""
+    and the remains of a run that was killed (outputs moved in before the manifest) are named,
+    with what to delete, rather than mixed into a new output."""
     entries = sorted(n for n in fileio.listdir(output_dir)) \
         if fileio.isdir(output_dir) else []
     if not entries:
@@ -486,22 +491,32 @@ def check_output_dir(output_dir: str) -> None:
     if MANIFEST_FILE in entries:
         raise FileExistsError(f"{output_dir} already holds a finished output ({MANIFEST_FILE} "
                               "is there); write to an empty folder")
-    staging = [n for n in entries if n.startswith(STAGING_PREFIX)]
     stopped = " left by a run that stopped before it finished (no manifest.json)" \
-        if staging or any(n.startswith("Split-") for n in entries) else ""
+        if COMMITTING_FILE in entries or any(n.startswith("Split-") for n in entries) else ""
+    delete = f"gsutil -m rm -r {output_dir}" if output_dir.startswith("gs://") else \
+        f"aws s3 rm --recursive {output_dir}" if output_dir.startswith("s3://") else \
+        f"rm -r {output_dir}"
     raise FileExistsError(f"{output_dir} is not empty: it holds {', '.join(entries[:5])}"
                           f"{' ...' if len(entries) > 5 else ''}{stopped}; delete the folder "
-                          f"(rm -r {output_dir}) or write to an empty one")
+                          f"({delete}) or write to an empty one")
+
+
+def staging_dir_for(output_dir: str) -> str:
+    """A fresh staging folder beside `output_dir`, never inside it: nothing of a run in
+    progress is below the folder a reader lists, on a disk or a bucket."""
+    output_dir = output_dir.rstrip("/")
+    return fileio.join(fileio.dirname(output_dir), f"{STAGING_PREFIX}"
+                       f"{fileio.basename(output_dir)}-{uuid.uuid4().hex[:12]}")
 
 
 def new_staging_dir(output_dir: str) -> str:
-    staging = os.path.join(output_dir, f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}")
+    staging = staging_dir_for(output_dir)
     fileio.makedirs(staging)
     return staging
 
 
 def write_manifest(staging: str, manifest: dict) -> None:
-    fileio.write_json(os.path.join(staging, MANIFEST_FILE), manifest)
+    fileio.write_json(fileio.join(staging, MANIFEST_FILE), manifest)
 
 
 def build_manifest(shards: list[Shard], sources: list[dict], compression: str,
@@ -529,22 +544,45 @@ def build_manifest(shards: list[Shard], sources: list[dict], compression: str,
 
 
 def commit(staging: str, output_dir: str) -> None:
-    """Moves staged results into `output_dir`; the manifest goes last and marks completion."""
+    """Moves staged results into `output_dir`; the manifest goes last and marks completion.
+
+    On a disk each top-level entry is one rename. On an object store every object is copied
+    and deleted, so a kill can stop a commit half-way: `COMMITTING_FILE` is there from the
+    first move until after the manifest, and `check_committed` refuses such a folder."""
     names = fileio.listdir(staging)
+    fileio.makedirs(output_dir)
+    marker = fileio.join(output_dir, COMMITTING_FILE)
+    fileio.write_text(marker, staging)
     # The data first, then the schema, the manifest last: a run killed part-way through the
     # moves leaves shards without a schema or without a manifest, never a complete look.
     last = {SCHEMA_FILE: 1, MANIFEST_FILE: 2}
     for name in sorted(names, key=lambda n: (last.get(n, 0), n)):
-        if name.startswith("_"):
+        if fileio.is_hidden(name):
             continue
-        target = os.path.join(output_dir, name)
+        target = fileio.join(output_dir, name)
         if fileio.exists(target):
             if fileio.isdir(target):
                 fileio.rmtree(target)
             else:
                 fileio.remove(target)
-        fileio.rename(os.path.join(staging, name), target)
+        fileio.rename(fileio.join(staging, name), target)
+    fileio.remove(marker)
     fileio.rmtree(staging)
+
+
+def check_committed(folder: str) -> None:
+    """Refuses an output of ours whose commit was stopped (shards without their manifest):
+    a reader of it would count some rows, or some twice."""
+    if fileio.exists(fileio.join(folder, COMMITTING_FILE)) and \
+            not fileio.exists(fileio.join(folder, MANIFEST_FILE)):
+        raise IncompleteOutputError(
+            f"{folder}: an unfinished output: a run stopped while moving it into place "
+            f"({COMMITTING_FILE} is there and {MANIFEST_FILE} is not); run it again into an "
+            "empty folder")
+
+
+class IncompleteOutputError(ValueError):
+    pass
 
 
 def discard(staging: str) -> None:
@@ -554,11 +592,10 @@ def discard(staging: str) -> None:
 
 @contextlib.contextmanager
 def staged_output(output_dir: str) -> Iterator[str]:
-    """A fresh staging folder inside `output_dir`, committed into it when the block succeeds
+    """A fresh staging folder beside `output_dir`, committed into it when the block succeeds
     and removed when it fails, so a failed run leaves nothing that looks complete.
     `output_dir` must be empty (check_output_dir)."""
     check_output_dir(output_dir)
-    fileio.makedirs(output_dir)
     staging = new_staging_dir(output_dir)
     try:
         yield staging
@@ -581,7 +618,7 @@ def check_row_accounting(manifest: dict) -> None:
 
 
 def read_manifest(folder: str) -> Optional[dict]:
-    return fileio.read_json(os.path.join(folder, MANIFEST_FILE))
+    return fileio.read_json(fileio.join(folder, MANIFEST_FILE))
 
 
 def split_names(manifest: dict) -> list[str]:

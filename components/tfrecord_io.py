@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import os
 import struct
 import zlib
 from typing import TYPE_CHECKING, BinaryIO, Iterator, Optional, Union
@@ -277,19 +276,17 @@ def manifest_shard(path: str, size: Optional[int] = None) -> Optional[dict]:
     `path` (its rows, bytes, gzip members); None for files without one (stock output), and
     for a file whose `size` is not the one the manifest recorded: a file cut short or with
     bytes inserted has moved its records and members."""
-    folder = os.path.dirname(os.path.abspath(path)) if "://" not in path else \
-        os.path.dirname(path)
+    folder = fileio.dirname(fileio.absolute(path))
     for _ in range(_MANIFEST_SEARCH_DEPTH + 1):
-        manifest = fileio.read_json(os.path.join(folder, "manifest.json"))
+        manifest = fileio.read_json(fileio.join(folder, "manifest.json"))
         if manifest is not None:
-            relative = os.path.relpath(path, folder) if "://" not in path else \
-                path[len(folder):].lstrip("/")
+            relative = fileio.relpath(fileio.absolute(path), folder)
             for split in manifest.get("splits", {}).values():
                 for shard in split["shards"]:
                     if shard["path"] == relative:
                         return shard if size is None or size == shard.get("bytes") else None
             return None
-        folder = os.path.dirname(folder.rstrip("/"))
+        folder = fileio.dirname(folder.rstrip("/"))
     return None
 
 

@@ -2,7 +2,8 @@
 stock components read our outputs without guessing (and without warning that they guessed)."""
 from __future__ import annotations
 
-import os
+
+from components import fileio
 from typing import Optional
 
 from tfx.components.util import examples_utils
@@ -43,21 +44,34 @@ def spans_of(artifact, name: str) -> Optional[tuple[int, ...]]:
     return tuple(int(s) for s in artifact.custom_properties[name].string_value.split(",") if s)
 
 
-def split_anomalies(uri: str, splits: list[str], described: bool = False
-                    ) -> dict[str, list[str]]:
-    """ExampleValidator's findings in the ExampleAnomalies artifact at `uri`, split by split,
-    each as "feature: short description" (and TFDV's long description, when `described`)."""
+def split_anomalies(uri: str, splits: list[str], described: bool = False,
+                    required: bool = False) -> dict[str, list[str]]:
+    """ExampleValidator's findings in the ExampleAnomalies artifact at `uri` (a local path or
+    a URI), split by split, each as "feature: short description" (and TFDV's long
+    description, when `described`). With `required` (the gate), a split whose findings
+    cannot be read is an error, never "no anomalies"."""
     from tensorflow_metadata.proto.v0 import anomalies_pb2
 
     found = {}
     for split in splits:
-        path = os.path.join(uri, f"Split-{split}", "SchemaDiff.pb")
-        if not os.path.exists(path):
+        path = fileio.join(uri, f"Split-{split}", "SchemaDiff.pb")
+        if not fileio.exists(path):
+            if required:
+                raise FileNotFoundError(f"{path}: ExampleValidator's findings for split "
+                                        f"{split!r} are missing, so the gate cannot pass it")
             continue
         proto = anomalies_pb2.Anomalies()
-        with open(path, "rb") as f:
-            proto.ParseFromString(f.read())
+        proto.ParseFromString(fileio.read_bytes(path))
         found[split] = [
             f"{name}: {info.short_description}" + (f" ({info.description})" if described else "")
             for name, info in sorted(proto.anomaly_info.items())]
     return found
+
+
+def load_statistics(path: str):
+    """A StatisticsGen split's FeatureStats.pb (a local path or a URI), as the
+    DatasetFeatureStatisticsList TFDV's `load_stats_binary` gives, read through our file
+    layer (TFDV's reads through TensorFlow's, which has no s3://)."""
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    return statistics_pb2.DatasetFeatureStatisticsList.FromString(fileio.read_bytes(path))

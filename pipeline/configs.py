@@ -17,7 +17,7 @@ import os
 import typing
 from typing import Any, Mapping, Optional
 
-from components import taxi
+from components import fileio, taxi
 from components.example_gen.options import ExampleGenOptions
 from components.options import check_settings, flat_fields, from_flat, setting, settings_for
 from components.shards import ShardingOptions
@@ -209,16 +209,16 @@ class PipelineConfig:
 
     @property
     def resolved_pipeline_root(self) -> str:
-        return self.pipeline_root or os.path.join(self.output_root, "pipelines",
+        return self.pipeline_root or fileio.join(self.output_root, "pipelines",
                                                   self.pipeline_name)
 
     @property
     def resolved_serving_dir(self) -> str:
-        return self.serving_dir or os.path.join(self.output_root, "serving", self.pipeline_name)
+        return self.serving_dir or fileio.join(self.output_root, "serving", self.pipeline_name)
 
     @property
     def resolved_metadata_path(self) -> str:
-        return self.metadata_path or os.path.join(self.output_root, "metadata",
+        return self.metadata_path or fileio.join(self.output_root, "metadata",
                                                   self.pipeline_name, "metadata.db")
 
     @property
@@ -227,7 +227,7 @@ class PipelineConfig:
         if self.schema == "infer":
             return None
         if self.schema == "import":
-            return os.path.join(self.schemas_dir, self.dataset, "schema.pbtxt")
+            return fileio.join(self.schemas_dir, self.dataset, "schema.pbtxt")
         return self.schema
 
     @property
@@ -259,7 +259,7 @@ class PipelineConfig:
     @property
     def analyzer_cache_dir(self) -> Optional[str]:
         """Where Transform keeps each span's analysis across runs (a window of spans only)."""
-        return os.path.join(self.resolved_pipeline_root, "analyzer_cache") \
+        return fileio.join(self.resolved_pipeline_root, "analyzer_cache") \
             if self.spans > 1 else None
 
     def transform_options(self) -> TransformOptions:

@@ -1,30 +1,35 @@
 """Runs the pipeline with TFX's LocalDagRunner and SQLite metadata, then summarises the run."""
 from __future__ import annotations
 
-import os
 import sys
 from typing import Callable, Optional
 
 from tfx import v1 as tfx
 
+from components import fileio
 from pipeline import progress, run_summary
 from pipeline.configs import PipelineConfig
 from pipeline.pipeline import create_pipeline
 
 
 def local_config(config: PipelineConfig) -> PipelineConfig:
-    """The config with every local folder absolute: TFX records artifact URIs as given."""
+    """The config with every local folder absolute (TFX records artifact URIs as given) and
+    every URI (gs://, s3://) as it is. ML Metadata's SQLite file is always local."""
+    metadata_path = config.resolved_metadata_path
+    if fileio.is_remote(metadata_path):
+        raise ValueError(f"metadata_path {metadata_path}: ML Metadata's SQLite file must be "
+                         "on a local disk; the pipeline root and serving folder may be URIs")
     return config.replace(
-        pipeline_root=os.path.abspath(config.resolved_pipeline_root),
-        serving_dir=os.path.abspath(config.resolved_serving_dir),
-        metadata_path=os.path.abspath(config.resolved_metadata_path))
+        pipeline_root=fileio.absolute(config.resolved_pipeline_root),
+        serving_dir=fileio.absolute(config.resolved_serving_dir),
+        metadata_path=fileio.absolute(metadata_path))
 
 
 def run(config: PipelineConfig, echo: Optional[Callable[[str], None]] = None
         ) -> run_summary.RunSummary:
     """Runs the pipeline; with `echo`, each component's line is passed to it as it finishes."""
     config = local_config(config)
-    os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
+    fileio.makedirs(fileio.dirname(config.metadata_path))
     connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(
         config.metadata_path)
     pipeline = create_pipeline(config, connection)

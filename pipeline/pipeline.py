@@ -5,13 +5,13 @@ ShardedExampleGen -> StatisticsGen -> SchemaGen | ImportSchemaGen -> ExampleVali
 """
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import tensorflow_model_analysis as tfma
 from ml_metadata.proto import metadata_store_pb2
 from tfx import v1 as tfx
 
+from components import fileio
 from components.example_gen.component import ShardedExampleGen
 from components.example_gen.inputs import resolve_inputs
 from components.example_gen import encode
@@ -50,7 +50,7 @@ def check_data_fits_dataset(config: PipelineConfig, source: str) -> None:
     """Your own data under a bundled dataset's settings (`--data-root` without `--dataset
     table`) would fail late, in validation or Transform; it is refused here, in one line."""
     if not config.data_root or config.dataset == "table" or not config.schema_file or \
-            config.data_format == "images" or not os.path.exists(config.schema_file):
+            config.data_format == "images" or not fileio.exists(config.schema_file):
         return
     from components.codec import schema_file
 

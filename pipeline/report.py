@@ -13,9 +13,9 @@ from __future__ import annotations
 import base64
 import html
 import io
-import os
 from typing import Optional
 
+from components import fileio, tfx_artifacts
 from pipeline import run_summary
 
 REPORT_FILE = "report.html"
@@ -85,20 +85,18 @@ def _statistics_table(split: str, dataset) -> str:
 
 
 def _statistics(artifacts: dict) -> str:
-    from tensorflow_data_validation.utils import stats_util
-
     parts = []
     for artifact in artifacts.get("ExampleStatistics", []):
         for split in run_summary.split_names(artifact):
-            path = os.path.join(artifact.uri, f"Split-{split}", "FeatureStats.pb")
-            if os.path.exists(path):
+            path = fileio.join(artifact.uri, f"Split-{split}", "FeatureStats.pb")
+            if fileio.exists(path):
                 parts.append(_statistics_table(
-                    split, stats_util.load_stats_binary(path).datasets[0]))
+                    split, tfx_artifacts.load_statistics(path).datasets[0]))
     return "".join(parts) or "<p>No statistics in this run.</p>"
 
 
 def _schema(summary: run_summary.RunSummary) -> str:
-    if not summary.schema_path or not os.path.exists(summary.schema_path):
+    if not summary.schema_path or not fileio.exists(summary.schema_path):
         return "<p>No schema in this run.</p>"
     from components.codec import parser, schema_file
 
@@ -145,11 +143,10 @@ def _evaluation(summary: run_summary.RunSummary) -> str:
 
 
 def _input_report(artifacts: dict) -> Optional[dict]:
-    from components import fileio
     from components.trainer import fit
 
     for artifact in artifacts.get("ModelRun", []):
-        report = fileio.read_json(os.path.join(artifact.uri, fit.REPORT_FILE))
+        report = fileio.read_json(fileio.join(artifact.uri, fit.REPORT_FILE))
         if report:
             return report
     return None
@@ -280,15 +277,18 @@ def write_report(metadata_path: str, pipeline_name: str, output_path: str,
                  run_id: Optional[str] = None) -> str:
     """Writes the page for the run (default: the latest) and returns its path."""
     summary = run_summary.summarize(metadata_path, pipeline_name, run_id)
-    os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
+    output_path = fileio.absolute(output_path)
+    fileio.makedirs(fileio.dirname(output_path))
+    page = render(summary, pipeline_name, run_summary.history(metadata_path, pipeline_name))
+    if fileio.is_remote(output_path):  # an object appears whole when its upload ends
+        fileio.write_text(output_path, page)
+        return output_path
     partial = output_path + ".partial"
-    with open(partial, "w", encoding="utf-8") as f:
-        f.write(render(summary, pipeline_name,
-                       run_summary.history(metadata_path, pipeline_name)))
-    os.replace(partial, output_path)
+    fileio.write_text(partial, page)
+    fileio.rename(partial, output_path)
     return output_path
 
 
 def default_path(output_root: str, pipeline_name: str) -> str:
-    return os.path.join(output_root, "reports", pipeline_name, REPORT_FILE)
+    return fileio.join(output_root, "reports", pipeline_name, REPORT_FILE)
 

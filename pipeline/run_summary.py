@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from typing import Optional
 
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
-from components import tfx_artifacts
+from components import fileio, tfx_artifacts
 from components.shards import read_manifest
 
 # The EvalConfig's model names (pipeline.eval_config); TFMA keys each metric by them.
@@ -235,13 +234,11 @@ def eval_label_variance(artifacts, label_key: Optional[str]) -> Optional[float]:
     Evaluator scored: rows without a label are not written)."""
     if not label_key:
         return None
-    from tensorflow_data_validation.utils import stats_util
-
     for stats in artifacts.get("ExampleStatistics", []):
-        path = os.path.join(stats.uri, "Split-eval", "FeatureStats.pb")
-        if not os.path.exists(path):
+        path = fileio.join(stats.uri, "Split-eval", "FeatureStats.pb")
+        if not fileio.exists(path):
             continue
-        for feature in stats_util.load_stats_binary(path).datasets[0].features:
+        for feature in tfx_artifacts.load_statistics(path).datasets[0].features:
             name = feature.path.step[-1] if feature.path.step else feature.name
             if name == label_key and feature.num_stats.std_dev > 0:
                 return feature.num_stats.std_dev ** 2
@@ -300,10 +297,9 @@ def describe_outputs(artifacts: dict[str, list]) -> str:
         else:
             parts.append(f"splits {','.join(split_names(examples))}")
     for schema in artifacts.get("Schema", []):
-        path = os.path.join(schema.uri, "schema.pbtxt")
-        if os.path.exists(path):
-            with open(path) as f:
-                parts.append(f"schema of {f.read().count('feature {')} features")
+        path = fileio.join(schema.uri, "schema.pbtxt")
+        if fileio.exists(path):
+            parts.append(f"schema of {fileio.read_text(path).count('feature {')} features")
     if "ExampleStatistics" in artifacts:
         parts.append("statistics of " + ", ".join(
             s for a in artifacts["ExampleStatistics"] for s in split_names(a)))
@@ -334,7 +330,7 @@ def _parent_pipelines(store, run_context):
 
 def _first_uri(artifacts, type_name: str, filename: str = "") -> Optional[str]:
     found = artifacts.get(type_name)
-    return os.path.join(found[0].uri, filename) if found else None
+    return fileio.join(found[0].uri, filename) if found else None
 
 
 def split_names(artifact) -> list[str]:
@@ -348,14 +344,12 @@ def _rows_per_split(artifacts) -> dict[str, int]:
         manifest = read_manifest(examples.uri)
         if manifest:
             return {s: v["rows"] for s, v in manifest["splits"].items()}
-    from tensorflow_data_validation.utils import stats_util
-
     rows = {}
     for stats in artifacts.get("ExampleStatistics", []):
         for split in split_names(stats):
-            path = os.path.join(stats.uri, f"Split-{split}", "FeatureStats.pb")
-            if os.path.exists(path):
-                rows[split] = stats_util.load_stats_binary(path).datasets[0].num_examples
+            path = fileio.join(stats.uri, f"Split-{split}", "FeatureStats.pb")
+            if fileio.exists(path):
+                rows[split] = tfx_artifacts.load_statistics(path).datasets[0].num_examples
     return rows
 
 

@@ -227,9 +227,9 @@ def test_block_decoder_names_the_file_and_offset_of_a_bad_record(tmp_path):
 
 
 @pytest.mark.parametrize("compression", ["gzip", "none"])
-def test_block_reader_reads_through_tensorflows_file_system_too(tmp_path, compression):
-    """A remote path (gs://, s3://) is opened with TensorFlow's GFile, which has no readinto;
-    a file:// path takes the same route on this machine."""
+def test_block_reader_reads_through_the_object_store_route_too(tmp_path, compression):
+    """A URI (gs://, s3://) is opened through pyarrow.fs, whose files are not Python's; a
+    file:// path takes the same route on this machine."""
     records = [bytes([i % 256]) * (i * 37 % 500) for i in range(300)]
     framed, _ = tfrecord_io.frame_records(pa.array(records, pa.binary()))
     path = str(tmp_path / "data.tfrecord")

@@ -553,7 +553,9 @@ def test_fail_mode_names_file_and_row_and_leaves_nothing(messy_dir, tmp_path):
     out = tmp_path / "out"
     with pytest.raises(Exception, match=r"ragged\.csv: row 3: expected 3 fields, got 2"):
         run_gen(messy_dir, out)
-    assert os.listdir(out) == []
+    # No output, and no staging left beside where it would have been.
+    assert not out.exists()
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(shards.STAGING_PREFIX)]
 
 
 def test_output_dir_must_be_empty(taxi_out, taxi_slice_csv):

@@ -73,8 +73,9 @@ def write(cluster: LocalCluster, source: str, out: str, conf: dict = None,
 
 
 def chunks_written(out: str) -> bool:
-    """Whether write tasks have begun writing their chunk files (in the staging folder)."""
-    for _, _, names in os.walk(out):
+    """Whether write tasks have begun writing their chunk files (in the staging folder,
+    which sits beside the output)."""
+    for _, _, names in os.walk(os.path.dirname(out)):
         if any(name.endswith(".rec") for name in names):
             return True
     return False

@@ -91,3 +91,72 @@ def test_components_and_bench_import_no_pipeline():
                    if name.startswith(("components", "bench")) for target in targets
                    if target.split(".")[0] == "pipeline")
     assert wrong == []
+
+
+# Modules that touch only this machine's own files, never an artifact, a source or a serving
+# folder (which may be gs:// or s3:// URIs and go through components/fileio.py).
+LOCAL_ONLY = {
+    "components/fileio.py": "the file layer itself",
+    "components/listening.py": "reads /proc/net/tcp*",
+    "components/spark/cluster.py": "a local Spark cluster's work folders and logs",
+    "components/spark/session.py": "finds the local Java runtime",
+    "components/example_gen/fuzz.py": "mutated inputs in a local scratch folder",
+    "pipeline/configs.py": "the repository's schemas folder and the YAML config file",
+    "pipeline/datasets.py": "writes the bundled digits images to a local folder",
+    "pipeline/kubeflow_runner.py": "the compiled JSON written on this machine",
+    "pipeline/vertex_runner.py": "the compiled JSON read on this machine",
+    "pipeline/progress.py": "ML Metadata's SQLite file, local by rule (local_runner)",
+}
+_OS_FILE_CALLS = {"listdir", "makedirs", "remove", "rename", "replace", "walk", "stat",
+                  "scandir", "mkdir", "rmdir", "unlink"}
+
+
+def local_file_calls(source: str) -> list[tuple[int, str]]:
+    """(line, call) of each call in `source` that takes a path as a local file: any os.path
+    function (`abspath` and `normpath` turn `gs://b` into `./gs:/b`), `open`, os's file
+    functions, shutil, pathlib and glob.glob."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        call, name = node.func, None
+        if isinstance(call, ast.Name) and call.id == "open":
+            name = "open"
+        elif isinstance(call, ast.Attribute):
+            owner = call.value
+            if isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name) and \
+                    owner.value.id == "os" and owner.attr == "path":
+                name = f"os.path.{call.attr}"
+            elif isinstance(owner, ast.Name) and owner.id == "os" and \
+                    call.attr in _OS_FILE_CALLS:
+                name = f"os.{call.attr}"
+            elif isinstance(owner, ast.Name) and owner.id in ("shutil", "pathlib"):
+                name = f"{owner.id}.{call.attr}"
+            elif isinstance(owner, ast.Name) and owner.id == "glob" and call.attr == "glob":
+                name = "glob.glob"
+        if name:
+            found.append((node.lineno, name))
+    return sorted(found)
+
+
+def test_paths_go_through_the_file_layer():
+    """Artifact, source and serving paths may be URIs: outside the modules that only touch
+    this machine's files, no os.path, open, shutil or glob is applied to a path."""
+    offenders = []
+    for package in ("components", "pipeline"):
+        for folder, _, names in os.walk(os.path.join(ROOT, package)):
+            for name in names:
+                path = os.path.join(folder, name)
+                relative = os.path.relpath(path, ROOT)
+                if not name.endswith(".py") or relative in LOCAL_ONLY:
+                    continue
+                with open(path, encoding="utf-8") as f:
+                    offenders += [f"{relative}:{line}: {call}"
+                                  for line, call in local_file_calls(f.read())]
+    assert not offenders, "\n".join(sorted(offenders))
+
+
+def test_the_file_layer_checker_finds_local_calls():
+    found = local_file_calls("import os\nx = os.path.abspath(p)\nwith open(p) as f: pass\n"
+                             "os.path.join(a, b)\nfileio.join(a, b)\nos.environ.get('X')\n")
+    assert [call for _, call in found] == ["os.path.abspath", "open", "os.path.join"]

@@ -1,7 +1,6 @@
 """`schema.pbtxt`: the text-format tensorflow_metadata Schema stored beside every output."""
 from __future__ import annotations
 
-import os
 import posixpath
 from typing import Optional
 
@@ -31,10 +30,10 @@ def write_schema(schema: schema_pb2.Schema, path: str) -> None:
 
 def find_schema(path: str) -> Optional[schema_pb2.Schema]:
     """schema.pbtxt in `path` or up to three folders above it (shard -> Split-x -> artifact)."""
-    folder = path if fileio.isdir(path) else os.path.dirname(path)
+    folder = path if fileio.isdir(path) else fileio.dirname(path)
     for _ in range(_SCHEMA_SEARCH_DEPTH + 1):
-        candidate = os.path.join(folder, SCHEMA_FILE)
+        candidate = fileio.join(folder, SCHEMA_FILE)
         if fileio.exists(candidate):
             return load_schema(candidate)
-        folder = os.path.dirname(folder.rstrip("/"))
+        folder = fileio.dirname(folder.rstrip("/"))
     return None

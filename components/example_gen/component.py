@@ -41,7 +41,7 @@ class ShardedExampleGen(base_beam_component.BaseBeamComponent):
         options = resolve_inputs(options_or_settings(ExampleGenOptions, options, settings))
         if options.source_fingerprint is None:
             options = dataclasses.replace(
-                options, source_fingerprint=locate.local_fingerprint(options.source))
+                options, source_fingerprint=locate.source_fingerprint(options.source))
         super().__init__(spec=ShardedExampleGenSpec(
             examples=channel_utils.as_channel([standard_artifacts.Examples()]),
             **{OPTIONS_KEY: options.to_json()}))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Sequence
 
@@ -53,14 +52,14 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
     if split is not None:
         weights = [int(name == split) for name in split_names]
     faults.before_task(staging, file_index, "encode")
-    writer = shards.ChunkWriter(os.path.join(staging, "_chunks"), file_index,
+    writer = shards.ChunkWriter(fileio.join(staging, "_chunks"), file_index,
                                 options.sharding)
     rows_in = quarantined = lost = lost_bytes = unlabelled = 0
     lost_count_known = True
     # Written in this attempt's folder and moved into place when the file is done, so a
     # retried attempt's quarantine replaces a failed one's whole.
     quarantine_name = QUARANTINE_FILE.format(file_index=file_index)
-    quarantine_path = os.path.join(writer.folder, quarantine_name)
+    quarantine_path = fileio.join(writer.folder, quarantine_name)
     quarantine = None
     # Reading (pyarrow) and encoding (numpy and Arrow kernels) release the GIL for much of
     # their work; one encoder thread working a batch ahead keeps both cores busy.
@@ -104,8 +103,8 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
     chunks = writer.close()
     faults.after_output(staging, file_index, "encode")
     if quarantine is not None:
-        fileio.makedirs(os.path.join(staging, shards.QUARANTINE_DIR))
-        fileio.rename(quarantine_path, os.path.join(staging, shards.QUARANTINE_DIR,
+        fileio.makedirs(fileio.join(staging, shards.QUARANTINE_DIR))
+        fileio.rename(quarantine_path, fileio.join(staging, shards.QUARANTINE_DIR,
                                                     quarantine_name))
     return chunks, FileResult(file_index, path, rows_in, quarantined, lost, lost_bytes,
                                       lost_count_known, unlabelled)
@@ -213,7 +212,7 @@ def finalize(staging: str, options: ExampleGenOptions, fmt: str, profile: FilePr
     for feature in schema.feature:
         if (comments or {}).get(feature.name):
             feature.annotation.comment.append(comments[feature.name])
-    schema_file.write_schema(schema, os.path.join(staging, schema_file.SCHEMA_FILE))
+    schema_file.write_schema(schema, fileio.join(staging, schema_file.SCHEMA_FILE))
     manifest = shards.build_manifest(
         written, sources_info, options.sharding.compression, quarantined,
         format=fmt, split_key=options.split_key, partition_by=options.partition_by,

@@ -4,7 +4,8 @@ utilities (and so TFX) are imported only when a source has specs or pre-split pa
 from __future__ import annotations
 
 import dataclasses
-import os
+
+from components import fileio
 from typing import Optional
 
 from components.example_gen.options import ExampleGenOptions
@@ -35,9 +36,9 @@ def resolve_inputs(options: ExampleGenOptions) -> ExampleGenOptions:
                                  "{YYYY}{MM}{DD} spec in the source pattern")
             return options
         # Stock globs below a base folder; the base is what comes before the first spec.
-        base = os.path.dirname(options.source[:min(found)])
-        patterns = {HASH_SPLITS: os.path.relpath(options.source, base)}
-    described = ", ".join(os.path.join(base, p) for p in patterns.values())
+        base = fileio.dirname(options.source[:min(found)])
+        patterns = {HASH_SPLITS: fileio.relpath(options.source, base)}
+    described = ", ".join(fileio.join(base, p) for p in patterns.values())
 
     def resolve(span: Optional[int] = None) -> tuple[int, Optional[int], str, dict]:
         splits = [example_gen_pb2.Input.Split(name=name or "source", pattern=pattern)
@@ -47,7 +48,7 @@ def resolve_inputs(options: ExampleGenOptions) -> ExampleGenOptions:
         fingerprint, found_span, version = \
             utils.calculate_splits_fingerprint_span_and_version(base, splits, config)
         return found_span, version, fingerprint, {
-            name: os.path.join(base, split.pattern) for name, split in zip(patterns, splits)}
+            name: fileio.join(base, split.pattern) for name, split in zip(patterns, splits)}
 
     try:
         latest = resolve()

@@ -9,7 +9,6 @@ Arrow arrays. `col=value/` folders become columns, as in Spark's partition disco
 """
 from __future__ import annotations
 
-import os
 import urllib.parse
 from typing import Union
 
@@ -36,7 +35,7 @@ def read_examples(spark, path: str,
     if isinstance(schema, str):
         schema = schema_file.load_schema(schema)
     schema = schema or schema_file.find_schema(files[0]) or _inferred_schema(files[0])
-    root = path if os.path.isdir(path) else os.path.dirname(path)
+    root = path if fileio.isdir(path) else fileio.dirname(path)
     # A partition column the records also hold (ExampleGen's partition_by keeps it) is read
     # from the records.
     stored = {f.name for f in schema.feature}
@@ -59,10 +58,10 @@ def file_groups(files: list[str], cores: int) -> list[list[str]]:
 def _tfrecord_files(path: str) -> list[str]:
     from components.example_gen.sources import locate
 
-    if not os.path.isdir(path):
+    if not fileio.isdir(path):
         return [path]
     return [f for f in locate.list_files(path) if
-            os.path.basename(f).startswith("data_tfrecord-") or ".tfrecord" in f]
+            fileio.basename(f).startswith("data_tfrecord-") or ".tfrecord" in f]
 
 
 def _inferred_schema(path: str) -> schema_pb2.Schema:
@@ -92,7 +91,7 @@ def _inferred_schema(path: str) -> schema_pb2.Schema:
 def _partition_names(root: str, files: list[str]) -> list[str]:
     names: list[str] = []
     for f in files:
-        for part in os.path.relpath(os.path.dirname(f), root).split(os.sep):
+        for part in fileio.parts(fileio.relpath(fileio.dirname(f), root)):
             if "=" in part:
                 name = urllib.parse.unquote(part.split("=", 1)[0])
                 if name not in names:
@@ -102,7 +101,7 @@ def _partition_names(root: str, files: list[str]) -> list[str]:
 
 def _partition_values(root: str, path: str) -> dict:
     values = {}
-    for part in os.path.relpath(os.path.dirname(path), root).split(os.sep):
+    for part in fileio.parts(fileio.relpath(fileio.dirname(path), root)):
         if "=" in part:
             name, text = part.split("=", 1)
             values[urllib.parse.unquote(name)] = (

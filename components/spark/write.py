@@ -11,11 +11,10 @@ object.
 from __future__ import annotations
 
 import dataclasses
-import os
 import pickle
 from typing import Optional
 
-from components import faults, shards
+from components import faults, fileio, shards
 from components.codec import serializer
 from components.example_gen import encode
 from components.example_gen.options import ExampleGenOptions
@@ -91,7 +90,7 @@ class _PartitionEncoder:
         split_names, weights, key_columns = encode.split_plan(options, self._kinds)
         faults.before_task(self._staging, task, "write_examples")
         # Only the chunks of the attempt whose payload Spark keeps are planned.
-        writer = shards.ChunkWriter(os.path.join(self._staging, "_chunks"), task,
+        writer = shards.ChunkWriter(fileio.join(self._staging, "_chunks"), task,
                                     options.sharding)
         # Kinds come from the DataFrame's schema, so the profile starts with every column
         # and only counts presence and string values.

@@ -5,6 +5,8 @@ import dataclasses
 import json
 import logging
 import os
+
+from components import fileio
 from typing import Callable, Optional
 
 import tensorflow as tf
@@ -101,9 +103,9 @@ def worker_folders(strategy: tf.distribute.Strategy, model_run_dir: str,
                    checkpoint_dir: Optional[str] = None) -> WorkerFolders:
     """This process's folders; checkpoints default to `<model_run_dir>/checkpoints`."""
     worker = worker_index(strategy)
-    checkpoints = checkpoint_dir or os.path.join(model_run_dir, "checkpoints")
+    checkpoints = checkpoint_dir or fileio.join(model_run_dir, "checkpoints")
     if worker is None:
         return WorkerFolders(None, model_run_dir, checkpoints, checkpoints)
     own = f"worker-{worker}"
-    return WorkerFolders(worker, os.path.join(model_run_dir, own),
-                         os.path.join(checkpoints, own), checkpoints)
+    return WorkerFolders(worker, fileio.join(model_run_dir, own),
+                         fileio.join(checkpoints, own), checkpoints)

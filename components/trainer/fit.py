@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import time
 from typing import Callable, Optional
 
@@ -215,8 +214,8 @@ def train(model: tf.keras.Model, strategy: tf.distribute.Strategy, train_data, *
     def test_step(batch):
         return _first_replica(strategy, strategy.run(model.test_step, args=(batch,)))
 
-    train_writer = tf.summary.create_file_writer(os.path.join(log_dir, "train"))
-    eval_writer = tf.summary.create_file_writer(os.path.join(log_dir, "eval"))
+    train_writer = tf.summary.create_file_writer(fileio.join(log_dir, "train"))
+    eval_writer = tf.summary.create_file_writer(fileio.join(log_dir, "eval"))
     iterator = iter(train_data)
     epochs: list[EpochTiming] = []
     warmup = 0.0
@@ -299,7 +298,7 @@ class _Saves:
                                                step=self._step, **state)
         self._manager = tf.train.CheckpointManager(self._checkpoint, checkpointing.directory,
                                                    max_to_keep=checkpointing.keep)
-        self._prefix = os.path.join(checkpointing.directory, "ckpt")  # the manager's names
+        self._prefix = fileio.join(checkpointing.directory, "ckpt")  # the manager's names
         self._restore_from = checkpointing.restore_from or checkpointing.directory
 
     def restore(self) -> int:
@@ -327,7 +326,7 @@ class _Saves:
             text = input_position_text(self._stream.stream_seed, done,
                                        self._stream.stream_epoch,
                                        self._stream.stream_start + done * self._global_batch)
-            fileio.makedirs(os.path.dirname(self._prefix))
+            fileio.makedirs(fileio.dirname(self._prefix))
             fileio.write_text(f"{self._prefix}-{done}{INPUT_POSITION_SUFFIX}", text)
             input_bytes = len(text)
         try:
@@ -359,11 +358,11 @@ def _devices(strategy: tf.distribute.Strategy) -> list[str]:
 
 
 def write_report(report: dict, folder: str) -> str:
-    path = os.path.join(folder, REPORT_FILE)
+    path = fileio.join(folder, REPORT_FILE)
     tf.io.gfile.makedirs(folder)
     fileio.write_json(path, report)
     return path
 
 
 def load_report(folder: str) -> Optional[dict]:
-    return fileio.read_json(os.path.join(folder, REPORT_FILE))
+    return fileio.read_json(fileio.join(folder, REPORT_FILE))

@@ -10,14 +10,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
 from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import packing, tfrecord_io
+from components import fileio, packing, tfrecord_io
 from components.packing import graph as packed_graph
 from components.codec import parser
 from components.images import ImageSpec, decode_images, with_storage_from
@@ -51,8 +50,8 @@ def split_rows(file_patterns) -> Optional[int]:
     total = 0
     for pattern in patterns:
         split_dir = pattern.rstrip("*/").rstrip("/")
-        split = os.path.basename(split_dir)
-        manifest = shards.read_manifest(os.path.dirname(split_dir)) \
+        split = fileio.basename(split_dir)
+        manifest = shards.read_manifest(fileio.dirname(split_dir)) \
             if split.startswith("Split-") else None
         if not manifest or split[len("Split-"):] not in manifest.get("splits", {}):
             return None

@@ -16,7 +16,6 @@ import importlib
 import importlib.util
 import inspect as pyinspect
 import logging
-import os
 import random
 from typing import Callable, Optional, Sequence, Union
 
@@ -90,7 +89,7 @@ def with_image_storage(preprocessing_fn: Callable[[dict], dict], raw_schema: sch
 
 
 def split_files(examples_dir: str, split: str) -> str:
-    return os.path.join(examples_dir, f"Split-{split}", "*")
+    return fileio.join(examples_dir, f"Split-{split}", "*")
 
 
 def _raw_source(examples_dir: str, split: str, schema: schema_pb2.Schema):
@@ -111,7 +110,7 @@ class _EncodeChunks(beam.DoFn):
         self._staging, self._sharding = staging, sharding
 
     def start_bundle(self):
-        self._writer = shards.ChunkWriter(os.path.join(self._staging, "_chunks"),
+        self._writer = shards.ChunkWriter(fileio.join(self._staging, "_chunks"),
                                           random.getrandbits(40), self._sharding)
         self._pending, self._pending_rows, self._rows, self._records = [], 0, 0, 0
 
@@ -166,9 +165,9 @@ def copy_cache(source: str, destination: str, keys: Optional[Sequence[str]] = No
         return
     for key in keys if keys is not None else fileio.listdir(source):
         key = key.rstrip("/")
-        if fileio.exists(os.path.join(source, key)) and \
-                not fileio.exists(os.path.join(destination, key)):
-            fileio.copy_tree(os.path.join(source, key), os.path.join(destination, key))
+        if fileio.exists(fileio.join(source, key)) and \
+                not fileio.exists(fileio.join(destination, key)):
+            fileio.copy_tree(fileio.join(source, key), fileio.join(destination, key))
 
 
 def _analyze(make_pipeline, options, examples_dirs, raw_schema, graph_dir, temp_dir
@@ -197,7 +196,7 @@ def _analyze(make_pipeline, options, examples_dirs, raw_schema, graph_dir, temp_
             keys = list(sources)
             entry_keys = analysis_graph_builder.get_analysis_cache_entry_keys(
                 preprocessing_fn, specs, keys, False)
-            cached = [k for k in keys if fileio.exists(os.path.join(cache_dir, k.key))]
+            cached = [k for k in keys if fileio.exists(fileio.join(cache_dir, k.key))]
             input_cache = pipeline | "ReadCache" >> analyzer_cache.ReadAnalysisCacheFromFS(
                 cache_dir, cached, cache_entry_keys=entry_keys) if cached else {}
             analysed = analysis_graph_builder.get_analysis_dataset_keys(
@@ -230,7 +229,7 @@ def _transform(make_pipeline, options, examples_dirs, splits, raw_schema, schema
         chunks = [o.chunks for o in outputs] | "AllChunks" >> beam.Flatten()
         counts = [o[ROW_COUNTS] for o in outputs] | "AllCounts" >> beam.Flatten()
         written = chunks | "WriteShards" >> beam_shards.WriteShards(staging, options.sharding)
-        result_path = os.path.join(staging, "_result.json")
+        result_path = fileio.join(staging, "_result.json")
         _ = (pipeline | "Once" >> beam.Create([None]) | "Collect" >> beam.Map(
             _write_result, result_path, written=beam.pvalue.AsList(written),
             counts=beam.pvalue.AsList(counts)))
@@ -264,8 +263,8 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
     if options.analyze_split not in splits:
         raise ValueError(f"analyze split {options.analyze_split!r} is not among {splits}")
     with shards.staged_output(output_dir) as staging:
-        graph_staging = os.path.join(staging, "_graph")
-        temp_dir = os.path.join(staging, "_tft_tmp")
+        graph_staging = fileio.join(staging, "_graph")
+        temp_dir = fileio.join(staging, "_tft_tmp")
         analysis = _analyze(make_pipeline, options, examples_dirs, raw_schema, graph_staging,
                             temp_dir)
         # Stock TFX writes the raw schema into the graph too; raw_feature_spec() reads it.
@@ -273,7 +272,7 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
 
         metadata_io.write_metadata(
             dataset_metadata.DatasetMetadata(raw_schema),
-            os.path.join(graph_staging, tft.TFTransformOutput.RAW_METADATA_DIR))
+            fileio.join(graph_staging, tft.TFTransformOutput.RAW_METADATA_DIR))
         row_schema = tft.TFTransformOutput(graph_staging).transformed_metadata.schema
         schema = stored_schema(row_schema, options, raw_image_names(raw_schema, options))
         # The encoder is given the schema stored beside the blocks, so they say the same.
@@ -286,7 +285,7 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
         expected = [rows_in(d, splits, m) for d, m in zip(examples_dirs, input_manifests)]
         reconcile(manifest, result["rows"], {split: sum(e[split] for e in expected)
                                              for split in splits})
-        schema_file.write_schema(schema, os.path.join(staging, schema_file.SCHEMA_FILE))
+        schema_file.write_schema(schema, fileio.join(staging, schema_file.SCHEMA_FILE))
         shards.write_manifest(staging, manifest)
         fileio.copy_tree(graph_staging, graph_dir)
     logging.info("Transformed %d rows into %s (%s)", manifest["rows_written"], output_dir,
@@ -348,7 +347,7 @@ def stored_schema(row_schema: schema_pb2.Schema, options: TransformOptions,
 
 def shards_schema(examples_dir: str) -> Optional[schema_pb2.Schema]:
     """The schema our ExampleGen stored beside its shards, if these are ours."""
-    path = os.path.join(examples_dir, schema_file.SCHEMA_FILE)
+    path = fileio.join(examples_dir, schema_file.SCHEMA_FILE)
     return schema_file.load_schema(path) if tf.io.gfile.exists(path) else None
 
 

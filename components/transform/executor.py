@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
-from components import tfx_artifacts
+from components import fileio, tfx_artifacts
 from components.codec import schema_file
 from components.options import OPTIONS_KEY
 from components.transform import beam_job
@@ -23,7 +22,8 @@ class AnomaliesFound(ValueError):
 def check_anomalies(anomalies) -> None:
     """Raises AnomaliesFound listing every anomaly in the ExampleAnomalies artifact."""
     found = tfx_artifacts.split_anomalies(
-        anomalies.uri, artifact_utils.decode_split_names(anomalies.split_names), described=True)
+        anomalies.uri, artifact_utils.decode_split_names(anomalies.split_names), described=True,
+        required=True)
     listed = [f"{split}: {item}" for split, items in found.items() for item in items]
     if listed:
         raise AnomaliesFound(
@@ -72,5 +72,6 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         transformed.set_int_custom_property("rows_written", manifest["rows_written"])
         # The post-transform Schema is the schema stored beside the transformed shards.
         post_schema = artifact_utils.get_single_uri(output_dict["post_transform_schema"])
+        fileio.makedirs(post_schema)  # only LocalDagRunner makes output folders beforehand
         schema_file.write_schema(schema_file.load_schema(transformed.uri),
-                                 os.path.join(post_schema, schema_file.SCHEMA_FILE))
+                                 fileio.join(post_schema, schema_file.SCHEMA_FILE))

@@ -8,13 +8,13 @@ memory does not grow with the file.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from typing import Callable, Iterator, Optional, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from components import fileio
 from components.codec import serializer
 
 BATCH_ROWS = 65_536
@@ -24,15 +24,17 @@ Reader = Callable[[str, Optional[dict]], Iterator[Item]]
 
 
 def open_input(path: str, seekable: bool = False):
-    """A pyarrow stream for a local path or any URI pyarrow.fs knows (gs://, s3://, hdfs://)."""
-    import pyarrow.fs as pafs
+    """A pyarrow stream for a local path or a URI (gs://, s3://, hdfs://), through the file
+    layer's stores (their endpoints and credentials)."""
+    if not fileio.is_remote(path):
+        import pyarrow.fs as pafs
 
-    if "://" in path:
-        filesystem, inner = pafs.FileSystem.from_uri(path)
-    else:
-        filesystem, inner = pafs.LocalFileSystem(), os.path.abspath(path)
-    return filesystem.open_input_file(inner) if seekable else \
-        filesystem.open_input_stream(inner)
+        local = pafs.LocalFileSystem()
+        path = fileio.absolute(path)
+        return local.open_input_file(path) if seekable else local.open_input_stream(path)
+    store, inner = fileio.filesystem(path)
+    with fileio.calling_store(path):
+        return store.open_input_file(inner) if seekable else store.open_input_stream(inner)
 
 
 class SourceError(ValueError):

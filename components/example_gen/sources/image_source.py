@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import io
-import os
+import posixpath
 import re
 from typing import Iterator, Optional
 
@@ -36,7 +36,7 @@ def read_images(labels_path: str, kinds: Optional[dict] = None
     """
     from PIL import Image, UnidentifiedImageError
 
-    folder = os.path.dirname(labels_path)
+    folder = fileio.dirname(labels_path)
     label_kinds = None if kinds is None else {
         k: v for k, v in kinds.items() if k not in IMAGE_COLUMNS}
     for item in read_csv(labels_path, label_kinds):
@@ -49,8 +49,10 @@ def read_images(labels_path: str, kinds: Optional[dict] = None
         keep, columns = [], {k: [] for k in IMAGE_COLUMNS}
         for row, name in enumerate(names):
             name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
-            path = os.path.normpath(os.path.join(folder, name))
-            if not path.startswith(os.path.normpath(folder) + os.sep):
+            # Normalised as a name inside the folder, never the folder's URI (gs:// stays).
+            inside = posixpath.normpath(name.replace("\\", "/"))
+            path = fileio.join(folder, inside)
+            if inside.startswith(("../", "/")) or inside in ("..", "."):
                 yield BadRecord(labels_path, f"filename {name!r}", "path leaves the folder")
                 continue
             if not fileio.exists(path):

@@ -2,7 +2,7 @@
 fingerprinted."""
 from __future__ import annotations
 
-import os
+import posixpath
 from typing import Optional
 
 from components import fileio
@@ -30,27 +30,32 @@ def resolve_source(source: str) -> str:
 
     package, relative = BUNDLED_SOURCES[name]
     # find_spec locates the package without importing it (importing tfx is slow).
-    path = os.path.join(os.path.dirname(importlib.util.find_spec(package).origin), relative)
-    if not os.path.exists(path):
+    path = fileio.join(fileio.dirname(importlib.util.find_spec(package).origin), relative)
+    if not fileio.exists(path):
         raise SourceError(f"{source}: {path} is missing from the installed {package} package")
     return path
 
 
-def local_fingerprint(source: str) -> Optional[str]:
-    """A digest of the local files under `source` (names, sizes, mtimes), or None for bundled
-    and remote sources, which are not listed when the pipeline is built."""
+def source_fingerprint(source: str) -> Optional[str]:
+    """A digest of the files under `source` (names, sizes, modification times), on a disk or
+    an object store (where a replaced object has a new time), or None for a bundled source,
+    which changes only with the installed package. It is a parameter of ExampleGen, so a
+    changed file makes ExampleGen run again rather than come from the cache."""
     import hashlib
 
-    if source.startswith(BUNDLED_PREFIX) or "://" in source:
+    if source.startswith(BUNDLED_PREFIX):
         return None
     try:
         paths = list_files(source)  # a folder: every file below it, an image folder's too
+        if fileio.isdir(source):  # an image folder's images are data too
+            paths = sorted(set(paths) | {fileio.join(root, n) for root, _, names in
+                                         fileio.walk(source) for n in names})
     except SourceError:
         return None  # the executor reports the missing source with its own message
     digest = hashlib.sha256()
     for path in paths:
-        stat = os.stat(path)
-        digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+        size, mtime_ns = fileio.stat(path)
+        digest.update(f"{path}:{size}:{mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
 
 
@@ -63,7 +68,7 @@ def detect_format(path: str) -> str:
     if fileio.isdir(path):
         for source_format in FORMATS.values():
             marker = source_format.folder_marker
-            if marker and fileio.exists(os.path.join(path, marker)):
+            if marker and fileio.exists(fileio.join(path, marker)):
                 return source_format.name
     exts = {_extension(f) for f in files}
     if not exts:
@@ -78,12 +83,12 @@ def detect_format(path: str) -> str:
 
 
 def _extension(path: str) -> str:
-    name = os.path.basename(path).lower()
+    name = fileio.basename(path).lower()
     if name.endswith(".gz"):
         name = name[:-3]
     if "data_tfrecord-" in name:  # TFX's own shard names carry no extension
         return ".tfrecord"
-    return os.path.splitext(name)[1]
+    return posixpath.splitext(name)[1]
 
 
 def is_hidden(name: str) -> bool:
@@ -103,9 +108,9 @@ def is_layout_file(root: str, name: str, output_roots: set[str]) -> bool:
     if name == SCHEMA_FILE:
         return True
     return any(root == top and name == MANIFEST_FILE or
-               root == os.path.join(top, QUARANTINE_DIR) or
+               root == fileio.join(top, QUARANTINE_DIR) or
                root.startswith(top) and
-               INDEX_FOLDER in os.path.relpath(root, top).split(os.sep)
+               INDEX_FOLDER in fileio.parts(fileio.relpath(root, top))
                for top in output_roots)
 
 
@@ -121,7 +126,7 @@ def layout_files(path: str) -> list[str]:
     if not fileio.isdir(path):
         return []
     roots = _output_roots(path)
-    return sorted(os.path.join(root, n) for root, _, names in fileio.walk(path)
+    return sorted(fileio.join(root, n) for root, _, names in fileio.walk(path)
                   for n in names if not is_hidden(n) and is_layout_file(root, n, roots))
 
 
@@ -130,7 +135,7 @@ def hidden_files(path: str) -> list[str]:
     names them in its manifest, so nothing is skipped unseen."""
     if not fileio.isdir(path):
         return []
-    return sorted(os.path.join(root, n) for root, _, names in fileio.walk(path)
+    return sorted(fileio.join(root, n) for root, _, names in fileio.walk(path)
                   for n in names if is_hidden(n))
 
 
@@ -140,7 +145,7 @@ def list_files(path: str, fmt: Optional[str] = None) -> list[str]:
     `layout_files` list them for the manifest."""
     marker = FORMATS[fmt].folder_marker if fmt in FORMATS else None
     if marker:
-        return [os.path.join(path, marker)]
+        return [fileio.join(path, marker)]
     if not fileio.isdir(path):
         matched = sorted(fileio.glob(path))
         if not matched:
@@ -149,7 +154,7 @@ def list_files(path: str, fmt: Optional[str] = None) -> list[str]:
     found = []
     roots = _output_roots(path)
     for root, _, names in fileio.walk(path):
-        found += [os.path.join(root, n) for n in names
+        found += [fileio.join(root, n) for n in names
                   if not is_hidden(n) and not is_layout_file(root, n, roots)]
     return sorted(found)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from components import fileio
 from components.example_gen.sources import (
     csv_source, image_source, jsonl_source, parquet_source, tfrecord_source)
 from components.example_gen.sources.base import FileProfile, Item, SourceError, SourceFormat
@@ -35,6 +36,12 @@ def _unreadable(path: str, error: Exception) -> SourceError:
     if isinstance(error, UnicodeDecodeError):
         return SourceError(f"{path}: not UTF-8 where a column name must be "
                            f"(byte {error.start} of the name): {error.reason}")
+    if isinstance(error, fileio.StorageError):
+        return SourceError(str(error))
+    # A store's network or credential error met while streaming is not damage in the file.
+    cause = fileio.store_cause(str(error)) if fileio.is_remote(path) else None
+    if cause is not None and not isinstance(error, FileNotFoundError):
+        return SourceError(str(fileio.StorageError(path, cause, str(error))))
     if isinstance(error, FileNotFoundError):
         return SourceError(f"{path}: the file is gone: {error}")
     return SourceError(f"{path}: unreadable, the file is damaged and nothing after the damage "
