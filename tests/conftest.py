@@ -211,3 +211,17 @@ def taxi_run(taxi_cli_run):
     """(config, summary) of the taxi_cli_run."""
     config, summary, _ = taxi_cli_run
     return config, summary
+
+
+@pytest.fixture(scope="session")
+def object_stores(tmp_path_factory):
+    """A GCS emulator under Google's host names and an S3 server, in a private network
+    namespace (tests/object_stores.py); skipped with one line where it cannot be made."""
+    from object_stores import start_object_stores, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    stores = start_object_stores(str(tmp_path_factory.mktemp("object-stores")))
+    yield stores
+    stores.close()
