@@ -95,7 +95,7 @@ def absolute(path: str) -> str:
     without a trailing slash."""
     if is_remote(path):
         return path.rstrip("/")
-    return os.path.abspath((path))
+    return os.path.abspath(path)
 
 
 def is_hidden(name: str) -> bool:
@@ -173,6 +173,10 @@ def _store(store: str, settings: tuple):
                            str(e)) from e
 
 
+# A forked child (a DataLoader worker, a Beam worker) makes its own connections: the parent's
+# filesystem objects hold threads and sockets that do not survive a fork.
+os.register_at_fork(after_in_child=_store.cache_clear)
+
 _CAUSES = (
     (re.compile(r"credential|UNAUTHENTICATED|PERMISSION_DENIED|AccessDenied|Forbidden|"
                 r"InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken|HTTP status 40[13]", re.I),
@@ -223,11 +227,18 @@ def _info(uri: str):
 
 # ---- reading and writing ------------------------------------------------------------------
 
-def open_file(path: str, mode: str = "rb"):
+# A read of a URI file is one request; reading ahead this much makes a stream of small reads
+# (a record's header, then its body) a request per 4 MiB, not one per read.
+REMOTE_READ_AHEAD = 4 << 20
+
+
+def open_file(path: str, mode: str = "rb", buffered: bool = True):
     """A file object: seekable for reading ("rb", "r"), a stream for writing ("wb", "w").
-    On an object store a written file appears whole when it is closed."""
+    A URI read is buffered (REMOTE_READ_AHEAD) unless `buffered` is False, for positional
+    reads of a few records each (random access). On an object store a written file appears
+    whole when it is closed."""
     if not is_remote(path):
-        return open((path), mode)
+        return open(path, mode)
     store, inner = filesystem(path)
     with calling_store(path):
         if mode in ("rb", "r"):
@@ -235,9 +246,12 @@ def open_file(path: str, mode: str = "rb"):
             if info.type.name != "File":
                 raise FileNotFoundError(f"{path}: no such file")
             handle = store.open_input_file(inner)
+            if buffered or mode == "r":
+                handle = io.BufferedReader(handle, buffer_size=REMOTE_READ_AHEAD)
             return handle if mode == "rb" else io.TextIOWrapper(handle, encoding="utf-8")
         if mode in ("wb", "w"):
-            handle = store.open_output_stream(inner)
+            # compression=None: pyarrow would gzip a ".gz" name by default; we write the bytes
+            handle = store.open_output_stream(inner, compression=None)
             return handle if mode == "wb" else io.TextIOWrapper(handle, encoding="utf-8")
     raise ValueError(f"{path}: mode {mode!r} is not supported on an object store")
 
@@ -249,7 +263,7 @@ def read_bytes(path: str) -> bytes:
 
 def read_range(path: str, start: int, length: int) -> bytes:
     """`length` bytes of `path` from `start`: one ranged read on an object store."""
-    with open_file(path, "rb") as f:
+    with open_file(path, "rb", buffered=False) as f:
         if is_remote(path):
             return f.read_at(length, start)
         f.seek(start)
@@ -278,7 +292,7 @@ def read_ranges(path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
             spans[-1][3] = position + 1
         else:
             spans.append([start, start + length, position, position + 1])
-    with open_file(path, "rb") as f:
+    with open_file(path, "rb", buffered=False) as f:
         if is_remote(path):
             from concurrent.futures import ThreadPoolExecutor
 
@@ -304,7 +318,7 @@ def append_range(source: str, start: int, length: int, out) -> None:
         out.flush()
         copied = 0
         try:
-            with open((source), "rb") as f:
+            with open(source, "rb") as f:
                 while copied < length:
                     step = os.copy_file_range(f.fileno(), out.fileno(), length - copied,
                                               offset_src=start + copied)
@@ -341,7 +355,7 @@ def create_new(path: str) -> bool:
     (the fault hooks' use: one test process, attempts seconds apart)."""
     if not is_remote(path):
         try:
-            os.close(os.open((path), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             return False
         return True
@@ -371,14 +385,14 @@ def write_json(path: str, value: Any, indent: Optional[int] = 2) -> None:
 
 def exists(path: str) -> bool:
     if not is_remote(path):
-        return os.path.exists((path))
+        return os.path.exists(path)
     info, pafs = _info(path)
     return info.type != pafs.FileType.NotFound
 
 
 def isdir(path: str) -> bool:
     if not is_remote(path):
-        return os.path.isdir((path))
+        return os.path.isdir(path)
     info, pafs = _info(path)
     return info.type == pafs.FileType.Directory
 
@@ -386,7 +400,7 @@ def isdir(path: str) -> bool:
 def stat(path: str) -> tuple[int, int]:
     """(size in bytes, modification time in ns) of a file."""
     if not is_remote(path):
-        found = os.stat((path))
+        found = os.stat(path)
         return found.st_size, found.st_mtime_ns
     info, pafs = _info(path)
     if info.type == pafs.FileType.NotFound:
@@ -395,7 +409,7 @@ def stat(path: str) -> tuple[int, int]:
 
 
 def size(path: str) -> int:
-    return os.path.getsize((path)) if not is_remote(path) else stat(path)[0]
+    return os.path.getsize(path) if not is_remote(path) else stat(path)[0]
 
 
 def _entries(path: str, recursive: bool) -> list:
@@ -409,14 +423,14 @@ def _entries(path: str, recursive: bool) -> list:
 
 def listdir(path: str) -> list[str]:
     if not is_remote(path):
-        return sorted(os.listdir((path)))
+        return sorted(os.listdir(path))
     return sorted({posixpath.basename(e.path.rstrip("/")) for e in _entries(path, False)})
 
 
 def walk(path: str) -> Iterator[tuple[str, list[str], list[str]]]:
     """(folder, subfolders, files) top-down, like os.walk; on a store from one listing."""
     if not is_remote(path):
-        yield from os.walk((path))
+        yield from os.walk(path)
         return
     import pyarrow.fs as pafs
 
@@ -451,7 +465,7 @@ def glob(pattern: str) -> list[str]:
     if not is_remote(pattern):
         import glob as local_glob
 
-        return sorted(local_glob.glob((pattern)))
+        return sorted(local_glob.glob(pattern))
     pieces = pattern.split("/")
     fixed = next((i for i, p in enumerate(pieces) if any(c in p for c in "*?[")), None)
     if fixed is None:
@@ -478,7 +492,7 @@ def _matches(path: str, pieces: Sequence[str]) -> bool:
 
 def makedirs(path: str) -> None:
     if not is_remote(path):
-        os.makedirs((path), exist_ok=True)
+        os.makedirs(path, exist_ok=True)
         return
     store, inner = filesystem(path)
     with calling_store(path):
@@ -487,7 +501,7 @@ def makedirs(path: str) -> None:
 
 def remove(path: str) -> None:
     if not is_remote(path):
-        os.remove((path))
+        os.remove(path)
         return
     store, inner = filesystem(path)
     with calling_store(path):
@@ -498,7 +512,7 @@ def rmtree(path: str) -> None:
     if not is_remote(path):
         import shutil
 
-        shutil.rmtree((path))
+        shutil.rmtree(path)
         return
     store, inner = filesystem(path)
     with calling_store(path):
@@ -509,7 +523,7 @@ def rename(source: str, destination: str) -> None:
     """Moves a file or folder. Locally one atomic rename; on an object store each object is
     copied and deleted under its exact name (never a prefix), a folder's data first."""
     if not is_remote(source):
-        os.rename((source), (destination))
+        os.rename(source, destination)
         return
     store, inner = filesystem(source)
     _, target = filesystem(destination)
@@ -528,7 +542,7 @@ def copy_file(source: str, destination: str) -> None:
     if not is_remote(source) and not is_remote(destination):
         import shutil
 
-        shutil.copyfile((source), (destination))
+        shutil.copyfile(source, destination)
         return
     if scheme(source) == scheme(destination):
         store, inner = filesystem(source)

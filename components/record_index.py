@@ -218,7 +218,7 @@ class RecordReader:
 
     def _read(self, offset: int, length: int) -> bytes:
         if self._file is None:
-            self._file = fileio.open_file(self.index.path, "rb")
+            self._file = fileio.open_file(self.index.path, "rb", buffered=False)
         self._file.seek(offset)
         return self._file.read(length)
 

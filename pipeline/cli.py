@@ -221,7 +221,7 @@ def examplegen(ctx, source, output_dir, **named) -> None:
                    "without reading the data, when there is one) and the total.")
 def inspect(path, limit, fmt, count) -> None:
     """Print records of a TFRecord file or folder, typed by its schema.pbtxt if there is one."""
-    from components import example_rows, record_index
+    from components import example_rows, fileio, record_index, shards
     from components.tfrecord_io import CorruptRecordError
 
     try:
@@ -234,7 +234,7 @@ def inspect(path, limit, fmt, count) -> None:
             click.echo(f"total: {total:,} records")
             return
         rows = list(example_rows.iter_rows(path, limit=limit))
-    except CorruptRecordError as e:
+    except (CorruptRecordError, shards.IncompleteOutputError, fileio.StorageError) as e:
         raise click.ClickException(str(e))
     click.echo(example_rows.format_rows(rows, fmt))
 

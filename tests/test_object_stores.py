@@ -175,6 +175,70 @@ def test_the_same_objects_from_every_gcs_client(stores, tmp_path):
     }, seen
 
 
+def test_gz_named_objects_keep_their_bytes(stores, tmp_path):
+    """A name ending in .gz says nothing to GCS: the object holds the bytes written, whoever
+    writes and reads it. (pyarrow's open_output_stream gzips a .gz name itself unless told
+    compression=None, and open_input_file does not undo it: a writer that forgets stores
+    other bytes on real GCS too.) Only an object whose metadata says contentEncoding: gzip is
+    transcoded on download, and only for a client that does not accept gzip."""
+    bucket = stores.make_bucket("gs", "gz-bucket")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    seen = run_python(stores, f"""
+        import gzip, json, os
+        import pyarrow.fs as pafs
+        import tensorflow as tf
+        from google.cloud import storage
+        from components import fileio
+        bucket = "{bucket}"
+        payloads = {{"random": os.urandom(600_000),
+                     "gzip": gzip.compress(os.urandom(2_000) + b"tfrecord " * 60_000)}}
+        store = pafs.GcsFileSystem()
+        seen = {{}}
+        for kind, data in payloads.items():
+            for writer in ("pyarrow", "fileio"):
+                uri = f"{{bucket}}/{{writer}}/{{kind}}.gz"
+                if writer == "pyarrow":
+                    with store.open_output_stream(uri[5:], compression=None) as out:
+                        out.write(data)
+                else:
+                    with fileio.open_file(uri, "wb") as out:
+                        out.write(data)
+                third = len(data) // 3
+                with store.open_input_file(uri[5:]) as source:
+                    arrow_read, arrow_range = source.read(), source.read_at(1000, third)
+                with tf.io.gfile.GFile(uri, "rb") as source:
+                    tf_read = source.read()
+                    source.seek(2 * third)
+                    tf_range = source.read(777)
+                seen[f"{{writer}}/{{kind}}"] = {{
+                    "size": store.get_file_info(uri[5:]).size == len(data),
+                    "pyarrow": arrow_read == data,
+                    "pyarrow_range": arrow_range == data[third:third + 1000],
+                    "fileio": fileio.read_bytes(uri) == data,
+                    "fileio_range": fileio.read_range(uri, 9, 100) == data[9:109],
+                    "tensorflow": tf_read == data,
+                    "tensorflow_range": tf_range == data[2 * third:2 * third + 777],
+                }}
+        # Metadata that really says gzip: stored as sent, served as stored to a client that
+        # accepts gzip, decompressed (as GCS does) for one that does not ask for it raw.
+        blob = storage.Client().bucket("gz-bucket").blob("encoded/data.gz")
+        blob.content_encoding = "gzip"
+        blob.upload_from_string(payloads["gzip"], content_type="application/octet-stream")
+        blob.reload()
+        seen["encoded"] = {{
+            "size": blob.size == len(payloads["gzip"]),
+            "raw": blob.download_as_bytes(raw_download=True) == payloads["gzip"],
+            "decoded": blob.download_as_bytes() == gzip.decompress(payloads["gzip"]),
+        }}
+        print(json.dumps(seen))
+    """, cwd=tmp_path, env={"PYTHONPATH": repo}, timeout=300)
+    expected = {"size": True, "pyarrow": True, "pyarrow_range": True, "fileio": True,
+                "fileio_range": True, "tensorflow": True, "tensorflow_range": True}
+    for name in ("pyarrow/random", "pyarrow/gzip", "fileio/random", "fileio/gzip"):
+        assert seen.pop(name) == expected, (name, seen)
+    assert seen == {"encoded": {"size": True, "raw": True, "decoded": True}}, seen
+
+
 def test_s3_through_pyarrow_and_boto3(stores, tmp_path):
     bucket = stores.make_bucket("s3", "s3-bucket")
     assert bucket == "s3://s3-bucket"

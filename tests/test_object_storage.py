@@ -1,0 +1,194 @@
+"""The pipeline, its gate and its readers with every artifact and source on an object store:
+gs:// on a GCS emulator reached under Google's own host names (so TensorFlow's, Beam's and
+pyarrow's clients all run as they would on Vertex), s3:// on moto's S3 server, each command
+run inside the private network namespace of tests/object_stores.py."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPLIT_KEY = "trip_start_timestamp"
+QUIET = {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore"}
+
+UPLOAD = "import sys\nfrom components import fileio\nfileio.copy_tree(sys.argv[1], sys.argv[2])"
+LISTING = ("import json, sys\nfrom components import fileio\n"
+           "print(json.dumps(sorted(fileio.join(r, n) for r, _, names in "
+           "fileio.walk(sys.argv[1]) for n in names)))")
+READ_TEXT = "import sys\nfrom components import fileio\nprint(fileio.read_text(sys.argv[1]))"
+
+
+def python(stores, code: str, *args: str, check: bool = True, env: dict = None):
+    result = stores.run([sys.executable, "-c", code, *args], cwd=ROOT,
+                        env={**QUIET, **(env or {})}, timeout=900)
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def tfrp(stores, *args: str, cwd: str, check: bool = True, env: dict = None):
+    result = stores.run([sys.executable, "-W", "ignore", "-m", "pipeline.cli", *args], cwd=cwd,
+                        env={**QUIET, **(env or {})}, timeout=1200)
+    if check:
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result
+
+
+def listing(stores, uri: str) -> list[str]:
+    return json.loads(python(stores, LISTING, uri).stdout)
+
+
+def components(stdout: str) -> dict[str, str]:
+    """{component: ran | cached | failed} from a run's summary."""
+    return dict(re.findall(r"^  (\w+) +(ran|cached|failed)\b", stdout, re.M))
+
+
+def run_args(data_root: str, bucket: str, output_root: str, *settings: str) -> list[str]:
+    return ["run", "--data-root", data_root, "--output-root", output_root,
+            "--pipeline-root", f"{bucket}/root", "--set", f"serving_dir={bucket}/serving",
+            "--set", f"split_key={SPLIT_KEY}", "--train-steps", "20", "--eval-steps", "2",
+            "--set", "min_accuracy=0", "--set", "min_auc=0", *settings]
+
+
+@pytest.fixture(scope="module")
+def gcs_runs(object_stores, taxi_slice_dir, tmp_path_factory) -> dict:
+    """Three runs of the whole pipeline with its root, serving folder and data on gs://: the
+    first, the same again, and one after the source file was replaced at the same path."""
+    bucket = object_stores.make_bucket("gs", "tfrp-pipeline")
+    data = f"{bucket}/data"
+    python(object_stores, UPLOAD, taxi_slice_dir, data)
+    work = tmp_path_factory.mktemp("gcs-run")
+    args = run_args(data, bucket, str(work / "out"))
+    first = tfrp(object_stores, *args, cwd=str(work))
+    objects_after_first = listing(object_stores, bucket)
+    second = tfrp(object_stores, *args, cwd=str(work))
+    # The same path, other bytes: the first 1,500 trips instead of 2,000.
+    with open(os.path.join(taxi_slice_dir, "data.csv"), encoding="utf-8") as f:
+        fewer = "".join(f.readlines()[:1501])
+    smaller = work / "smaller"
+    smaller.mkdir()
+    (smaller / "data.csv").write_text(fewer, encoding="utf-8")
+    python(object_stores, UPLOAD, str(smaller), data)
+    third = tfrp(object_stores, *args, cwd=str(work))
+    report = (work / "out" / "reports").glob("*/report.html")
+    return {"bucket": bucket, "work": work, "runs": (first, second, third),
+            "objects": objects_after_first, "report": next(report).read_text()}
+
+
+def test_every_output_of_a_run_rooted_on_gcs_is_in_the_bucket(gcs_runs):
+    first = gcs_runs["runs"][0]
+    work, bucket, objects = gcs_runs["work"], gcs_runs["bucket"], gcs_runs["objects"]
+    assert not (work / "gs:").exists() and not any(
+        p.name.startswith("gs:") for p in work.rglob("*")), "a local ./gs: folder was written"
+    for component in ("ShardedExampleGen", "StatisticsGen", "ImportSchemaGen",
+                      "ExampleValidator", "ShardedTransform", "Trainer", "Evaluator", "Pusher"):
+        assert any(o.startswith(f"{bucket}/root/{component}/") for o in objects), component
+    assert any(re.match(rf"{bucket}/root/ShardedExampleGen/examples/\d+/manifest\.json$", o)
+               for o in objects)
+    assert any(re.match(rf"{bucket}/serving/\d+/saved_model\.pb$", o) for o in objects), \
+        "no model was pushed to the bucket"
+    assert not any("/.staging-" in o or "/_COMMITTING" in o for o in objects)
+    assert components(first.stdout) == {
+        name: "ran" for name in ("ShardedExampleGen", "StatisticsGen", "ImportSchemaGen",
+                                 "ExampleValidator", "ShardedTransform", "Trainer",
+                                 "Evaluator", "Pusher")}, first.stdout
+
+
+def test_the_summary_and_report_of_a_gcs_run_are_as_complete_as_a_local_one(gcs_runs):
+    first, bucket = gcs_runs["runs"][0], gcs_runs["bucket"]
+    rows = re.search(r"^Rows per split: eval=([\d,]+), train=([\d,]+)$", first.stdout, re.M)
+    assert rows and sum(int(n.replace(",", "")) for n in rows.groups()) == 2000, first.stdout
+    assert f"Schema: {bucket}/root/ImportSchemaGen/schema/" in first.stdout
+    assert "Anomalies found: 0" in first.stdout
+    assert re.search(r"^Evaluation \(eval split\): .*accuracy=", first.stdout, re.M)
+    assert re.search(rf"^Pushed model: {bucket}/serving/\d+$", first.stdout, re.M), first.stdout
+    page = gcs_runs["report"]
+    assert "No statistics in this run." not in page and "No schema in this run." not in page
+    assert "trip_miles" in page and "payment_type" in page
+
+
+def test_a_gcs_run_again_is_cached_and_a_replaced_source_runs_examplegen_again(gcs_runs):
+    _, second, third = gcs_runs["runs"]
+    assert "Reused from cache: 6 of 8 components" in second.stdout, second.stdout
+    assert components(third.stdout)["ShardedExampleGen"] == "ran", third.stdout
+    rows = re.search(r"^Rows per split: eval=([\d,]+), train=([\d,]+)$", third.stdout, re.M)
+    assert sum(int(n.replace(",", "")) for n in rows.groups()) == 1500, third.stdout
+
+
+def test_anomalies_on_gcs_stop_the_run_before_transform(object_stores, taxi_slice_dir,
+                                                         tmp_path):
+    from test_gate import altered_slice
+
+    data = altered_slice(taxi_slice_dir, tmp_path / "data", "payment_type", "Bitcoin")
+    bucket = object_stores.make_bucket("gs", "tfrp-gate")
+    python(object_stores, UPLOAD, data, f"{bucket}/data")
+    result = tfrp(object_stores, *run_args(f"{bucket}/data", bucket, str(tmp_path / "out")),
+                  cwd=str(tmp_path), check=False)
+    assert result.returncode == 1, result.stdout + result.stderr[-2000:]
+    error = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(error) == 1 and "AnomaliesFound" in error[0], result.stderr[-2000:]
+    assert "eval: payment_type: Unexpected string values" in error[0]
+    for later in ("Trainer", "Evaluator", "Pusher"):
+        assert later not in result.stdout
+
+
+COUNT = """
+import sys
+sys.modules["tensorflow"] = None  # these readers must not need it
+from components import example_rows, numpy_reader, random_access, record_index
+folder = sys.argv[1]
+files = example_rows.record_files(folder)
+rows = sum(len(b["trip_miles"]) for b in numpy_reader.iter_batches(folder, batch_size=512))
+source = random_access.ExampleSource(folder)
+last = source[len(source) - 1]
+counted = sum(record_index.count(f)[0] for f in files)
+import torch.utils.data
+loader = torch.utils.data.DataLoader(numpy_reader.TorchDataset(folder, batch_size=256),
+                                     batch_size=None, num_workers=2)
+torch_rows = sum(len(b["trip_miles"]) for b in loader)
+print(rows, len(source), counted, torch_rows, sorted(last))
+"""
+
+
+@pytest.mark.parametrize("scheme", ["gs", "s3"])
+@pytest.mark.parametrize("compression", ["gzip", "none"])
+def test_tensorflow_free_readers_read_a_bucket(object_stores, taxi_slice_dir, tmp_path,
+                                               scheme, compression):
+    bucket = object_stores.make_bucket(scheme, f"readers-{compression}")
+    out = f"{bucket}/examples"
+    tfrp(object_stores, "examplegen", os.path.join(taxi_slice_dir, "data.csv"), out,
+         "--compression", compression, "--num-shards", "2", cwd=str(tmp_path))
+    result = python(object_stores, COUNT, out)
+    rows, length, counted, torch_rows, names = result.stdout.split(maxsplit=4)
+    assert int(rows) == int(length) == int(counted) == int(torch_rows) == 2000, result.stdout
+    assert "'trip_miles'" in names
+
+
+@pytest.mark.parametrize("moves", [0, 1, 2, 3, 4])
+def test_examplegen_killed_in_its_commit_on_a_bucket_leaves_nothing_readers_count(
+        object_stores, taxi_slice_dir, tmp_path, moves):
+    """Killed after `moves` of the commit's moves (0: only the marker written; the splits,
+    then the schema, then the manifest): either the output is whole and every reader counts
+    every row once, or every reader refuses it and a rerun names what to delete."""
+    bucket = object_stores.make_bucket("gs", f"killed-{moves}")
+    out = f"{bucket}/examples"
+    source = os.path.join(taxi_slice_dir, "data.csv")
+    killed = tfrp(object_stores, "examplegen", source, out, "--num-shards", "2",
+                  cwd=str(tmp_path), check=False, env={"TFRP_INJECT_FAULT": f"kill-in-commit={moves}"})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    counted = tfrp(object_stores, "inspect", "--count", out, cwd=str(tmp_path), check=False)
+    readers = python(object_stores, COUNT, out, check=False)
+    objects = listing(object_stores, bucket)
+    if any(o.endswith("/manifest.json") for o in objects):  # killed after the last move
+        assert counted.returncode == 0 and "total: 2,000 records" in counted.stdout
+        assert readers.returncode == 0 and readers.stdout.split()[:4] == ["2000"] * 4
+        return
+    for refused in (counted, readers):
+        assert refused.returncode != 0
+        assert "an unfinished output" in refused.stderr, refused.stderr[-2000:]
+    rerun = tfrp(object_stores, "examplegen", source, out, cwd=str(tmp_path), check=False)
+    assert rerun.returncode != 0 and f"gsutil -m rm -r {out}" in rerun.stderr, rerun.stderr
