@@ -29,16 +29,38 @@ SHUFFLES = ("buffer", "global")
 RANDOM_READS = 20_000
 
 
-def _epoch(shuffle: str, rows: int, folder: str) -> dict:
-    """One epoch of packed records through `build_dataset`, in this (fresh) process."""
+def uploaded(paths: dict, root: str) -> dict:
+    """The bench's files copied to `root` (a URI: gs://, s3://), `paths` with their URIs;
+    a file already there at its size is not copied again."""
+    from components import fileio
+
+    moved = {}
+    for key, value in paths.items():
+        if key not in ("tfrecords", "packed", "packed_schema"):
+            continue
+        local = value if isinstance(value, list) else [value]
+        remote = [fileio.join(root, fileio.basename(p)) for p in local]
+        for source, target in zip(local, remote):
+            if not fileio.exists(target) or fileio.size(target) != fileio.size(source):
+                fileio.copy_file(source, target)
+        moved[key] = remote if isinstance(value, list) else remote[0]
+    return {**paths, **moved}
+
+
+def _epoch(shuffle: str, rows: int, folder: str, root: str = "") -> dict:
+    """One epoch of packed records through `build_dataset`, in this (fresh) process; with a
+    `root`, from the copies there (`uploaded`)."""
     import tensorflow as tf
 
     from bench import input as input_bench
+    from components import fileio
     from components.codec import schema_file
     from components.trainer.input import build_dataset
     from components.trainer.options import InputConfig
 
     paths = input_bench.write_data(rows, folder)
+    if root:
+        paths = uploaded(paths, root)
     schema = schema_file.load_schema(paths["packed_schema"])
     dataset = build_dataset(paths["packed"], schema, input_bench.LABEL, config=InputConfig(
         batch_size=input_bench.BATCH_SIZE, num_epochs=1, shuffle=shuffle))
@@ -48,7 +70,36 @@ def _epoch(shuffle: str, rows: int, folder: str) -> dict:
     seconds = time.perf_counter() - started
     if seen != rows:
         raise RuntimeError(f"{shuffle}: an epoch gave {seen} rows of {rows}")
-    return {"seconds": seconds, "rows": seen}
+    return {"seconds": seconds, "rows": seen, "ranged_reads": fileio.ranged_reads}
+
+
+def _remote_reads(rows: int, folder: str, root: str) -> dict:
+    """Per-row records by index from the copies at `root`: single records at random (one
+    ranged read each) and the same records a batch of the global order at a time
+    (`FileRecords.read`: ranges coalesced), each with the ranged reads sent."""
+    import numpy as np
+
+    from bench import input as input_bench
+    from components import fileio, record_index
+
+    files = uploaded(input_bench.write_data(rows, folder), root)["tfrecords"]
+    started = time.perf_counter()
+    records = record_index.FileRecords(files)
+    index_seconds = time.perf_counter() - started
+    picks = random.Random(0).sample(range(len(records)), min(RANDOM_READS // 10, len(records)))
+    before, started = fileio.ranged_reads, time.perf_counter()
+    for number in picks:
+        records[number]
+    single = {"reads_per_second": len(picks) / (time.perf_counter() - started),
+              "ranged_reads": fileio.ranged_reads - before, "records": len(picks)}
+    order = np.random.default_rng(0).permutation(len(records))
+    batch = input_bench.BATCH_SIZE
+    before, started = fileio.ranged_reads, time.perf_counter()
+    for first in range(0, len(order), batch):
+        records.read(order[first:first + batch])
+    batched = {"records_per_second": len(order) / (time.perf_counter() - started),
+               "ranged_reads": fileio.ranged_reads - before, "records": len(order)}
+    return {"index_seconds": index_seconds, "single": single, "batched": batched}
 
 
 def _reads(rows: int, folder: str) -> dict:
@@ -153,7 +204,9 @@ def _checkpoint(rows: int, folder: str) -> dict:
 
 
 def run_benchmark(rows: int, work_root: str, repeats: int = 3,
-                  log: Callable[[str], None] = print) -> dict:
+                  log: Callable[[str], None] = print, root: str = "") -> dict:
+    """With a `root` (gs://, s3://), the epochs also read copies of the files there, in the
+    same repeats, and random reads from there are measured beside the local ones."""
     from bench import input as input_bench
     from bench import processes
 
@@ -163,23 +216,34 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3,
         with open(path, "rb") as f:  # warm the page cache
             while f.read(16 << 20):
                 pass
-    samples: dict[str, list[dict]] = {s: [] for s in SHUFFLES}
+    sides = [(s, "") for s in SHUFFLES] + [(f"{s} on {root}", root) for s in SHUFFLES
+                                           if root]
+    samples: dict[str, list[dict]] = {name: [] for name, _ in sides}
+    if root:
+        log(f"copying the files to {root}")
+        uploaded(paths, root)
     for repeat in range(repeats):
-        for shuffle in SHUFFLES:
-            samples[shuffle].append(processes.run_child(
-                "bench.access", ["epoch", shuffle, str(rows), folder]))
+        for name, where in sides:
+            samples[name].append(processes.run_child(
+                "bench.access", ["epoch", name.split()[0], str(rows), folder, where]))
         log(f"repeat {repeat + 1}/{repeats}: " + ", ".join(
-            f"{s} {samples[s][-1]['seconds']:.2f}s" for s in SHUFFLES))
-    result = {"rows": rows, "repeats": repeats, "shuffles": {}}
-    for shuffle in SHUFFLES:
-        median = statistics.median(s["seconds"] for s in samples[shuffle])
-        result["shuffles"][shuffle] = {
+            f"{s} {samples[s][-1]['seconds']:.2f}s" for s in samples))
+    result = {"rows": rows, "repeats": repeats, "shuffles": {}, "root": root}
+    for name, _ in sides:
+        median = statistics.median(s["seconds"] for s in samples[name])
+        result["shuffles"][name] = {
             "median_seconds": median, "rows_per_second": rows / median,
             "median_process_seconds": statistics.median(
-                s["process_seconds"] for s in samples[shuffle])}
-    for entry in result["shuffles"].values():
+                s["process_seconds"] for s in samples[name]),
+            "ranged_reads": statistics.median(s["ranged_reads"] for s in samples[name])}
+    for name, entry in result["shuffles"].items():
         entry["vs_buffer"] = entry["median_seconds"] / \
             result["shuffles"]["buffer"]["median_seconds"]
+        entry["vs_local"] = entry["median_seconds"] / \
+            result["shuffles"][name.split()[0]]["median_seconds"]
+    if root:
+        result["remote_reads"] = processes.run_child("bench.access",
+                                                     ["remote_reads", str(rows), folder, root])
     result["reads"] = processes.run_child("bench.access", ["reads", str(rows), folder])
     result["gzip"] = processes.run_child("bench.access", ["gzip", str(rows), folder])
     result["checkpoint"] = processes.run_child("bench.access", ["checkpoint", str(rows), folder])
@@ -197,7 +261,8 @@ def table(result: dict) -> Table:
         {f"packed epoch, {name} shuffle": row for name, row in result["shuffles"].items()},
         [("rows/s", "rows_per_second", "{:,.0f}"), ("median s", "median_seconds", "{:.2f}"),
          ("process s", "median_process_seconds", "{:.2f}"),
-         ("vs buffer", "vs_buffer", "{:.2f}x")],
+         ("vs buffer", "vs_buffer", "{:.2f}x"), ("vs local", "vs_local", "{:.2f}x"),
+         ("ranged reads", "ranged_reads", "{:,.0f}")],
         summary=f"per-row records by index: {reads['random_reads_per_second']:,.0f} random "
                 f"reads/s, sequential {reads['sequential_records_per_second']:,.0f} records/s "
                 f"(index built in {reads['index_seconds']:.2f} s); {result['rows']:,} rows\n"
@@ -205,14 +270,28 @@ def table(result: dict) -> Table:
                 f"input position mid-epoch: tf.data iterator checkpoint "
                 f"{checkpoint['iterator_bytes']:,} bytes in {checkpoint['iterator_seconds']:.3f}"
                 f" s; global order's position {checkpoint['position_bytes']:,} bytes in "
-                f"{checkpoint['position_seconds']:.4f} s")
+                f"{checkpoint['position_seconds']:.4f} s" + _remote_summary(result))
+
+
+def _remote_summary(result: dict) -> str:
+    remote = result.get("remote_reads")
+    if not remote:
+        return ""
+    single, batched = remote["single"], remote["batched"]
+    return (f"\nper-row records by index on {result['root']}: {single['reads_per_second']:,.0f}"
+            f" single random reads/s ({single['ranged_reads']:,} ranged reads for "
+            f"{single['records']:,} records); a batch of the global order at a time "
+            f"{batched['records_per_second']:,.0f} records/s ({batched['ranged_reads']:,} "
+            f"ranged reads for {batched['records']:,} records)")
 
 
 if __name__ == "__main__":
     import sys
 
     if sys.argv[1] == "epoch":
-        print(json.dumps(_epoch(sys.argv[2], int(sys.argv[3]), sys.argv[4])))
+        print(json.dumps(_epoch(sys.argv[2], int(sys.argv[3]), sys.argv[4], *sys.argv[5:])))
+    elif sys.argv[1] == "remote_reads":
+        print(json.dumps(_remote_reads(int(sys.argv[2]), sys.argv[3], sys.argv[4])))
     else:
         measure = {"reads": _reads, "gzip": _gzip, "checkpoint": _checkpoint}[sys.argv[1]]
         print(json.dumps(measure(int(sys.argv[2]), sys.argv[3])))

@@ -219,8 +219,7 @@ class RecordReader:
     def _read(self, offset: int, length: int) -> bytes:
         if self._file is None:
             self._file = fileio.open_file(self.index.path, "rb", buffered=False)
-        self._file.seek(offset)
-        return self._file.read(length)
+        return fileio.pread(self._file, self.index.path, offset, length)
 
     def read_many(self, records: Sequence[int]) -> list[bytes]:
         """The records numbered `records`, in that order: each record's entry (a plain

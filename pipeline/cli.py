@@ -496,13 +496,16 @@ def bench_spark(rows, spark_master, repeats, work_dir, as_json) -> None:
 
 @bench.command("access")
 @click.option("--rows", default=1_000_000, show_default=True, type=int)
+@click.option("--root", default="", help="Also read copies of the files on an object store "
+              "(gs://bucket/folder, s3://...), in the same repeats, with the ranged reads sent.")
 @_bench_options
-def bench_access(rows, repeats, work_dir, as_json) -> None:
+def bench_access(rows, root, repeats, work_dir, as_json) -> None:
     """Reading by index: a packed epoch with the global shuffle against the buffer shuffle
     (whole processes), and random single-record reads against a sequential read."""
     from bench import access as bench_lib
 
-    result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), repeats, log=_log)
+    result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), repeats, log=_log,
+                                     root=root)
     _show(result, bench_lib.table(result), as_json)
 
 

@@ -985,3 +985,23 @@ def _unsigned_jwt(audience: str) -> str:
 
 if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--serve":
     _serve(sys.argv[2])
+elif __name__ == "__main__":
+    # `python tests/object_stores.py BUCKET... -- COMMAND...`: runs one command (a benchmark,
+    # a pipeline) inside a fresh namespace with the named buckets (gs://a, s3://b) made, then
+    # prints the requests each store answered, for results quoted with their command.
+    if "--" not in sys.argv:
+        sys.exit("usage: python tests/object_stores.py [gs://NAME|s3://NAME ...] -- COMMAND...")
+    split = sys.argv.index("--")
+    buckets, command = sys.argv[1:split], sys.argv[split + 1:]
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        with start_object_stores(scratch) as stores:
+            for bucket in buckets:
+                scheme, name = bucket.split("://", 1)
+                stores.make_bucket(scheme, name.strip("/"))
+            process = stores.popen(command, cwd=os.getcwd(), stdout=None, stderr=None)
+            code = process.wait()
+            print(json.dumps({"exit_code": code, "gcs_requests": stores.gcs_requests(),
+                              "s3_requests": stores.s3_requests()}), flush=True)
+    sys.exit(code)

@@ -467,15 +467,19 @@ def _global_blocks(files: Sequence[str], config: InputConfig,
     stream = _RowStream.of(order.total, config, input_context)
     seed = tf.constant(config.seed or 0, tf.int64)
 
-    def segments(firsts: tf.Tensor) -> tf.Tensor:
-        cut = tf.numpy_function(lambda f: order.segments(f, stream.batch, stream.stop),
-                                [firsts], tf.int64, stateful=False)
-        return tf.reshape(cut, [-1, 4])
+    def segments_and_blocks(firsts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # The blocks of 16 units in one read: on an object store their ranges are fetched
+        # together and concurrently (record_index.FileRecords.read), not one request a block.
+        cut = order.segments(firsts, stream.batch, stream.stop)
+        return cut, records.read(cut[:, 0])
 
-    def rows_of(segment: tf.Tensor):
+    def segments(firsts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        cut, blocks = tf.numpy_function(segments_and_blocks, [firsts], (tf.int64, tf.string),
+                                        stateful=False)
+        return tf.reshape(cut, [-1, 4]), tf.reshape(blocks, [-1])
+
+    def rows_of(segment: tf.Tensor, serialized: tf.Tensor):
         block, epoch, lo, hi = tf.unstack(segment, num=4)
-        serialized = tf.numpy_function(records.read, [block[None]], tf.string,
-                                       stateful=False)
         parsed = parse(tf.reshape(serialized, [1]))
         size = tf.shape(tf.nest.flatten(parsed)[0], out_type=tf.int64)[0]
         # This epoch's order of the block's rows, the same wherever the block is read.
