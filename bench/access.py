@@ -27,24 +27,10 @@ from bench.display import Table
 
 SHUFFLES = ("buffer", "global")
 RANDOM_READS = 20_000
-
-
-def uploaded(paths: dict, root: str) -> dict:
-    """The bench's files copied to `root` (a URI: gs://, s3://), `paths` with their URIs;
-    a file already there at its size is not copied again."""
-    from components import fileio
-
-    moved = {}
-    for key, value in paths.items():
-        if key not in ("tfrecords", "packed", "packed_schema"):
-            continue
-        local = value if isinstance(value, list) else [value]
-        remote = [fileio.join(root, fileio.basename(p)) for p in local]
-        for source, target in zip(local, remote):
-            if not fileio.exists(target) or fileio.size(target) != fileio.size(source):
-                fileio.copy_file(source, target)
-        moved[key] = remote if isinstance(value, list) else remote[0]
-    return {**paths, **moved}
+# On a bucket each single read is a request: fewer of them, and the first batches of the
+# global order's per-row reads (each batch's ranges coalesced).
+REMOTE_READS = 500
+REMOTE_BATCHES = 20
 
 
 def _epoch(shuffle: str, rows: int, folder: str, root: str = "") -> dict:
@@ -60,7 +46,7 @@ def _epoch(shuffle: str, rows: int, folder: str, root: str = "") -> dict:
 
     paths = input_bench.write_data(rows, folder)
     if root:
-        paths = uploaded(paths, root)
+        paths = input_bench.uploaded(paths, root)
     schema = schema_file.load_schema(paths["packed_schema"])
     dataset = build_dataset(paths["packed"], schema, input_bench.LABEL, config=InputConfig(
         batch_size=input_bench.BATCH_SIZE, num_epochs=1, shuffle=shuffle))
@@ -82,18 +68,18 @@ def _remote_reads(rows: int, folder: str, root: str) -> dict:
     from bench import input as input_bench
     from components import fileio, record_index
 
-    files = uploaded(input_bench.write_data(rows, folder), root)["tfrecords"]
+    files = input_bench.uploaded(input_bench.write_data(rows, folder), root)["tfrecords"]
     started = time.perf_counter()
     records = record_index.FileRecords(files)
     index_seconds = time.perf_counter() - started
-    picks = random.Random(0).sample(range(len(records)), min(RANDOM_READS // 10, len(records)))
+    picks = random.Random(0).sample(range(len(records)), min(REMOTE_READS, len(records)))
     before, started = fileio.ranged_reads, time.perf_counter()
     for number in picks:
         records[number]
     single = {"reads_per_second": len(picks) / (time.perf_counter() - started),
               "ranged_reads": fileio.ranged_reads - before, "records": len(picks)}
-    order = np.random.default_rng(0).permutation(len(records))
     batch = input_bench.BATCH_SIZE
+    order = np.random.default_rng(0).permutation(len(records))[:REMOTE_BATCHES * batch]
     before, started = fileio.ranged_reads, time.perf_counter()
     for first in range(0, len(order), batch):
         records.read(order[first:first + batch])
@@ -221,7 +207,7 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3,
     samples: dict[str, list[dict]] = {name: [] for name, _ in sides}
     if root:
         log(f"copying the files to {root}")
-        uploaded(paths, root)
+        input_bench.uploaded(paths, root)
     for repeat in range(repeats):
         for name, where in sides:
             samples[name].append(processes.run_child(

@@ -86,6 +86,24 @@ def write_data(rows: int, folder: str) -> dict:
             "schema": schema_path}
 
 
+def uploaded(paths: dict, root: str) -> dict:
+    """The bench's files copied to `root` (a URI: gs://, s3://), `paths` with their URIs;
+    a file already there at its size is not copied again."""
+    from components import fileio
+
+    moved = {}
+    for key, value in paths.items():
+        if key not in ("tfrecords", "packed", "packed_schema"):
+            continue
+        local = value if isinstance(value, list) else [value]
+        remote = [fileio.join(root, fileio.basename(p)) for p in local]
+        for source, target in zip(local, remote):
+            if not fileio.exists(target) or fileio.size(target) != fileio.size(source):
+                fileio.copy_file(source, target)
+        moved[key] = remote if isinstance(value, list) else remote[0]
+    return {**paths, **moved}
+
+
 def _write_dense(table, schema_path: str, packed_files: list[str], packed_schema: str,
                  dense_files: list[str], dense_schema: str) -> None:
     """The same rows as a Transform would hand them over: every scalar dense (gaps filled with
@@ -307,12 +325,15 @@ CHILDREN = {
 SCHEMA_OF = {"packed": "packed_schema", "dense": "dense_schema"}
 
 
-def _child(name: str, rows: int, folder: str) -> dict:
+def _child(name: str, rows: int, folder: str, root: str = "") -> dict:
     """One child's work in this (fresh) process: epoch seconds per path it reports; the
-    `floor` child measures the consumer alone and the iterator checkpoints instead."""
+    `floor` child measures the consumer alone and the iterator checkpoints instead. With a
+    `root`, the files read are the copies there (`uploaded`)."""
     from components.codec import schema_file
 
     paths = write_data(rows, folder)
+    if root:
+        paths = uploaded(paths, root)
     if name == "floor":
         packed_schema = schema_file.load_schema(paths["packed_schema"])
         return {"consumer_floor": consumer_floor(paths["packed"], packed_schema, rows),
@@ -325,8 +346,14 @@ def _child(name: str, rows: int, folder: str) -> dict:
     return {"rows": rows, "epochs": dict(zip(reports, run(paths[files], schema, rows)))}
 
 
+# The paths also read from an object store with --root: ours from packed and per-row records.
+REMOTE_CHILDREN = ("packed", "ours")
+
+
 def run_benchmark(rows: int, work_root: str, repeats: int = 3,
-                  log: Callable[[str], None] = print) -> dict:
+                  log: Callable[[str], None] = print, root: str = "") -> dict:
+    """With a `root` (gs://, s3://), the packed and per-row paths also read copies of the
+    files there, in the same repeats, interleaved with the local ones."""
     from bench import processes
 
     folder = os.path.join(work_root, f"input-{rows}")
@@ -336,17 +363,25 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3,
         with open(path, "rb") as f:
             while f.read(16 << 20):
                 pass
-    seconds = {p: [] for p in PATHS}
-    process_seconds = {p: [] for p in PATHS}
+    remote = [(name, f" on {root}") for name in REMOTE_CHILDREN if root]
+    if root:
+        log(f"copying the files to {root}")
+        uploaded(paths, root)
+    names = list(PATHS) + [f"{p}{where}" for name, where in remote
+                           for p in CHILDREN[name][2]]
+    seconds = {p: [] for p in names}
+    process_seconds = {p: [] for p in names}
     for repeat in range(repeats):
-        for name in CHILDREN:
-            sample = processes.run_child("bench.input", [name, str(rows), folder])
+        for name, where in [(name, "") for name in CHILDREN] + remote:
+            sample = processes.run_child("bench.input", [name, str(rows), folder,
+                                                         root if where else ""])
             for path, epoch in sample["epochs"].items():
-                seconds[path].append(epoch)
-                process_seconds[path].append(sample["process_seconds"])
+                seconds[path + where].append(epoch)
+                process_seconds[path + where].append(sample["process_seconds"])
         log(f"repeat {repeat + 1}/{repeats}: " + ", ".join(
             f"{p} {s[-1]:.2f}s" for p, s in seconds.items()))
-    result = {"rows": rows, "repeats": repeats, "batch_size": BATCH_SIZE, "paths": {}}
+    result = {"rows": rows, "repeats": repeats, "batch_size": BATCH_SIZE, "paths": {},
+              "root": root}
     stock = statistics.median(seconds["stock"])
     stock_transformed = statistics.median(seconds["stock-transformed"])
     for path, values in seconds.items():
@@ -357,6 +392,8 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3,
                                  "vs_stock": stock / median,
                                  "vs_stock_transformed": stock_transformed / median,
                                  "seconds": values, "process_seconds": process_seconds[path]}
+        result["paths"][path]["vs_local"] = median / statistics.median(
+            seconds[path.split(" on ")[0]])
     result["ours_vs_csv"] = statistics.median(seconds["csv"]) / statistics.median(seconds["ours"])
     result["service_overhead"] = statistics.median(seconds["service"]) / \
         statistics.median(seconds["packed"])
@@ -372,7 +409,8 @@ def table(result: dict) -> Table:
     floor = result["consumer_floor"]
     return Table(result["paths"], [
         RATE, MEDIAN, PROCESS, ("vs stock", "vs_stock", "{:.2f}x"),
-        ("vs stock-transformed", "vs_stock_transformed", "{:.2f}x")],
+        ("vs stock-transformed", "vs_stock_transformed", "{:.2f}x")]
+        + ([("time vs local", "vs_local", "{:.2f}x")] if result.get("root") else []),
         f"ours (first epoch) vs csv: {result['ours_vs_csv']:.2f}x; service / packed: "
         f"{result['service_overhead']:.2f}x; {saves}; the consumer alone: "
         f"{floor['ready_batches']:,} ready batches in {floor['median_seconds']:.2f} s "
@@ -383,4 +421,4 @@ def table(result: dict) -> Table:
 if __name__ == "__main__":
     import sys
 
-    print(json.dumps(_child(sys.argv[1], int(sys.argv[2]), sys.argv[3])))
+    print(json.dumps(_child(sys.argv[1], int(sys.argv[2]), sys.argv[3], *sys.argv[4:])))

@@ -291,9 +291,16 @@ class RemoteFile(io.RawIOBase):
 
 @functools.lru_cache(maxsize=None)
 def _gcs_client(settings: tuple):
+    import requests.adapters
     from google.cloud import storage
 
-    return storage.Client()
+    client = storage.Client()
+    # requests keeps 10 connections a host; with more ranged reads in flight than that, the
+    # rest would each open (and drop) a TLS connection of their own.
+    pool = requests.adapters.HTTPAdapter(pool_maxsize=4 * REMOTE_READERS)
+    for prefix in ("https://", "http://"):
+        client._http.mount(prefix, pool)
+    return client
 
 
 def _gcs_blob(uri: str):
@@ -364,10 +371,12 @@ REMOTE_SPAN_BYTES = 8 << 20
 REMOTE_READERS = 16  # ranged reads of one file in flight at once
 
 
-def read_ranges(path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+def read_ranges(path: str, ranges: Sequence[tuple[int, int]], handle=None) -> list[bytes]:
     """The bytes of each (start, length) range of `path`, in the order given. On an object
     store, ranges less than REMOTE_HOLE_BYTES apart are fetched as one request and the
-    requests run concurrently; on a disk each range is one positional read."""
+    requests run concurrently; on a disk each range is one positional read. `handle`: the
+    file already open unbuffered (`open_file(path, "rb", buffered=False)`), which spares a
+    metadata request on a store."""
     if not ranges:
         return []
     order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
@@ -382,14 +391,17 @@ def read_ranges(path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         else:
             spans.append([start, start + length, position, position + 1])
     global ranged_reads
-    with open_file(path, "rb", buffered=False) as f:
+    with contextlib.nullcontext(handle) if handle is not None else \
+            open_file(path, "rb", buffered=False) as f:
         if is_remote(path):
             ranged_reads += len(spans)
-            from concurrent.futures import ThreadPoolExecutor
+            if len(spans) == 1:
+                fetched = [f.read_at(spans[0][1] - spans[0][0], spans[0][0])]
+            else:
+                from concurrent.futures import ThreadPoolExecutor
 
-            with calling_store(path), ThreadPoolExecutor(min(REMOTE_READERS,
-                                                             len(spans))) as pool:
-                fetched = list(pool.map(lambda s: f.read_at(s[1] - s[0], s[0]), spans))
+                with ThreadPoolExecutor(min(REMOTE_READERS, len(spans))) as pool:
+                    fetched = list(pool.map(lambda s: f.read_at(s[1] - s[0], s[0]), spans))
         else:
             fetched = [os.pread(f.fileno(), s[1] - s[0], s[0]) for s in spans]
     out: list[bytes] = [b""] * len(ranges)

@@ -232,9 +232,12 @@ class RecordReader:
         entries = records if not self.index.gzip else \
             np.searchsorted(self.index.firsts, records, side="right") - 1
         needed = np.unique(entries).tolist()
+        with self._lock:
+            if self._file is None:
+                self._file = fileio.open_file(self.index.path, "rb", buffered=False)
         fetched = dict(zip(needed, fileio.read_ranges(
             self.index.path, [(int(self.index.offsets[e]), int(self.index.lengths[e]))
-                              for e in needed])))
+                              for e in needed], self._file)))
         if not self.index.gzip:
             return [_unframe_one(self.index.path, int(self.index.offsets[e]), fetched[e])
                     for e in entries.tolist()]
@@ -336,11 +339,23 @@ class FileRecords:
         records = np.asarray(records, np.int64)
         files = np.searchsorted(self.starts, records, side="right") - 1
         out = np.empty(len(records), dtype=object)
-        for k in np.unique(files).tolist():
-            at = np.flatnonzero(files == k)
+        shares = [(k, np.flatnonzero(files == k)) for k in np.unique(files).tolist()]
+
+        def read_share(share: tuple[int, np.ndarray]) -> None:
+            k, at = share
             for i, record in zip(at.tolist(),
                                  self.readers[k].read_many(records[at] - int(self.starts[k]))):
                 out[i] = record
+
+        if len(shares) > 1 and fileio.is_remote(self.readers[0].index.path):
+            from concurrent.futures import ThreadPoolExecutor
+
+            # Each file's requests wait on the network, not the CPU: all files at once.
+            with ThreadPoolExecutor(min(len(shares), fileio.REMOTE_READERS)) as pool:
+                list(pool.map(read_share, shares))
+        else:
+            for share in shares:
+                read_share(share)
         return out
 
 

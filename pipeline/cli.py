@@ -441,8 +441,10 @@ def bench_examplegen(rows, repeats, work_dir, as_json, only) -> None:
 
 @bench.command("input")
 @click.option("--rows", default=300_000, show_default=True, type=int)
+@click.option("--root", default="", help="Also read the packed and per-row paths from copies "
+              "on an object store (gs://bucket/folder, s3://...), in the same repeats.")
 @_bench_options
-def bench_input(rows, repeats, work_dir, as_json) -> None:
+def bench_input(rows, root, repeats, work_dir, as_json) -> None:
     """Training input paths on the same rows, each a whole process: packed (direct, first and
     second epoch, and through a tf.data service of two local workers), ours (first and cached
     epoch), the TFX stock tfx_bsl path over raw and over Transform-like dense records,
@@ -450,7 +452,8 @@ def bench_input(rows, repeats, work_dir, as_json) -> None:
     what the consumer costs alone."""
     from bench import input as bench_lib
 
-    result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), repeats, log=_log)
+    result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), repeats, log=_log,
+                                     root=root)
     _show(result, bench_lib.table(result), as_json)
 
 

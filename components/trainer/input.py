@@ -489,7 +489,7 @@ def _global_blocks(files: Sequence[str], config: InputConfig,
 
     return (stream.unit_starts()
             .batch(16)
-            .map(segments)
+            .map(segments, num_parallel_calls=AUTOTUNE, deterministic=True)
             .unbatch()
             .map(rows_of, num_parallel_calls=AUTOTUNE, deterministic=True)), stream
 
