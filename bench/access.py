@@ -244,7 +244,9 @@ def table(result: dict) -> Table:
            if "random_reads_per_second" in entry else "")
         for name, entry in result["gzip"].items() if isinstance(entry, dict))
     return Table(
-        {f"packed epoch, {name} shuffle": row for name, row in result["shuffles"].items()},
+        {f"packed epoch, {name.replace(' on ', ' shuffle on ')}"
+         + ("" if " on " in name else " shuffle"): row
+         for name, row in result["shuffles"].items()},
         [("rows/s", "rows_per_second", "{:,.0f}"), ("median s", "median_seconds", "{:.2f}"),
          ("process s", "median_process_seconds", "{:.2f}"),
          ("vs buffer", "vs_buffer", "{:.2f}x"), ("vs local", "vs_local", "{:.2f}x"),

@@ -29,6 +29,7 @@ import json
 import os
 import posixpath
 import re
+import shutil
 from typing import Any, Iterator, Optional, Sequence
 
 # Names a reader of our outputs never lists: staging and bookkeeping (`.staging-*`,
@@ -593,33 +594,26 @@ def _matches(path: str, pieces: Sequence[str]) -> bool:
         fnmatch.fnmatchcase(n, p) for n, p in zip(names, pieces))
 
 
-def makedirs(path: str) -> None:
+def _local_or_store(path: str, local, method: str) -> None:
+    """`local(path)` on a disk, else the pyarrow filesystem's `method` on the store."""
     if not is_remote(path):
-        os.makedirs(path, exist_ok=True)
+        local(path)
         return
     store, inner = filesystem(path)
     with calling_store(path):
-        store.create_dir(inner, recursive=True)
+        getattr(store, method)(inner)
+
+
+def makedirs(path: str) -> None:
+    _local_or_store(path, functools.partial(os.makedirs, exist_ok=True), "create_dir")
 
 
 def remove(path: str) -> None:
-    if not is_remote(path):
-        os.remove(path)
-        return
-    store, inner = filesystem(path)
-    with calling_store(path):
-        store.delete_file(inner)
+    _local_or_store(path, os.remove, "delete_file")
 
 
 def rmtree(path: str) -> None:
-    if not is_remote(path):
-        import shutil
-
-        shutil.rmtree(path)
-        return
-    store, inner = filesystem(path)
-    with calling_store(path):
-        store.delete_dir(inner)
+    _local_or_store(path, shutil.rmtree, "delete_dir")
 
 
 def rename(source: str, destination: str) -> None:
@@ -643,8 +637,6 @@ def rename(source: str, destination: str) -> None:
 
 def copy_file(source: str, destination: str) -> None:
     if not is_remote(source) and not is_remote(destination):
-        import shutil
-
         shutil.copyfile(source, destination)
         return
     if scheme(source) == scheme(destination):

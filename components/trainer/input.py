@@ -410,6 +410,9 @@ def _global_order(files: Sequence[str], config: InputConfig,
             .unbatch()), stream
 
 
+BLOCKS_PER_READ = 32
+
+
 class _BlockOrder:
     """Packed records in a global order: each epoch a seeded permutation of the blocks
     (numpy's PCG64, keyed by the seed and the epoch), each block's rows in an order keyed by
@@ -467,9 +470,13 @@ def _global_blocks(files: Sequence[str], config: InputConfig,
     stream = _RowStream.of(order.total, config, input_context)
     seed = tf.constant(config.seed or 0, tf.int64)
 
+    # Units enough to cover about BLOCKS_PER_READ blocks are read in one call: on an object
+    # store their ranges are fetched together and concurrently (FileRecords.read), so an
+    # epoch waits for a round trip per BLOCKS_PER_READ blocks, not one a block.
+    units_per_read = max(1, -(-BLOCKS_PER_READ * order.total // len(order.rows) //
+                               stream.batch))
+
     def segments_and_blocks(firsts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        # The blocks of 16 units in one read: on an object store their ranges are fetched
-        # together and concurrently (record_index.FileRecords.read), not one request a block.
         cut = order.segments(firsts, stream.batch, stream.stop)
         return cut, records.read(cut[:, 0])
 
@@ -488,7 +495,7 @@ def _global_blocks(files: Sequence[str], config: InputConfig,
         return tf.nest.map_structure(lambda t: tf.gather(t, taken), parsed)
 
     return (stream.unit_starts()
-            .batch(16)
+            .batch(units_per_read)
             .map(segments, num_parallel_calls=AUTOTUNE, deterministic=True)
             .unbatch()
             .map(rows_of, num_parallel_calls=AUTOTUNE, deterministic=True)), stream
