@@ -144,7 +144,7 @@ def compile_command(config_file, assignments, target, output, **named) -> None:
 
     try:
         path = kubeflow_runner.compile_pipeline(config, output)
-    except ValueError as e:
+    except (ValueError, fileio.StorageError) as e:  # a bucket source is listed to compile
         raise click.ClickException(str(e))
     click.echo(f"Compiled {config.pipeline_name} ({target}, image {config.image_uri}) to {path}")
 

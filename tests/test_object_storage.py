@@ -217,3 +217,27 @@ def test_a_folder_of_images_on_gcs_trains_like_the_local_one(object_stores, tmp_
     assert sum(int(n.replace(",", "")) for n in local_rows.values()) == 400
     assert "Model blessed by Evaluator: yes" in result.stdout, result.stdout
     assert re.search(rf"^Pushed model: {bucket}/serving/\d+$", result.stdout, re.M)
+
+
+def test_a_compiled_pipeline_fingerprints_its_gcs_source(object_stores, taxi_slice_dir,
+                                                         tmp_path):
+    """The spec compiled for Kubeflow or Vertex carries the bucket source's fingerprint, so
+    a pipeline compiled again after the file changed is not served from Vertex's cache."""
+    bucket = object_stores.make_bucket("gs", "tfrp-compile")
+    python(object_stores, UPLOAD, taxi_slice_dir, f"{bucket}/data")
+
+    def fingerprint() -> str:
+        output = tmp_path / "pipeline.json"
+        tfrp(object_stores, "compile", "--target", "kubeflow", "--output", str(output),
+             "--data-root", f"{bucket}/data", "--pipeline-root", f"{bucket}/root",
+             cwd=str(tmp_path))
+        found = re.findall(r'\\"source_fingerprint\\": \\"([0-9a-f]+)\\"', output.read_text())
+        assert len(set(found)) == 1, output.read_text()[:2000]
+        return found[0]
+
+    first = fingerprint()
+    (tmp_path / "changed").mkdir()
+    with open(os.path.join(taxi_slice_dir, "data.csv"), encoding="utf-8") as f:
+        (tmp_path / "changed" / "data.csv").write_text("".join(f.readlines()[:1001]))
+    python(object_stores, UPLOAD, str(tmp_path / "changed"), f"{bucket}/data")
+    assert fingerprint() != first
