@@ -632,6 +632,9 @@ def _serve(config_path: str) -> None:
             super().__init__(("127.0.0.1", port), handler)
 
         def finish_request(self, request, client_address):
+            # Headers and body go out in separate writes: with Nagle's algorithm on, the
+            # body waits for the client's delayed ACK of the headers (40 ms a response).
+            request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.use_tls:
                 request.settimeout(30)
                 request = tls.wrap_socket(request, server_side=True)
@@ -729,6 +732,9 @@ def _serve(config_path: str) -> None:
                                                               self.server.backend_port,
                                                               timeout=600)
                 try:
+                    if self.backend.sock is None:
+                        self.backend.connect()
+                        self.backend.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     self.backend.request(self.command, self.path, body=body, headers=headers)
                     response = self.backend.getresponse()
                     break
