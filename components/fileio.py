@@ -356,13 +356,8 @@ def pread(handle, path: str, start: int, length: int) -> bytes:
 
 def read_range(path: str, start: int, length: int) -> bytes:
     """`length` bytes of `path` from `start`: one ranged read on an object store."""
-    global ranged_reads
     with open_file(path, "rb", buffered=False) as f:
-        if is_remote(path):
-            ranged_reads += 1
-            return f.read_at(length, start)
-        f.seek(start)
-        return f.read(length)
+        return pread(f, path, start, length)
 
 
 # On an object store two ranges closer than this are fetched as one request, and no request

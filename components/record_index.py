@@ -216,10 +216,14 @@ class RecordReader:
                                        self._read(offset, int(self.index.lengths[entry])))
         return self._member.record(record - int(self.index.firsts[entry]))
 
-    def _read(self, offset: int, length: int) -> bytes:
+    def _handle(self):
+        """The file, opened unbuffered on first use (positional reads need no position)."""
         if self._file is None:
             self._file = fileio.open_file(self.index.path, "rb", buffered=False)
-        return fileio.pread(self._file, self.index.path, offset, length)
+        return self._file
+
+    def _read(self, offset: int, length: int) -> bytes:
+        return fileio.pread(self._handle(), self.index.path, offset, length)
 
     def read_many(self, records: Sequence[int]) -> list[bytes]:
         """The records numbered `records`, in that order: each record's entry (a plain
@@ -233,11 +237,10 @@ class RecordReader:
             np.searchsorted(self.index.firsts, records, side="right") - 1
         needed = np.unique(entries).tolist()
         with self._lock:
-            if self._file is None:
-                self._file = fileio.open_file(self.index.path, "rb", buffered=False)
+            handle = self._handle()
         fetched = dict(zip(needed, fileio.read_ranges(
             self.index.path, [(int(self.index.offsets[e]), int(self.index.lengths[e]))
-                              for e in needed], self._file)))
+                              for e in needed], handle)))
         if not self.index.gzip:
             return [_unframe_one(self.index.path, int(self.index.offsets[e]), fetched[e])
                     for e in entries.tolist()]

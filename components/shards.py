@@ -501,16 +501,12 @@ def check_output_dir(output_dir: str) -> None:
                           f"({delete}) or write to an empty one")
 
 
-def staging_dir_for(output_dir: str) -> str:
+def new_staging_dir(output_dir: str) -> str:
     """A fresh staging folder beside `output_dir`, never inside it: nothing of a run in
     progress is below the folder a reader lists, on a disk or a bucket."""
     output_dir = output_dir.rstrip("/")
-    return fileio.join(fileio.dirname(output_dir), f"{STAGING_PREFIX}"
-                       f"{fileio.basename(output_dir)}-{uuid.uuid4().hex[:12]}")
-
-
-def new_staging_dir(output_dir: str) -> str:
-    staging = staging_dir_for(output_dir)
+    staging = fileio.join(fileio.dirname(output_dir), f"{STAGING_PREFIX}"
+                          f"{fileio.basename(output_dir)}-{uuid.uuid4().hex[:12]}")
     fileio.makedirs(staging)
     return staging
 
