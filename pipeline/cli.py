@@ -1,9 +1,12 @@
 """`tfrp`: a thin command line over the runners and components."""
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import socket
+import sys
+import threading
 import time
 import warnings
 
@@ -224,6 +227,8 @@ def inspect(path, limit, fmt, count) -> None:
     from components import example_rows, fileio, record_index, shards
     from components.tfrecord_io import CorruptRecordError
 
+    if not fileio.exists(path):
+        raise click.BadParameter(f"{path}: no such file or folder", param_hint="PATH")
     try:
         if count:
             total = 0
@@ -600,5 +605,41 @@ def bench_accuracy(seeds, train_steps, work_dir, as_json) -> None:
     _show(result, bench_lib.table(result), as_json)
 
 
+def entry_point() -> None:
+    """`tfrp` as a process: the command's own exit status, without C++ static teardown.
+
+    Arrow's thread pools, whose workers outlive the interpreter, can abort the process in
+    static destructors at exit ("terminate called without an active exception", exit -6:
+    apache/arrow#34314, #39862), after a command has finished and said so. A finished command
+    therefore ends here: non-daemon threads joined, Python's exit handlers run (logging,
+    temporary folders, multiprocessing), output flushed, and then `os._exit` with its status.
+    An exception click does not handle takes Python's ordinary exit path."""
+    try:
+        main(standalone_mode=True)
+        status = 0
+    except SystemExit as finished:
+        status = _exit_status(finished.code)
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
+
+
+def _exit_status(code) -> int:
+    """What Python's own exit makes of `SystemExit(code)`: None is 0, a message is 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
 if __name__ == "__main__":
-    main()
+    entry_point()

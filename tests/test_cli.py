@@ -193,3 +193,23 @@ def test_a_wrong_setting_is_named_by_its_flag_on_the_command_line_and_by_name_el
     yaml_file.write_text("compression: zip\n")
     with pytest.raises(SettingError, match="^compression must be gzip or none, not 'zip'$"):
         PipelineConfig.create(str(yaml_file))
+
+
+@pytest.mark.parametrize("argv, status", [(["--help"], 0), (["inspect", "no-such-folder"], 2)])
+def test_the_process_ends_with_the_commands_status_after_exit_handlers_and_threads(
+        argv, status):
+    """`tfrp` skips C++ static teardown (where Arrow's pools can abort a finished command),
+    but not Python's: a running thread is joined, exit handlers run, buffered output is
+    flushed, and the status is the command's."""
+    script = (
+        "import atexit, sys, threading, time\n"
+        "from pipeline import cli\n"
+        "atexit.register(lambda: print('exit handler ran'))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.5), print('thread finished'))).start()\n"
+        f"sys.argv = ['tfrp', *{argv!r}]\n"
+        "cli.entry_point()\n"
+        "print('not reached')\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == status, result.stderr
+    assert result.stdout.splitlines()[-2:] == ["thread finished", "exit handler ran"]
+    assert "not reached" not in result.stdout
