@@ -3,7 +3,7 @@ run as a user runs it, in a whole fresh process (imports included) with the same
 
 - `stock`: CsvExampleGen in a one-component LocalDagRunner pipeline (gzip at zlib's level 6,
   which Beam's TFRecord sink uses).
-- `ours`: what `tfrp examplegen SOURCE OUT` runs (`example_gen.run`, gzip level 1, our
+- `ours`: what `tfrp examplegen SOURCE OUT` runs (`engine.run`, gzip level 1, our
   default), without the command line's argument parsing.
 - `ours-gzip6`: the same at stock's gzip level.
 - `ours-tfx`: ShardedExampleGen in a one-component LocalDagRunner pipeline, like stock.
@@ -78,7 +78,7 @@ def _child(impl: str, data_dir: str, work_dir: str, beam_args: list[str]) -> dic
         output = os.path.join(work_dir, "root")
     else:
         # What `tfrp examplegen` runs, without its argument parsing.
-        from components import example_gen
+        from components.example_gen import engine
         from components.example_gen import beam_job
         from components.example_gen.options import ExampleGenOptions
         from components.options import from_flat
@@ -89,7 +89,7 @@ def _child(impl: str, data_dir: str, work_dir: str, beam_args: list[str]) -> dic
         options = from_flat(ExampleGenOptions, {"source": data_dir, **level})
         rss_after_imports = _rss_mb()
         start = time.perf_counter()
-        example_gen.run(options, output, beam_pipeline_args=beam_args, progress=True)
+        engine.run(options, output, beam_pipeline_args=beam_args, progress=True)
     seconds = time.perf_counter() - start
     result = {"impl": impl, "seconds": seconds, "data_bytes": _data_bytes(output),
               "rss_after_imports_mb": rss_after_imports,

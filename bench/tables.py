@@ -181,7 +181,8 @@ def run_corpus(work_dir: str, log: Callable[[str], None] = print) -> dict:
     quarantined), clean one-line refusals, and anything else (a failure)."""
     import shutil
 
-    from components import example_gen, shards
+    from components import shards
+    from components.example_gen import engine
     from components.example_gen.options import ExampleGenOptions
 
     outcomes: dict[str, str] = {}
@@ -191,11 +192,11 @@ def run_corpus(work_dir: str, log: Callable[[str], None] = print) -> dict:
         shutil.rmtree(out, ignore_errors=True)
         name = corpus.table_name(path)
         try:
-            manifest = example_gen.run(ExampleGenOptions(source=path,
+            manifest = engine.run(ExampleGenOptions(source=path,
                                                          on_bad_record="quarantine"), out)
             shards.check_row_accounting(manifest)
             outcomes[name] = "balanced"
-        except example_gen.InputError as error:
+        except engine.InputError as error:
             outcomes[name] = f"refused: {error}"
         except Exception as error:  # noqa: BLE001 - counted and named, the point of the run
             outcomes[name] = f"failed: {type(error).__name__}: {str(error)[:300]}"

@@ -192,7 +192,7 @@ def examplegen(ctx, source, output_dir, **named) -> None:
     Extra arguments go to Beam, e.g. --runner=DataflowRunner --direct_num_workers=2.
     Options left out take ExampleGenOptions' defaults.
     """
-    from components import example_gen
+    from components.example_gen import engine
     from components.options import from_flat
 
     try:
@@ -201,9 +201,9 @@ def examplegen(ctx, source, output_dir, **named) -> None:
     except (KeyError, ValueError) as e:
         raise usage_error(e) from None
     try:
-        manifest = example_gen.run(options, output_dir, beam_pipeline_args=ctx.args,
+        manifest = engine.run(options, output_dir, beam_pipeline_args=ctx.args,
                                    progress=True)
-    except example_gen.InputError as e:
+    except engine.InputError as e:
         raise click.ClickException(str(e)) from None
     for split, info in sorted(manifest["splits"].items()):
         click.echo(f"{split}: {info['rows']:,} rows in {len(info['shards'])} shard(s), "

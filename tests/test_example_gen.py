@@ -18,7 +18,8 @@ import tensorflow as tf
 
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import example_gen, example_rows, shards, tfrecord_io
+from components import example_rows, shards, tfrecord_io
+from components.example_gen import engine
 from components.codec import parser, schema_file
 from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
@@ -195,9 +196,9 @@ def test_real_photos_with_damaged_files_among_them_are_decoded_and_set_aside(tmp
     for row in read_all(tmp_path / "out"):
         assert tf.io.decode_image(row["image"]).shape == (96, 96, 3)
     refused = tmp_path / "refused"
-    with pytest.raises(example_gen.InputError,
+    with pytest.raises(engine.InputError,
                        match=f"^{folder}/truncated.jpg: offset 0: damaged image: [^\n]+$"):
-        example_gen.run(ExampleGenOptions(source=str(folder)), str(refused))
+        engine.run(ExampleGenOptions(source=str(folder)), str(refused))
     assert not os.path.exists(refused / "manifest.json")
 
 

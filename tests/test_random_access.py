@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from components import example_gen, example_rows, random_access, record_index, tfrecord_io
+from components import example_rows, random_access, record_index, tfrecord_io
+from components.example_gen import engine
 from components.example_gen.options import ExampleGenOptions
 from components.options import from_flat
 from conftest import tfrp
@@ -30,7 +31,7 @@ def wine_examples(request, tmp_path_factory) -> str:
     source = folder / "wine.csv"
     sklearn.datasets.load_wine(as_frame=True).frame.reset_index().to_csv(source, index=False)
     out = str(folder / "examples")
-    example_gen.run(from_flat(ExampleGenOptions, {"source": str(source), "num_shards": 3,
+    engine.run(from_flat(ExampleGenOptions, {"source": str(source), "num_shards": 3,
                                                   "compression": request.param}), out)
     return out
 
@@ -223,7 +224,7 @@ def test_a_damaged_gzip_member_is_named_and_the_others_still_read(tmp_path):
     source = next(t for t in tables if t.endswith("ggplot2__diamonds.csv"))
     out = str(tmp_path / "examples")
     # Small shards are written from small chunks, each its own gzip member.
-    example_gen.run(from_flat(ExampleGenOptions, {"source": source, "shard_size_mb": 1}), out)
+    engine.run(from_flat(ExampleGenOptions, {"source": source, "shard_size_mb": 1}), out)
     path = shard_files(out)[-1]
     index = record_index.load(path)
     assert index is not None and len(index.offsets) >= 3

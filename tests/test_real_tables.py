@@ -11,7 +11,8 @@ import os
 import pytest
 
 from bench import corpus
-from components import example_gen, example_rows, shards
+from components import example_rows, shards
+from components.example_gen import engine
 from components.example_gen.options import ExampleGenOptions
 
 SAMPLE = 150
@@ -40,9 +41,9 @@ def test_examplegen_takes_a_seeded_sample_of_real_tables(tables, tmp_path):
         name = corpus.table_name(path)
         out = tmp_path / name.replace("/", "__")
         try:
-            manifest = example_gen.run(ExampleGenOptions(source=path,
+            manifest = engine.run(ExampleGenOptions(source=path,
                                                          on_bad_record="quarantine"), str(out))
-        except example_gen.InputError as error:
+        except engine.InputError as error:
             line = str(error)
             assert "\n" not in line and os.path.basename(path) in line, (name, line)
             assert not os.path.exists(out / shards.MANIFEST_FILE), name
@@ -140,7 +141,7 @@ def test_the_model_is_scaled_by_every_training_row_not_the_first_batches(tmp_pat
     source = tmp_path / "diabetes_by_bmi.csv"
     frame.to_csv(source, index=False)
     out = str(tmp_path / "examples")
-    example_gen.run(ExampleGenOptions(source=str(source)), out)
+    engine.run(ExampleGenOptions(source=str(source)), out)
     schema = schema_file.load_schema(out)
     keys = module.model_feature_keys(schema, "target", (), {})
     options = TrainerOptions(label_key="target", input=InputConfig(batch_size=32))
@@ -207,7 +208,7 @@ def test_flights_iso_timestamps_become_epoch_seconds(tmp_path):
         with opener(source, "wt", newline="") as f:
             f.write(head)
         out = str(tmp_path / f"examples-{name}")
-        manifest = example_gen.run(ExampleGenOptions(source=str(source)), out)
+        manifest = engine.run(ExampleGenOptions(source=str(source)), out)
         shards.check_row_accounting(manifest)
         assert manifest["rows_in"] == manifest["rows_written"] == 3000
         time_hour = next(f for f in schema_file.load_schema(out).feature
@@ -243,8 +244,8 @@ def test_real_headers_with_an_empty_and_a_repeated_cell(tmp_path, caplog):
     assert "Culmen Depth (mm)" in header
     penguins.write_text(header.replace("Culmen Depth (mm)", "Culmen Length (mm)") + "\n" + rest)
     with caplog.at_level(logging.WARNING):
-        cars = example_gen.run(ExampleGenOptions(source=mtcars), str(tmp_path / "cars"))
-        birds = example_gen.run(ExampleGenOptions(source=str(penguins)), str(tmp_path / "birds"))
+        cars = engine.run(ExampleGenOptions(source=mtcars), str(tmp_path / "cars"))
+        birds = engine.run(ExampleGenOptions(source=str(penguins)), str(tmp_path / "birds"))
     assert "header cell 1 is empty; the column is named 'column_1'" in caplog.text
     assert "'Culmen Length (mm)_2'" in caplog.text
     for manifest in (cars, birds):

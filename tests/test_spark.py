@@ -19,7 +19,7 @@ from components.codec import parser, schema_file, serializer
 from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
 from components.spark import session as spark_session
-from components.spark import example_gen_job
+from components.example_gen import spark_job
 from components.spark.columns import UnsupportedColumnError
 from components.spark.read import file_groups, read_examples
 from components.spark.write import write_examples
@@ -132,10 +132,10 @@ def test_the_jvm_starts_without_forking_beside_threads_in_grpc():
 
 def test_executors_encode_and_decode_without_importing_tensorflow(spark, taxi_slice_dir,
                                                                    tmp_path):
-    from components.spark import example_gen_job
+    from components.example_gen import spark_job
 
     write_examples(all_types_frame(spark, rows=50), str(tmp_path / "out"))
-    example_gen_job.run(ExampleGenOptions(source=os.path.join(taxi_slice_dir, "data.csv")),
+    spark_job.run(ExampleGenOptions(source=os.path.join(taxi_slice_dir, "data.csv")),
                         str(tmp_path / "gen"), spark=spark)
     assert read_examples(spark, str(tmp_path / "out")).count() == 50  # lists and scalars
     assert read_examples(spark, str(tmp_path / "gen")).count() == 2000  # scalars
@@ -380,7 +380,7 @@ def test_dates_times_nulls_and_header_names_come_out_alike_from_both_engines(
     beam_job.run(ExampleGenOptions(source=str(source), splits="all:1"), str(beam_out))
     spark_out = str(tmp_path / "spark")
     if data == "csv":
-        example_gen_job.run(ExampleGenOptions(source=str(source), splits="all:1",
+        spark_job.run(ExampleGenOptions(source=str(source), splits="all:1",
                                               engine="spark"), spark_out, spark=spark)
     else:
         import datetime

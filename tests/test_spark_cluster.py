@@ -150,9 +150,9 @@ def test_a_slow_task_raced_by_a_speculative_copy_loses_and_doubles_no_row(
         cluster, source, clean, tmp_path):
     """Task 0's first attempt stalls for a minute; with spark.speculation on, Spark starts a
     second attempt on the other worker's host, keeps the first to finish and kills the
-    other. The job ends long before the stall would have."""
+    other, and the output holds every row once. (How long the job takes depends on the
+    machine's load, so it is not asserted: the kill of the stalled attempt is.)"""
     out = str(tmp_path / "out")
-    started = time.monotonic()
     run = write(cluster, source, out, {
         f"spark.executorEnv.{faults.ENVIRONMENT}": f"{faults.SLOW_FIRST_TASK}=60",
         "spark.speculation": "true", "spark.speculation.interval": "200ms",
@@ -166,7 +166,6 @@ def test_a_slow_task_raced_by_a_speculative_copy_loses_and_doubles_no_row(
     assert re.search(r"Killing attempt 0 for task 0\.0 in stage [\d.]+ \(TID \d+\) on "
                      r"127\.0\.0\.\d as the attempt 1 succeeded on 127\.0\.0\.\d", log), \
         log[-3000:]
-    assert time.monotonic() - started < 60
     assert_like_the_clean_run(out, clean)
 
 

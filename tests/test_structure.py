@@ -40,11 +40,18 @@ def import_graph() -> dict[str, set[str]]:
                 targets = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}"
                            in modules else node.module for alias in node.names]
             graph[name] |= {t for t in targets if t in modules and t != name}
+    # Importing `a.b.c` runs `a/__init__` and `a/b/__init__` first: a package's `__init__`
+    # that imports (even lazily) what imports one of its modules is a cycle too.
+    for name in modules:
+        parts = name.split(".")
+        graph[name] |= {".".join(parts[:depth]) for depth in range(1, len(parts))
+                        if ".".join(parts[:depth]) in modules} - {name}
     return graph
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Every strongly connected group of more than one module (Tarjan's algorithm)."""
+    """Every strongly connected group of more than one module (Tarjan's algorithm), except a
+    package with only its own modules (an `__init__` re-exporting them)."""
     index, low, on_stack, stack, groups = {}, {}, set(), [], []
 
     def visit(node: str) -> None:
@@ -65,7 +72,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                 group.append(member)
                 if member == node:
                     break
-            if len(group) > 1:
+            within_package = any(all(m == p or m.startswith(p + ".") for m in group)
+                                 for p in group)
+            if len(group) > 1 and not within_package:
                 groups.append(sorted(group))
 
     for node in sorted(graph):
@@ -78,6 +87,14 @@ def test_no_module_of_ours_takes_part_in_an_import_cycle():
     graph = import_graph()
     assert len(graph) > 50
     assert cycles(graph) == []
+
+
+def test_the_checker_finds_a_cycle_through_a_package_init():
+    """`a/__init__` importing (lazily) `b`, which imports `a.mod`: importing `a.mod` runs
+    `a/__init__` first, so this is a cycle. A package re-exporting its own module is not."""
+    graph = {"a": {"b"}, "a.mod": {"a"}, "b": {"a.mod"},
+             "c": {"c.mod"}, "c.mod": {"c"}}
+    assert cycles(graph) == [["a", "a.mod", "b"]]
 
 
 def test_the_checker_finds_a_cycle_through_a_lazy_import():
@@ -160,3 +177,4 @@ def test_the_file_layer_checker_finds_local_calls():
     found = local_file_calls("import os\nx = os.path.abspath(p)\nwith open(p) as f: pass\n"
                              "os.path.join(a, b)\nfileio.join(a, b)\nos.environ.get('X')\n")
     assert [call for _, call in found] == ["os.path.abspath", "open", "os.path.join"]
+

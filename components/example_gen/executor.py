@@ -1,4 +1,4 @@
-"""ShardedExampleGen's TFX executor: a thin adapter from TFX's artifacts to `example_gen.run`
+"""ShardedExampleGen's TFX executor: a thin adapter from TFX's artifacts to `engine.run`
 (the Beam job, or the Spark job with `engine="spark"`)."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from tfx.components.example_gen import utils as example_gen_utils
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
-from components import example_gen, shards, tfx_artifacts
+from components import shards, tfx_artifacts
+from components.example_gen import engine
 from components.example_gen.options import ExampleGenOptions
 from components.options import OPTIONS_KEY
 
@@ -20,7 +21,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
            exec_properties: dict[str, Any]) -> None:
         options = ExampleGenOptions.from_json(exec_properties[OPTIONS_KEY])
         examples = artifact_utils.get_single_instance(output_dict["examples"])
-        manifest = example_gen.run(options, examples.uri, make_pipeline=self._make_beam_pipeline)
+        manifest = engine.run(options, examples.uri, make_pipeline=self._make_beam_pipeline)
         tfx_artifacts.set_examples_properties(examples, shards.split_names(manifest),
                                               options.span, options.version)
         # Stock's fingerprint of the files when stock's utilities resolved the inputs (spans,
