@@ -20,6 +20,7 @@ from typing import Any, Mapping, Optional
 from components import fileio, taxi
 from components.example_gen.options import ExampleGenOptions
 from components.options import check_settings, flat_fields, from_flat, setting, settings_for
+from components.production_model.options import ProductionModelOptions
 from components.shards import ShardingOptions
 from components.trainer import tasks
 from components.trainer.options import DEFAULT_SEED, InputConfig, TrainerOptions
@@ -143,7 +144,7 @@ class PipelineConfig:
     # checkpoint_dir (default: the Trainer's model_run_dir); a restart resumes mid-epoch.
     checkpoint_every: int = TrainerOptions.checkpoint_every
     checkpoint_dir: Optional[str] = TrainerOptions.checkpoint_dir
-    # Start from the production model's weights (the latest blessed model, TFX's base_model).
+    # Start from the production model's weights (the latest push, TFX's base_model).
     warm_start: bool = TrainerOptions.warm_start
     # Evaluator blesses the model only when every metric reaches its bound (AUC: binary only).
     min_accuracy: float = 0.8
@@ -151,7 +152,7 @@ class PipelineConfig:
     # Regression: blessed when the eval MSE is at most this; unset, the MSE of predicting the
     # label's mean (its variance in the rows the task was inferred from).
     max_mse: Optional[float] = None
-    # And against production: the Evaluator also scores the latest blessed model (a resolver)
+    # And against production: the Evaluator also scores the model in production (the latest push)
     # on the same eval rows, and blesses the new one only if its task metric (accuracy, or
     # MSE) is no worse than that model's by more than this (absolute, in the metric's units).
     # The first run, with no blessed model yet, is judged by the bounds alone. None: bounds
@@ -171,6 +172,9 @@ class PipelineConfig:
     image: str = DEFAULT_IMAGE
     image_tag: str = setting(DEFAULT_IMAGE_TAG, "Tag of the container image the components "
                                                 "run.")
+    # Where the image holds the project (the Dockerfile's WORKDIR): a compiled pipeline reads
+    # the bundled schemas there. An image of your own may put it elsewhere.
+    image_workdir: str = CONTAINER_WORKDIR
     output_root: str = setting(DEFAULT_ROOT, "Local runs write everything below this one "
                                              "folder.")
     # Override the folders derived from output_root (gs:// paths on Kubeflow and Vertex).
@@ -281,6 +285,9 @@ class PipelineConfig:
         if self.preprocessing_fn == SCHEMA_PREPROCESSING:
             settings["preprocessing_fn"] = None  # derived from the schema
         return from_flat(TransformOptions, settings)
+
+    def production_model_options(self) -> ProductionModelOptions:
+        return ProductionModelOptions(serving_dir=self.resolved_serving_dir)
 
     def trainer_options(self) -> TrainerOptions:
         settings = {k: v for k, v in settings_for(TrainerOptions, self).items()

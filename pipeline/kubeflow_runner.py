@@ -10,8 +10,8 @@ import tempfile
 from tfx import v1 as tfx
 
 from pipeline import datasets
-from pipeline.configs import CONTAINER_WORKDIR, PipelineConfig
-from pipeline.pipeline import create_pipeline
+from pipeline.configs import PipelineConfig
+from pipeline.pipeline import PRODUCTION_MODEL, create_pipeline
 
 JOB_FILE = "pipeline_job.json"
 
@@ -24,14 +24,16 @@ def container_config(config: PipelineConfig) -> PipelineConfig:
         logging.warning("pipeline_root %s is not on shared storage; set it (gs://...) in the "
                         "config, or pass --pipeline-root to submit", pipeline_root)
     return config.replace(
-        schemas_dir=posixpath.join(CONTAINER_WORKDIR, "schemas"),
+        schemas_dir=posixpath.join(config.image_workdir, "schemas"),
         pipeline_root=pipeline_root,
         serving_dir=config.serving_dir or posixpath.join(pipeline_root, "serving"))
 
 
 def compile_pipeline(config: PipelineConfig, output_path: str) -> str:
-    """Writes the pipeline for `config` to `output_path` as a KFP v2 PipelineSpec; every
-    component runs config.image_uri.
+    """Writes the pipeline for `config` to `output_path` as a KFP v2 PipelineSpec (schema 2.1:
+    parameters are plain constants); every component runs config.image_uri. It has no
+    `resolver` task (the production model is a step of ours), so open-source Kubeflow
+    Pipelines runs it as well as Vertex.
 
     TFX's runner writes a Vertex PipelineJob (the spec wrapped with a runtime config). We keep
     the spec itself, with the pipeline root as its default: that is the file Kubeflow
@@ -50,14 +52,19 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> str:
     with tempfile.TemporaryDirectory() as workdir:
         runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
             config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
-                default_image=config.image_uri),
+                default_image=config.image_uri, use_pipeline_spec_2_1=True),
             output_dir=workdir, output_filename=JOB_FILE)
-        runner.run(create_pipeline(config,
-                                   source=datasets.source_for(config, local=False)))
+        runner.run(create_pipeline(config, source=datasets.source_for(config, local=False),
+                                   local=False))
         with open(os.path.join(workdir, JOB_FILE), encoding="utf-8") as f:
             job = json.load(f)
     spec = job["pipelineSpec"]
     spec["defaultPipelineRoot"] = job["runtimeConfig"]["gcsOutputDirectory"]
+    # The model in production changes with every push, while the step's inputs do not: a
+    # cached result would be the serving folder as it was at the first run.
+    production = spec["root"]["dag"]["tasks"].get(PRODUCTION_MODEL)
+    if production:
+        production["cachingOptions"] = {"enableCache": False}
     partial = output_path + ".partial"  # a failed write never leaves a plausible file
     with open(partial, "w", encoding="utf-8") as f:
         json.dump(spec, f, indent=2, sort_keys=True)

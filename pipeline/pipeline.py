@@ -15,6 +15,9 @@ from components import fileio
 from components.example_gen.component import ShardedExampleGen
 from components.example_gen.inputs import resolve_inputs
 from components.example_gen import encode
+from components.evaluator.component import Evaluator
+from components.production_model.component import ProductionModel
+from components.production_model.find import serving_state
 from components.trainer import tasks
 from components.trainer.options import TRANSFORM_SIGNATURE
 from components.transform.component import ShardedTransform
@@ -64,7 +67,7 @@ def check_data_fits_dataset(config: PipelineConfig, source: str) -> None:
             f"--dataset table --set label_key=COLUMN")
 
 
-BASELINE_RESOLVER = "latest_blessed_model_resolver"
+PRODUCTION_MODEL = "production_model"
 SPAN_RESOLVER = "span_resolver"
 
 
@@ -132,22 +135,16 @@ def span_resolver(example_gen, spans: int) -> tfx.dsl.Resolver:
     return resolver
 
 
-def baseline_resolver() -> tfx.dsl.Resolver:
-    """The latest model the Evaluator blessed, the production model a new one must beat."""
-    return tfx.dsl.Resolver(
-        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
-        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
-    ).with_id(BASELINE_RESOLVER)
-
-
 def create_pipeline(
     config: PipelineConfig,
     metadata_connection_config: Optional[metadata_store_pb2.ConnectionConfig] = None,
     source: Optional[str] = None,
+    local: bool = True,
 ) -> tfx.dsl.Pipeline:
     """The pipeline for `config`. It reads `source` (a path or a bundled source name), by
-    default the configured data_root or the dataset's bundled data."""
+    default the configured data_root or the dataset's bundled data. `local`: built for a run
+    now, on this machine, which can look at the serving folder; a compiled pipeline runs
+    later, elsewhere."""
     # Spans and pre-split inputs are resolved first: the checks below read the first file.
     resolved = resolve_inputs(config.example_gen_options(
         source or datasets.source_for(config)))
@@ -172,9 +169,13 @@ def create_pipeline(
         # The gate: with fail_on_anomalies, any anomaly stops the run here.
         anomalies=example_validator.outputs["anomalies"],
         options=config.transform_options())
-    # The latest blessed model: the Evaluator's baseline, and the Trainer's warm start.
-    production = baseline_resolver() \
-        if config.baseline_tolerance is not None or config.warm_start else None
+    # The model in production (the latest push): the Evaluator's baseline, and the Trainer's
+    # warm start.
+    production = ProductionModel(
+        config.production_model_options(),
+        serving_state=serving_state(config.resolved_serving_dir) if local else None,
+    ).with_id(PRODUCTION_MODEL) if config.baseline_tolerance is not None or config.warm_start \
+        else None
     trainer = tfx.components.Trainer(
         run_fn=TRAINER_RUN_FN,
         base_model=production.outputs["model"] if production and config.warm_start else None,
@@ -186,7 +187,7 @@ def create_pipeline(
         eval_args=tfx.proto.EvalArgs(num_steps=config.eval_steps),
         custom_config=config.trainer_options().as_custom_config(),
     )
-    evaluator = tfx.components.Evaluator(
+    evaluator = Evaluator(
         examples=example_gen.outputs["examples"], model=trainer.outputs["model"],
         baseline_model=production.outputs["model"]
         if production and config.baseline_tolerance is not None else None,

@@ -200,7 +200,7 @@ def _production(summary: run_summary.RunSummary) -> str:
             f"<tr><td>{_e(name)}</td><td>{summary.evaluation.get(name, float('nan')):.4g}</td>"
             f"<td>{value:.4g}</td></tr>"
             for name, value in sorted(summary.baseline_evaluation.items()))
-        lines.append(f"Compared with the latest blessed model <code>{_e(summary.baseline_model)}"
+        lines.append(f"Compared with the model in production <code>{_e(summary.baseline_model)}"
                      "</code> on the same eval rows:")
         table = ('<table class="baseline"><tr><th>metric</th><th>this model</th>'
                  f"<th>production</th></tr>{compared}</table>")

@@ -9,11 +9,12 @@ from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
 from components import fileio, tfx_artifacts
+from components.production_model.find import PUSHED_MODEL
 from components.shards import read_manifest
 
 # The EvalConfig's model names (pipeline.eval_config); TFMA keys each metric by them.
 CANDIDATE_MODEL, BASELINE_MODEL = "candidate", "baseline"
-# Wide enough for every node id, TFX's `latest_blessed_model_resolver` included.
+# Wide enough for every node id.
 NODE_WIDTH = 29
 _OUTPUT_EVENTS = (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)
 _STATE_NAMES = {
@@ -86,7 +87,7 @@ class RunSummary:
             lines.append("Evaluation (eval split): " + ", ".join(
                 f"{name}={_metric(value)}" for name, value in sorted(self.evaluation.items())))
         if self.baseline_model:
-            lines.append(f"Compared with the latest blessed model: {self.baseline_model}" + (
+            lines.append(f"Compared with the model in production: {self.baseline_model}" + (
                 " (" + ", ".join(f"{name}={_metric(value)}" for name, value in
                                  sorted(self.baseline_evaluation.items())) + ")"
                 if self.baseline_evaluation else ""))
@@ -179,7 +180,8 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
     resolvers = [node_name(store, execution) for execution in executions
                  if is_resolver(execution)]
     # What this run made: a resolver's outputs are earlier runs' artifacts.
-    artifacts = output_artifacts(store, [e for e in executions if not is_resolver(e)])
+    artifacts = output_artifacts(store, [e for e in executions
+                                         if not brings_earlier_artifacts(e)])
     config = trainer_config(executions)
     candidate, baseline = evaluations(artifacts)
     variance = eval_label_variance(artifacts, config.get("label_key")) \
@@ -249,6 +251,12 @@ def is_resolver(execution) -> bool:
     return execution.type.endswith(".Resolver")
 
 
+def brings_earlier_artifacts(execution) -> bool:
+    """A resolver, or the step that copies the model in production: what they output is
+    what earlier runs made, not this run."""
+    return is_resolver(execution) or execution.type.endswith(".ProductionModel")
+
+
 def describe_resolved(store: metadata_store.MetadataStore, execution) -> str:
     """What a resolver found, in a few words: the latest blessed model, or none yet."""
     events = store.get_events_by_execution_ids([execution.id])
@@ -307,8 +315,13 @@ def describe_outputs(artifacts: dict[str, list]) -> str:
         parts.append(f"{sum(len(a) for a in anomalies(artifacts).values())} anomalies")
     if "TransformGraph" in artifacts:
         parts.append("transform graph")
-    if "Model" in artifacts:
-        parts.append("model")
+    for model in artifacts.get("Model", []):
+        pushed = model.custom_properties.get(PUSHED_MODEL)
+        if pushed is None:
+            parts.append("model")
+        else:
+            parts.append(f"model in production {pushed.string_value}" if pushed.string_value
+                         else "no model in production yet")
     metrics = evaluations(artifacts)[0]
     if metrics:
         parts.append(", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())
@@ -423,13 +436,16 @@ def validation_failures(artifacts) -> list[str]:
 
 
 def baseline_model(store: metadata_store.MetadataStore, executions) -> Optional[str]:
-    """The URI of the model the Evaluator took as its baseline in this run, if any."""
+    """The model the Evaluator took as its baseline in this run, if any: the pushed folder
+    ProductionModel copied, or None before the first push."""
     events = store.get_events_by_execution_ids([e.id for e in executions])
     for event in events:
         if event.type == metadata_store_pb2.Event.INPUT and any(
                 step.HasField("key") and step.key == "baseline_model"
                 for step in event.path.steps):
-            return store.get_artifacts_by_id([event.artifact_id])[0].uri
+            artifact = store.get_artifacts_by_id([event.artifact_id])[0]
+            pushed = artifact.custom_properties.get(PUSHED_MODEL)
+            return (pushed.string_value or None) if pushed else None
     return None
 
 

@@ -113,7 +113,7 @@ def test_the_summary_and_report_of_a_gcs_run_are_as_complete_as_a_local_one(gcs_
 
 def test_a_gcs_run_again_is_cached_and_a_replaced_source_runs_examplegen_again(gcs_runs):
     _, second, third = gcs_runs["runs"]
-    assert "Reused from cache: 6 of 8 components" in second.stdout, second.stdout
+    assert "Reused from cache: 6 of 9 components" in second.stdout, second.stdout
     assert components(third.stdout)["ShardedExampleGen"] == "ran", third.stdout
     rows = re.search(r"^Rows per split: eval=([\d,]+), train=([\d,]+)$", third.stdout, re.M)
     assert sum(int(n.replace(",", "")) for n in rows.groups()) == 1500, third.stdout

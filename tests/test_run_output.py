@@ -8,7 +8,7 @@ import pytest
 
 
 COMPONENTS = ("ShardedExampleGen", "StatisticsGen", "ImportSchemaGen", "ExampleValidator",
-              "ShardedTransform", "Trainer", "Evaluator", "Pusher")
+              "ShardedTransform", "production_model", "Trainer", "Evaluator", "Pusher")
 NOISE = ("cuFFT", "property_predicate", "payload_format", "FutureWarning")
 
 
@@ -21,9 +21,10 @@ def runs(taxi_cli_run, taxi_cli_rerun):
 
 def test_run_prints_a_line_per_component_with_state_seconds_and_output(runs):
     quiet, verbose = runs
-    # The rerun reuses all but the Evaluator, which compares the model with production
-    # (now the first run's), and the Pusher.
-    rerun_states = dict.fromkeys(COMPONENTS, "cached") | {"Evaluator": "ran", "Pusher": "ran"}
+    # The rerun reuses all but the model in production (now the first run's push), the
+    # Evaluator, which compares the model with it, and the Pusher.
+    rerun_states = dict.fromkeys(COMPONENTS, "cached") | dict.fromkeys(
+        ("production_model", "Evaluator", "Pusher"), "ran")
     for result, states in ((quiet, dict.fromkeys(COMPONENTS, "ran")), (verbose, rerun_states)):
         for name, state in states.items():
             line = re.search(rf"^  {name}\s+{state}\s+(\d+\.\d) s  (.*)$", result.stdout, re.M)
@@ -34,6 +35,10 @@ def test_run_prints_a_line_per_component_with_state_seconds_and_output(runs):
     assert re.search(r"ExampleValidator\s+ran\s+\S+ s  0 anomalies", quiet.stdout)
     assert re.search(r"Evaluator\s+ran\s+\S+ s  .*accuracy=[\d.]+.*; blessed", quiet.stdout)
     assert re.search(r"Pusher\s+ran\s+\S+ s  pushed", quiet.stdout)
+    assert re.search(r"production_model\s+ran\s+\S+ s  no model in production yet$",
+                     quiet.stdout, re.M)
+    assert re.search(r"production_model\s+ran\s+\S+ s  model in production \S+/\d+$",
+                     verbose.stdout, re.M)
     assert re.search(r"^Task: binary$", quiet.stdout, re.M)  # the taxi dataset's setting
 
 

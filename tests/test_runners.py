@@ -19,10 +19,7 @@ from pipeline.configs import (CONTAINER_WORKDIR, DEFAULT_IMAGE, DEFAULT_IMAGE_TA
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPONENTS = {"ShardedExampleGen", "StatisticsGen", "ImportSchemaGen", "ExampleValidator",
-              "ShardedTransform", "Trainer", "Evaluator", "Pusher"}
-# Kubeflow runs TFX's latest_blessed_model_resolver as two resolver tasks.
-RESOLVER_TASKS = {"latest_blessed_model_resolver-model-resolver",
-                  "latest_blessed_model_resolver-model-blessing-resolver"}
+              "ShardedTransform", "production_model", "Trainer", "Evaluator", "Pusher"}
 BEAM_ARGS = ["--runner=DataflowRunner", "--project=test-project", "--region=europe-west4",
              "--temp_location=gs://test-bucket/tmp", "--machine_type=n2-standard-4",
              "--max_num_workers=7"]
@@ -64,18 +61,21 @@ def test_a_local_run_leaves_no_packaged_tfx_in_the_temp_folder(taxi_cli_run):
 
 
 def test_second_run_reuses_the_model_and_compares_it_with_production(taxi_run, taxi_rerun):
-    """Nothing new: every component up to the Trainer is reused. The Evaluator runs again,
-    because production changed: the first run's model is now the latest blessed one, so the
-    same model is compared with itself, blessed, and pushed again."""
+    """Nothing new: every component up to the Trainer is reused. The production model and
+    the Evaluator run again, because production changed: the first run's push is now the
+    model in production, so the same model is compared with itself, blessed, and pushed
+    again."""
     _, first = taxi_run
     assert taxi_rerun.run_id != first.run_id
-    reused = COMPONENTS - {"Evaluator", "Pusher"}
+    again = {"production_model", "Evaluator", "Pusher"}
+    reused = COMPONENTS - again
     assert taxi_rerun.components == {**dict.fromkeys(reused, "cached"),
-                                     "Evaluator": "ran", "Pusher": "ran"}
+                                     **dict.fromkeys(again, "ran")}
     assert f"Reused from cache: {len(reused)} of {len(COMPONENTS)}" in taxi_rerun.format()
-    assert taxi_rerun.resolvers == ["latest_blessed_model_resolver"]
-    (model,) = first.artifacts["Model"]
-    assert first.baseline_model is None and taxi_rerun.baseline_model == model.uri
+    assert taxi_rerun.resolvers == []
+    assert len(first.artifacts["Model"]) == 1  # the Trainer's: production's is a copy
+    assert first.baseline_model is None
+    assert taxi_rerun.baseline_model == first.pushed_model
     assert taxi_rerun.blessed
     assert taxi_rerun.baseline_evaluation["binary_accuracy"] == pytest.approx(
         taxi_rerun.evaluation["binary_accuracy"])
@@ -122,19 +122,25 @@ def test_compiled_json_loads_with_kfp_and_names_every_component(compiled):
 
     pipeline = components.load_component_from_file(str(compiled))
     assert pipeline.name == "tfrp-taxi"
-    assert set(pipeline.pipeline_spec.root.dag.tasks) == COMPONENTS | RESOLVER_TASKS
+    assert set(pipeline.pipeline_spec.root.dag.tasks) == COMPONENTS
     assert pipeline.pipeline_spec.default_pipeline_root == "gs://test-bucket/root"
 
 
 def test_compiled_json_is_a_pipeline_spec_under_a_strict_parse(compiled):
-    """Every field of the file is a PipelineSpec field (no unknown field is let through), and
-    the resolver tasks are there."""
+    """Every field of the file is a PipelineSpec field (no unknown field is let through) of
+    schema 2.1, with no `resolver` executor (open-source Kubeflow Pipelines runs none) and
+    no `constantValue` parameter (it takes only 2.1's plain constants)."""
     from google.protobuf import json_format
     from kfp.pipeline_spec import pipeline_spec_pb2
 
     spec = json_format.ParseDict(json.loads(compiled.read_text()),
                                  pipeline_spec_pb2.PipelineSpec(), ignore_unknown_fields=False)
-    assert RESOLVER_TASKS <= set(spec.root.dag.tasks)
+    assert spec.schema_version == "2.1.0"
+    executors = json.loads(compiled.read_text())["deploymentSpec"]["executors"]
+    assert all(list(executor) == ["container"] for executor in executors.values()), executors
+    assert "constantValue" not in compiled.read_text()
+    production = spec.root.dag.tasks["production_model"]
+    assert production.caching_options.enable_cache is False
 
 
 def test_a_window_of_spans_is_refused_by_the_kubeflow_compile_in_one_line(tmp_path):
@@ -151,12 +157,8 @@ def test_a_window_of_spans_is_refused_by_the_kubeflow_compile_in_one_line(tmp_pa
 def test_every_component_runs_the_configured_image_with_beam_args(compiled):
     spec = json.loads(compiled.read_text())
     executors = spec["deploymentSpec"]["executors"]
-    assert {name.removesuffix("_executor") for name in executors} == \
-        COMPONENTS | RESOLVER_TASKS
+    assert {name.removesuffix("_executor") for name in executors} == COMPONENTS
     for name, executor in executors.items():
-        if name.removesuffix("_executor") in RESOLVER_TASKS:
-            assert "resolver" in executor, executor  # resolved by Kubeflow, not a container
-            continue
         container = executor["container"]
         assert container["image"] == f"{DEFAULT_IMAGE}:7.7.7", name
         for arg in BEAM_ARGS + [f"--sdk_container_image={DEFAULT_IMAGE}:7.7.7"]:
@@ -297,7 +299,7 @@ def test_image_folder_by_path_trains_and_serves_resized_jpegs(photo_folder_run):
     from components.images import raw_shape
 
     folder, stdout, output_root = photo_folder_run
-    assert "Reused from cache: 0 of 8" in stdout and "Model blessed by Evaluator: yes" in stdout
+    assert "Reused from cache: 0 of 9" in stdout and "Model blessed by Evaluator: yes" in stdout
     [stored] = glob.glob(str(output_root / "**" / "ShardedTransform" / "transformed_examples"
                               / "*" / "schema.pbtxt"), recursive=True)
     [post] = glob.glob(str(output_root / "**" / "ShardedTransform" / "post_transform_schema"

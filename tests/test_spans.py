@@ -247,7 +247,7 @@ def test_four_days_of_spans_train_on_a_window_and_push_only_a_better_model(tmp_p
     manifest = run_summary.read_manifest(transformed.uri)
     assert manifest["rows_in"] == manifest["rows_written"] == \
         len(years["2008"]) - 1 + len(years["2009"]) - 1
-    assert second.blessed and second.baseline_model == first.artifacts["Model"][0].uri
+    assert second.blessed and second.baseline_model == first.pushed_model
 
     _, third = day(*train)
     for component in ("ShardedExampleGen", "ShardedTransform", "Trainer"):
@@ -257,7 +257,8 @@ def test_four_days_of_spans_train_on_a_window_and_push_only_a_better_model(tmp_p
     pushed = sorted(os.listdir(serving))
     stdout, fourth = day("--train-steps", "1", "--set", "min_accuracy=0")
     assert fourth.components["Trainer"] == "ran"
-    assert fourth.baseline_model == second.artifacts["Model"][0].uri
+    # Production is the latest push: the third run's, of the second run's model.
+    assert fourth.baseline_model == os.path.join(serving, pushed[-1])
     new = fourth.evaluation["sparse_categorical_accuracy"]
     production = fourth.baseline_evaluation["sparse_categorical_accuracy"]
     print(f"day 4: candidate accuracy {new:.3f}, production {production:.3f}")
@@ -272,7 +273,7 @@ def test_four_days_of_spans_train_on_a_window_and_push_only_a_better_model(tmp_p
 
     with open(tmp_path / "reports" / name / "report.html", encoding="utf-8") as f:
         page = f.read()
-    assert "ExampleGen read span 3" in page and second.artifacts["Model"][0].uri in page
+    assert "ExampleGen read span 3" in page and fourth.baseline_model in page
     assert re.search(r'<ul id="refusals"><li class="bad">[^<]*worse than the latest blessed', page)
     history = re.search(r'<table id="metric-history">(.*?)</table>', page).group(1)
     rows = re.findall(r"<tr><td>[^<]+</td><td>(\d+)</td><td>sparse_categorical_accuracy</td>"

@@ -546,8 +546,8 @@ MODEL_INPUTS_FILE = fileio.join("assets.extra", "tfrp_model_inputs.json")
 def warm_start(model: keras.Model, base_model: Optional[str], feature_keys: list[str]) -> None:
     """Loads the production model's weights into `model` (same features, same layers). Its
     scaling comes with them. No production model yet (a first run): a cold start, logged."""
-    if not base_model:
-        logging.info("warm_start: no blessed model yet; training from random weights")
+    if not base_model or not fileio.exists(base_model):
+        logging.info("warm_start: no model in production yet; training from random weights")
         return
     inputs_file = fileio.join(base_model, MODEL_INPUTS_FILE)
     if not tf.io.gfile.exists(inputs_file):
