@@ -15,7 +15,7 @@ import pytest
 from components import example_gen, example_rows, random_access, record_index, tfrecord_io
 from components.example_gen.options import ExampleGenOptions
 from components.options import from_flat
-from conftest import tfrp
+from conftest import packed_copy, tfrp
 
 SAMPLE = 200
 
@@ -321,22 +321,7 @@ def test_a_bounded_read_of_our_shards_knows_its_batches_before_it_is_read(wine_e
 
 def packed_wine(wine_examples, folder) -> tuple[list[str], object]:
     """The wine split's rows packed 7 to a block, in two plain files, and their schema."""
-    import pyarrow as pa
-
-    from components import packing
-    from components.codec import schema_file
-    from components.packing.write import pack_batch
-
-    split = os.path.join(wine_examples, "Split-train")
-    rows = list(example_rows.iter_rows(split))
-    packed_schema = packing.annotate(schema_file.find_schema(split), 7)
-    folder.mkdir()
-    for part in range(2):
-        blocks = pack_batch(pa.Table.from_pylist(rows[part::2]),
-                            packing.PackedLayout.from_schema(packed_schema))
-        (folder / f"blocks-{part}.tfrecord").write_bytes(
-            tfrecord_io.frame_records(blocks)[0].tobytes())
-    return sorted(str(p) for p in folder.iterdir()), packed_schema
+    return packed_copy(os.path.join(wine_examples, "Split-train"), folder)
 
 
 def per_row_wine(wine_examples) -> tuple[list[str], object]:
