@@ -62,12 +62,13 @@ def packed(taxi_examples, tmp_path_factory):
 
 
 def test_imports_and_reads_with_tensorflow_blocked(three_shards):
-    """The numpy reader, the record index and the map-style source, with no TensorFlow."""
+    """The numpy reader, the record index, the map-style source and the device stage, with
+    no TensorFlow."""
     code = ("import sys; sys.modules['tensorflow'] = None\n"
             "from components import numpy_reader\n"
             f"files = {shards(three_shards)!r}\n"
             "print(sum(len(b['fare']) for b in numpy_reader.iter_batches(files)))\n"
-            "from components import random_access, record_index\n"
+            "from components import device_feed, random_access, record_index\n"
             "source = random_access.ExampleSource(files)\n"
             "assert len(source) == sum(record_index.count(f)[0] for f in files)\n"
             "assert source[len(source) - 1]['fare'].shape in ((0,), (1,))\n"
