@@ -82,3 +82,34 @@ def test_a_resident_dataset_refuses_features_it_cannot_index_by_row():
                                    "cpu")
     with pytest.raises(ValueError, match="'name' is bytes"):
         device_feed.DeviceResident([{"name": np.array([b"x"], dtype=object)}], "cpu")
+
+
+def test_bench_gpu_feed_runs_here_without_tensorflow_and_names_its_device(tmp_path):
+    """`tfrp bench gpu-feed` with small settings, TensorFlow blocked in its process as on
+    a machine without it: the three rates, the waiting share, the device it ran on, and an
+    epoch of batches of one size but the last."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['tensorflow'] = None; sys.argv[0] = 'tfrp'\n"
+            "from pipeline.cli import main; main()")
+    args = ["bench", "gpu-feed", "--rows", "20000", "--batch-size", "2048", "--workers", "2",
+            "--hidden", "32,16", "--work-dir", str(tmp_path)]
+    result = subprocess.run([sys.executable, "-c", code, *args, "--json"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["device"] == ("cpu" if not torch.cuda.is_available()
+                                else torch.cuda.get_device_name())
+    paths = report["paths"]
+    assert set(paths) == {"model alone", "reader alone", "end to end"}
+    assert all(path["rows_per_second"] > 0 for path in paths.values())
+    assert paths["reader alone"]["rows"] == paths["end to end"]["rows"] == 20000
+    assert paths["reader alone"]["batch_sizes"] == [20000 % 2048, 2048]
+    assert 0 <= paths["end to end"]["waiting_fraction"] < 1
+    table = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                           text=True)
+    assert table.returncode == 0, table.stderr[-3000:]
+    assert "waiting for input" in table.stdout
+    assert f"device: {report['device']};" in table.stdout
