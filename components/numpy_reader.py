@@ -9,8 +9,10 @@ packed, gzip or plain) and stock ExampleGen's, typed by `schema.pbtxt`:
 
 Records are read with the project's framing reader (`tfrecord_io`), so a damaged record is an
 error naming the file and offset. `iter_batches` is the plain iterator (wrap it for JAX or
-Grain); `TorchDataset` splits files across DataLoader workers and distributed ranks so that
-each row is read once per epoch.
+Grain); `TorchDataset` splits each epoch's rows across DataLoader workers and distributed
+ranks in shares of whole batches, so that each row is read once per epoch and every batch but
+the epoch's last is full. `rows_to_batch` makes the same batch from map-style rows
+(`random_access.RowCollate`).
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Map-style access to the rows of TFRecord shards, with no TensorFlow: `len(source)` and
 `source[i]` for any row i, per-row and packed records alike, through each file's record index
 (components/record_index.py). `torch_dataset` gives the same source as a PyTorch map-style
-`Dataset`, so `DataLoader(shuffle=True)` and `DistributedSampler` work as documented. An
+`Dataset`, so `DataLoader(shuffle=True)` and `DistributedSampler` work as documented, and
+`RowCollate` batches its rows, missing values included, as `numpy_reader` does. An
 `ExampleSource` is itself a Grain `RandomAccessDataSource` (thread-safe, deterministic, and
 pickled whole into Grain's worker processes), so Grain's samplers, sharding and iterator
 checkpoints work on it unchanged.
