@@ -9,22 +9,24 @@ packed, gzip or plain) and stock ExampleGen's, typed by `schema.pbtxt`:
 
 Records are read with the project's framing reader (`tfrecord_io`), so a damaged record is an
 error naming the file and offset. `iter_batches` is the plain iterator (wrap it for JAX or
-Grain); `TorchDataset` splits files across DataLoader workers and distributed ranks so that
-each row is read once per epoch.
+Grain); `TorchDataset` splits each epoch's rows across DataLoader workers and distributed
+ranks in shares of whole batches, so that each row is read once per epoch and every batch but
+the epoch's last is full. `rows_to_batch` makes the same batch from map-style rows
+(`random_access.RowCollate`).
 """
 from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence, Union
 
 import numpy as np
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import example_rows, tfrecord_io
+from components import example_rows, record_index, tfrecord_io
 from components.codec import parser, schema_file
 from components.packing.arrow import RowDecoder
-from components.packing.layout import LENGTHS_SUFFIX
+from components.packing.layout import LENGTHS_SUFFIX, ROWS_KEY
 
 # Rows decoded at a time (whole records: per-row records, or blocks of packed rows): each
 # decode and unpack has a fixed cost per call, paid once for this many rows.
@@ -133,10 +135,14 @@ def _column_values(column, decoded) -> tuple[np.ndarray, Optional[np.ndarray]]:
     return values, lengths
 
 
-def _file_records(path: str, stride: int = 1, offset: int = 0
+def _file_records(path: str, first: int = 0, end: Optional[int] = None
                   ) -> Iterator[tuple[int, bytes]]:
+    """(offset, record) of the file's records numbered `first` up to `end` (all by
+    default); the records before `first` are unframed but not decoded."""
     for index, (position, record) in enumerate(tfrecord_io.iter_records(path)):
-        if index % stride == offset:
+        if end is not None and index >= end:
+            return
+        if index >= first:
             yield position, record
 
 
@@ -151,21 +157,42 @@ def _groups(records: Iterator, size: int) -> Iterator[list]:
         yield group
 
 
-def _decode(decoder: RowDecoder, group: list[tuple[str, int, bytes]]):
-    """The group's records decoded together; when one is bad, decoded one by one again so
-    that the error names its own file and offset."""
+@dataclasses.dataclass(frozen=True)
+class _Record:
+    """A record as read, with the rows of it a reader keeps: all but `skip_head` at the
+    start and `skip_tail` at the end (only a packed block where one reader's share of rows
+    ends and the next one's begins is cut)."""
+    path: str
+    offset: int
+    data: bytes
+    rows: int = 1
+    skip_head: int = 0
+    skip_tail: int = 0
+
+
+def _decode(decoder: RowDecoder, group: list[_Record]):
+    """The group's records decoded together, less the rows they do not keep; when one is
+    bad, decoded one by one again so that the error names its own file and offset."""
     try:
-        return decoder.decode(tfrecord_io.RecordBlock.of_records(
-            group[0][0], group[0][1], [record for _, _, record in group]))
+        decoded = decoder.decode(tfrecord_io.RecordBlock.of_records(
+            group[0].path, group[0].offset, [record.data for record in group]))
     except ValueError:
-        for path, offset, record in group:
-            decoder.decode(tfrecord_io.RecordBlock.of_records(path, offset, [record]))
+        for record in group:
+            decoder.decode(tfrecord_io.RecordBlock.of_records(record.path, record.offset,
+                                                              [record.data]))
         raise
+    if not any(record.skip_head or record.skip_tail for record in group):
+        return decoded
+    firsts = np.cumsum([0] + [record.rows for record in group])
+    kept = np.concatenate([np.arange(first + record.skip_head,
+                                     first + record.rows - record.skip_tail)
+                           for first, record in zip(firsts.tolist(), group)])
+    return decoded.take(kept)
 
 
 def _shuffled(records: Iterator, buffer: int, rng: random.Random) -> Iterator:
     """Records in random order through a buffer of `buffer` records (blocks, when packed)."""
-    pool: list[bytes] = []
+    pool: list = []
     for record in records:
         if len(pool) < buffer:
             pool.append(record)
@@ -177,29 +204,80 @@ def _shuffled(records: Iterator, buffer: int, rng: random.Random) -> Iterator:
     yield from pool
 
 
-def iter_batches(files: Sequence[str], schema: Optional[schema_pb2.Schema] = None,
-                 batch_size: int = 1024, features: Optional[Sequence[str]] = None,
-                 record_stride: int = 1, record_offset: int = 0, shuffle_buffer: int = 0,
-                 seed: Optional[int] = None) -> Iterator[dict]:
-    """Batches of `batch_size` rows (the last may be short) from `files`.
+def block_rows(path: str) -> np.ndarray:
+    """The rows of each packed block of a file, in one compiled pass reading only
+    `__rows__`."""
+    only_rows = schema_pb2.Schema()
+    only_rows.feature.add(name=ROWS_KEY, type=schema_pb2.INT)
+    counts = []
+    for block in tfrecord_io.iter_record_blocks(path):
+        column = parser.decode_record_block(block, only_rows).column(0)
+        counts.append(np.asarray(column.flatten().to_numpy(zero_copy_only=False), np.int64))
+    return np.concatenate(counts) if counts else np.zeros(0, np.int64)
 
-    `schema` defaults to the schema.pbtxt stored beside the shards. With `record_stride`
-    k > 1, only records whose index in their file is `record_offset` modulo k are read, so k
-    readers can share files between them. `shuffle_buffer` > 1 shuffles records (whole blocks
-    of packed data) through a buffer of that many, seeded by `seed`; otherwise records come in
-    file order. `files` may also be one folder of shards (`example_rows.record_files`)."""
-    files = example_rows.record_files(files) if isinstance(files, str) else list(files)
-    if schema is None:
-        schema = schema_file.find_schema(files[0]) if files else None
-        if schema is None:
-            raise FileNotFoundError(f"no schema.pbtxt beside {files[:1]}; pass schema=")
-    columns = _columns(schema, features)
-    decoder = RowDecoder(schema, [c.name for c in columns])
-    batcher = _Batcher(columns, batch_size)
-    records = ((path, offset, record) for path in files
-               for offset, record in _file_records(path, record_stride, record_offset))
+
+@dataclasses.dataclass(frozen=True)
+class FileRows:
+    """How many rows a file holds, and for packed records where each block starts: what a
+    reader needs to read a range of rows without decoding the rows before it."""
+    path: str
+    rows: int
+    block_starts: Optional[np.ndarray] = None  # packed: first row of each block, then `rows`
+
+    @classmethod
+    def of(cls, path: str, packed: bool) -> "FileRows":
+        """Per-row records counted from the manifest or a stored index (read only when
+        there is neither); packed blocks by one pass over their `__rows__`."""
+        if not packed:
+            return cls(path, record_index.count(path)[0])
+        starts = np.concatenate([[0], np.cumsum(block_rows(path))]).astype(np.int64)
+        return cls(path, int(starts[-1]), starts)
+
+    def records(self, first_row: int, end_row: int) -> Iterator[_Record]:
+        """The records holding rows [first_row, end_row) of this file, each cut to them."""
+        if self.block_starts is None:
+            for offset, data in _file_records(self.path, first_row, end_row):
+                yield _Record(self.path, offset, data)
+            return
+        starts = self.block_starts
+        first = int(np.searchsorted(starts, first_row, side="right")) - 1
+        end = int(np.searchsorted(starts, end_row, side="left"))
+        for number, (offset, data) in enumerate(_file_records(self.path, first, end), first):
+            begins, ends = int(starts[number]), int(starts[number + 1])
+            yield _Record(self.path, offset, data, ends - begins,
+                          max(0, first_row - begins), max(0, ends - end_row))
+
+
+def reader_shares(rows: int, readers: int, batch_size: int, drop_last: bool = False
+                  ) -> list[tuple[int, int]]:
+    """[first, end) of the rows each of `readers` reads: whole batches, as evenly as they go
+    round, and the rows short of a batch at the end of the last share (none with
+    `drop_last`). So an epoch has at most one short batch, however many readers share it."""
+    full, rest = divmod(rows, batch_size)
+    each, extra = divmod(full, readers)
+    ends = np.cumsum([(each + (reader < extra)) * batch_size for reader in range(readers)])
+    if not drop_last:
+        ends[-1] += rest
+    firsts = np.concatenate([[0], ends[:-1]])
+    return [(int(a), int(b)) for a, b in zip(firsts, ends)]
+
+
+def _share_records(files: Sequence[FileRows], first: int, end: int) -> Iterator[_Record]:
+    """The records holding rows [first, end) of `files` read one after another."""
+    file_first = 0
+    for file in files:
+        file_end = file_first + file.rows
+        if file_first < end and first < file_end:
+            yield from file.records(max(first, file_first) - file_first,
+                                    min(end, file_end) - file_first)
+        file_first = file_end
+
+
+def _batches_of(records: Iterator[_Record], decoder: RowDecoder, columns: list[_Column],
+                batch_size: int, shuffle_buffer: int, seed: Optional[int]) -> Iterator[dict]:
     if shuffle_buffer > 1:
         records = _shuffled(records, shuffle_buffer, random.Random(seed))
+    batcher = _Batcher(columns, batch_size)
     group_size = max(1, _ROWS_PER_DECODE // max(1, decoder.layout.rows if decoder.layout
                                                 else 1))
     for group in _groups(records, group_size):
@@ -213,46 +291,103 @@ def iter_batches(files: Sequence[str], schema: Optional[schema_pb2.Schema] = Non
     yield from batcher.flush()
 
 
-def shard_files(files: Sequence[str], reader: int, readers: int, seed: Optional[int] = None,
-                epoch: int = 0) -> tuple[list[str], int, int]:
-    """(files, record stride, record offset) for reader `reader` of `readers`: whole files
-    when there are enough to go round, else every file with every `readers`-th record.
-    With a seed the file order is shuffled, differently each epoch, identically on every
-    reader (so the split stays a partition)."""
+def _schema_of(files: list[str], schema: Optional[schema_pb2.Schema]) -> schema_pb2.Schema:
+    if schema is None:
+        schema = schema_file.find_schema(files[0]) if files else None
+        if schema is None:
+            raise FileNotFoundError(f"no schema.pbtxt beside {files[:1]}; pass schema=")
+    return schema
+
+
+def _file_list(files: Union[str, Sequence[str]]) -> list[str]:
+    return example_rows.record_files(files) if isinstance(files, str) else list(files)
+
+
+def iter_batches(files: Union[str, Sequence[str]], schema: Optional[schema_pb2.Schema] = None,
+                 batch_size: int = 1024, features: Optional[Sequence[str]] = None,
+                 shuffle_buffer: int = 0, seed: Optional[int] = None) -> Iterator[dict]:
+    """Batches of `batch_size` rows (the last may be short) from `files`, rows carried from
+    one file into the next.
+
+    `schema` defaults to the schema.pbtxt stored beside the shards. `shuffle_buffer` > 1
+    shuffles records (whole blocks of packed data) through a buffer of that many, seeded by
+    `seed`; otherwise records come in file order. `files` may also be one folder of shards
+    (`example_rows.record_files`)."""
+    files = _file_list(files)
+    schema = _schema_of(files, schema)
+    columns = _columns(schema, features)
+    records = (_Record(path, offset, data) for path in files
+               for offset, data in _file_records(path))
+    return _batches_of(records, RowDecoder(schema, [c.name for c in columns]), columns,
+                       batch_size, shuffle_buffer, seed)
+
+
+def epoch_files(files: Sequence[str], seed: Optional[int] = None, epoch: int = 0) -> list[str]:
+    """`files` in name order, or with a seed shuffled, differently each epoch and identically
+    on every reader (so that their shares of the rows stay a partition)."""
     files = sorted(files)
     if seed is not None:
         random.Random(seed * 1_000_003 + epoch).shuffle(files)
-    if len(files) >= readers:
-        return files[reader::readers], 1, 0
-    return files, readers, reader
+    return files
+
+
+def rows_to_batch(rows: Sequence[dict], schema: schema_pb2.Schema,
+                  features: Optional[Sequence[str]] = None) -> dict:
+    """Rows as `random_access.ExampleSource` gives them (each feature an array of the row's
+    values, empty when missing) -> the batch `iter_batches` would give for them: a missing
+    scalar filled with the schema default, fixed shapes stacked, other features as flat
+    values plus `<name>__lengths`."""
+    batch = {}
+    for column in _columns(schema, features if features is not None else list(rows[0])):
+        values = [row[column.name] for row in rows]
+        if column.kind == "scalar":
+            batch[column.name] = np.array(
+                [value[0] if len(value) else column.default for value in values], column.dtype)
+        elif column.kind == "fixed":
+            batch[column.name] = np.stack(values).astype(column.dtype).reshape(
+                len(rows), *column.shape)
+        else:
+            batch[column.name] = _joined([np.asarray(v, column.dtype) for v in values],
+                                         column.dtype)
+            batch[column.name + LENGTHS_SUFFIX] = np.array([len(v) for v in values], np.int64)
+    return batch
 
 
 class TorchDataset:
     """A PyTorch IterableDataset of numpy batches (use DataLoader(batch_size=None)).
 
-    Files are split across DataLoader workers and distributed ranks, so each row is read once
-    per epoch in all; call `set_epoch(n)` before each epoch for a new seeded file order. The
-    class is built on first use, so importing this module needs no torch."""
+    The rows of an epoch are split across DataLoader workers and distributed ranks as
+    contiguous ranges of whole batches over the files (in name order, or with a seed in a new
+    order each epoch: call `set_epoch(n)` before each epoch), so each row is read once, every
+    batch is full but at most one per epoch, the last (dropped with `drop_last=True`), and
+    each reader reads its files front to back. The rows per file are counted once, when the
+    dataset is made: from the manifest or an index for per-row records, by reading each
+    block's row count for packed ones. The class is built on first use, so importing this
+    module needs no torch."""
 
     def __new__(cls, *args, **kwargs):
         import torch.utils.data
 
         class _Dataset(torch.utils.data.IterableDataset):
-            def __init__(self, files: Sequence[str], schema=None, batch_size: int = 1024,
-                         features=None, seed: Optional[int] = None, shuffle_buffer: int = 16,
-                         rank: Optional[int] = None, world_size: Optional[int] = None):
+            def __init__(self, files: Union[str, Sequence[str]],
+                         schema: Optional[schema_pb2.Schema] = None, batch_size: int = 1024,
+                         features: Optional[Sequence[str]] = None, seed: Optional[int] = None,
+                         shuffle_buffer: int = 16, rank: Optional[int] = None,
+                         world_size: Optional[int] = None, drop_last: bool = False):
                 super().__init__()
-                self.files = example_rows.record_files(files) if isinstance(files, str) \
-                    else list(files)
-                self.schema, self.batch_size = schema, batch_size
+                self.files = _file_list(files)
+                self.schema = _schema_of(self.files, schema)
+                self.batch_size, self.drop_last = batch_size, drop_last
                 self.features, self.seed, self.epoch = features, seed, 0
                 self.shuffle_buffer = shuffle_buffer if seed is not None else 0
                 self.rank, self.world_size = rank, world_size
+                packed = RowDecoder(self.schema).layout is not None
+                self.file_rows = {path: FileRows.of(path, packed) for path in self.files}
 
             def set_epoch(self, epoch: int) -> None:
                 self.epoch = epoch
 
-            def __iter__(self):
+            def __iter__(self) -> Iterator[dict]:
                 import torch.distributed as dist
 
                 rank, world = self.rank, self.world_size
@@ -262,13 +397,16 @@ class TorchDataset:
                     world = dist.get_world_size() if initialised else 1
                 info = torch.utils.data.get_worker_info()
                 worker, workers = (info.id, info.num_workers) if info else (0, 1)
-                files, stride, offset = shard_files(self.files, rank * workers + worker,
-                                                    world * workers, self.seed, self.epoch)
-                schema = self.schema if self.schema is not None else \
-                    schema_file.find_schema(self.files[0])
+                files = [self.file_rows[path]
+                         for path in epoch_files(self.files, self.seed, self.epoch)]
+                first, end = reader_shares(sum(f.rows for f in files), world * workers,
+                                           self.batch_size, self.drop_last)[
+                    rank * workers + worker]
+                columns = _columns(self.schema, self.features)
                 reader_seed = None if self.seed is None else \
                     hash((self.seed, self.epoch, rank, worker)) & 0xFFFFFFFF
-                return iter_batches(files, schema, self.batch_size, self.features,
-                                    stride, offset, self.shuffle_buffer, reader_seed)
+                return _batches_of(_share_records(files, first, end),
+                                   RowDecoder(self.schema, [c.name for c in columns]),
+                                   columns, self.batch_size, self.shuffle_buffer, reader_seed)
 
         return _Dataset(*args, **kwargs)

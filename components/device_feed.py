@@ -1,0 +1,138 @@
+"""Batches onto the accelerator for PyTorch training loops, with no TensorFlow.
+
+- `prefetch_to_device`: what tf.data's `prefetch_to_device` does for a `DataLoader` over our
+  readers (`numpy_reader.TorchDataset`, `random_access.torch_dataset`): on a CUDA device the
+  next batch is copied from pinned memory on a stream of its own while the current step runs.
+- `DeviceResident`: a dataset that fits in device memory, read once and kept there, served
+  each epoch in a new order shuffled on the device.
+
+On a CPU device there is nothing to overlap: `prefetch_to_device` passes batches through
+(numpy arrays made tensors without a copy), and `DeviceResident` shuffles in memory.
+torch is imported inside the functions, so importing this module needs no torch.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator, Optional
+
+from components.packing.layout import LENGTHS_SUFFIX
+
+
+def _map_arrays(batch, convert: Callable):
+    """`batch` (a dict, list or tuple, nested) with `convert` applied to its tensors and
+    numeric numpy arrays; arrays of bytes (object dtype) stay as they are."""
+    import numpy as np
+    import torch
+
+    if isinstance(batch, dict):
+        return {name: _map_arrays(value, convert) for name, value in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_map_arrays(value, convert) for value in batch)
+    if isinstance(batch, np.ndarray) and batch.dtype != object:
+        return convert(torch.from_numpy(batch))
+    if isinstance(batch, torch.Tensor):
+        return convert(batch)
+    return batch
+
+
+def prefetch_to_device(batches: Iterable, device="cuda") -> Iterator:
+    """The batches of `batches` with their tensors (and numeric numpy arrays) on `device`,
+    one batch ahead.
+
+    On a CUDA device, batch n+1 is pinned (unless already pinned: give the DataLoader
+    `pin_memory=True`, which pins in its own thread) and copied on a side stream while the
+    caller's step on batch n runs on the current stream; the current stream waits for the
+    copy before the batch is handed over. On any other device, batches pass through with
+    numpy arrays made tensors (no copy, no thread)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        for batch in batches:
+            yield _map_arrays(batch, lambda tensor: tensor.to(device))
+        return
+    side = torch.cuda.Stream(device)
+    current = torch.cuda.current_stream(device)
+
+    def start_copy(batch):
+        with torch.cuda.stream(side):
+            return _map_arrays(batch, lambda tensor: (
+                tensor if tensor.is_pinned() else tensor.pin_memory()).to(
+                device, non_blocking=True))
+
+    def used_on_current(tensor):
+        # Made on the side stream, used on the current one: the caching allocator must not
+        # hand its memory out again before the current stream is done with it.
+        tensor.record_stream(current)
+        return tensor
+
+    iterator = iter(batches)
+
+    def copy_next():
+        for batch in iterator:
+            return start_copy(batch)
+        return None
+
+    ahead = copy_next()
+    while ahead is not None:
+        current.wait_stream(side)
+        batch = _map_arrays(ahead, used_on_current)
+        ahead = copy_next()
+        yield batch
+
+
+class DeviceResident:
+    """A dataset that fits in device memory, kept there: `batches` (dicts of arrays, such as
+    `numpy_reader.iter_batches` gives) are read once and joined column by column on `device`;
+    each epoch then yields batches of `batch_size` rows cut from a permutation drawn on the
+    device (seeded by `seed` and the epoch set by `set_epoch`; row order without a seed).
+    Every batch is full but the last, which `drop_last` drops. Features of several values a
+    row (values plus `__lengths`) and bytes features have no place here and are refused."""
+
+    def __init__(self, batches: Iterable[dict], device="cuda", batch_size: int = 1024,
+                 seed: Optional[int] = None, drop_last: bool = False):
+        import numpy as np
+        import torch
+
+        parts: dict[str, list] = {}
+        for batch in batches:
+            for name, values in batch.items():
+                if name.endswith(LENGTHS_SUFFIX):
+                    raise ValueError(f"{name[:-len(LENGTHS_SUFFIX)]!r} has several values a "
+                                     f"row; DeviceResident keeps one row per index "
+                                     f"(pass features=[...] without it)")
+                if isinstance(values, np.ndarray) and values.dtype == object:
+                    raise ValueError(f"{name!r} is bytes, which a device cannot hold "
+                                     f"(pass features=[...] without it)")
+                parts.setdefault(name, []).append(torch.as_tensor(values))
+        self.device = torch.device(device)
+        self.columns = {name: torch.cat(values).to(self.device)
+                        for name, values in parts.items()}
+        counts = {len(column) for column in self.columns.values()}
+        if len(counts) > 1:
+            raise ValueError(f"columns of different lengths: {sorted(counts)}")
+        self.rows = counts.pop() if counts else 0
+        self.batch_size, self.seed, self.drop_last, self.epoch = \
+            batch_size, seed, drop_last, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        full, rest = divmod(self.rows, self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def order(self):
+        """This epoch's row order, on the device."""
+        import torch
+
+        if self.seed is None:
+            return torch.arange(self.rows, device=self.device)
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(self.seed * 1_000_003 + self.epoch)
+        return torch.randperm(self.rows, generator=generator, device=self.device)
+
+    def __iter__(self) -> Iterator[dict]:
+        order = self.order()
+        for number in range(len(self)):
+            rows = order[number * self.batch_size:(number + 1) * self.batch_size]
+            yield {name: column.index_select(0, rows) for name, column in self.columns.items()}
