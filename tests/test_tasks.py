@@ -44,6 +44,30 @@ def test_the_task_follows_the_labels_values():
         tasks.summarize_label(pa.array([None, None], pa.string()), "y", "f")
 
 
+def test_integral_float_labels_follow_the_int_rules_and_say_why():
+    """As scikit-learn's `type_of_target`: 0.0/1.0 is binary, small whole class ids stored
+    as floats multiclass; a fraction anywhere, or ids past the rule's, keep regression."""
+    from sklearn.utils.multiclass import type_of_target
+
+    cancer = sk.load_breast_cancer().target.astype(np.float64)
+    summary = tasks.summarize_label(pa.array(cancer), "y", "cancer")
+    assert (summary.task, type_of_target(cancer)) == (tasks.BINARY, "binary")
+    assert summary.reason == "label has 2 values, 0 and 1 (stored as floats)"
+    wine = sk.load_wine().target.astype(np.float64)
+    summary = tasks.summarize_label(pa.array(wine), "y", "wine")
+    assert (summary.task, type_of_target(wine)) == (tasks.MULTICLASS, "multiclass")
+    assert summary.reason == "label has 3 class ids from 0 to 2 (stored as floats)"
+    assert tasks.summarize_label(pa.array(cancer.astype(np.int64)), "y", "c").reason == \
+        "label has 2 values, 0 and 1"
+    for values in ([0.0, 1.0, 0.5], [0.0, 1.0, float("nan")], [1990.0, 2001.0, 2013.0]):
+        assert tasks.summarize_label(pa.array(values), "y", "f").task == tasks.REGRESSION
+    assert tasks.summarize_label(pa.array([0.0, 1.0, None]), "y", "f").task == tasks.BINARY
+    assert tasks.summarize_label(pa.array(sk.load_diabetes().target), "y", "d").reason == \
+        "label holds integral floats, 214 values from 25 to 346, not class ids 0..K-1 below 64"
+    assert tasks.summarize_label(pa.array([0.5, 1.25]), "y", "f").reason == \
+        "label has fractional numbers"
+
+
 def test_csv_text_is_typed_before_the_rules(taxi_csv):
     """The CSV reader's first pass gives text; text that is all numbers is numbers."""
     for column, task in (("tips", tasks.REGRESSION), ("trip_start_hour", tasks.MULTICLASS),

@@ -2,7 +2,9 @@
 the pipeline can settle the task (and the Evaluator's metrics) before anything trains.
 
 The rules, from the label's values or its schema:
-- a float label is regression;
+- a float label is regression, unless every value is integral (0.0, 1.0, 2.0: a class id
+  stored as a float, as R and pandas often write one), when it follows the int rules, as
+  scikit-learn's `type_of_target` does;
 - an int label whose values are all 0 or 1 is binary; one whose values look like class ids
   (0..K-1: at least 3 values, the smallest 0, all below MAX_CLASS_IDS, and at least half of
   the ids up to the largest seen) is multiclass; any other int label (a price, a count, a
@@ -10,8 +12,8 @@ The rules, from the label's values or its schema:
   over all the training rows in the schema, so the number of classes is never a sample's;
 - a string label with two values is binary, with more it is multiclass (Transform maps the
   strings to ids through a vocabulary, whose size is the number of classes).
-The `task` setting overrides them: a float label holding 0.0 and 1.0 is regression unless
-`task=binary` says otherwise.
+`LabelSummary.reason` says in words which rule chose the task (the run summary shows it).
+The `task` setting overrides them.
 """
 from __future__ import annotations
 
@@ -54,6 +56,7 @@ class LabelSummary:
     distinct: Optional[int] = None
     mean: Optional[float] = None
     variance: Optional[float] = None
+    reason: str = ""
 
 
 def check_task(task: Optional[str]) -> None:
@@ -79,28 +82,52 @@ def summarize_label(values, label_key: str, source: str) -> LabelSummary:
         values = _as_numbers(values)
     if pa.types.is_boolean(values.type):
         values = values.cast(pa.int64())
+    if pa.types.is_floating(values.type) and _integral(values):
+        values, stored = values.cast(pa.int64()), "integral floats"
+    else:
+        stored = "integers"
     if pa.types.is_integer(values.type):
-        distinct = pc.unique(values).to_pylist()
+        distinct = sorted(pc.unique(values).to_pylist())
         if set(distinct) <= {0, 1}:
-            return LabelSummary(BINARY, len(values), len(distinct))
+            return LabelSummary(BINARY, len(values), len(distinct), reason=(
+                f"label has {len(distinct)} value{'s' if len(distinct) > 1 else ''}, "
+                f"{' and '.join(map(str, distinct))}" + _stored(stored)))
         if _class_ids(distinct):
-            return LabelSummary(MULTICLASS, len(values), len(distinct))
-        return _regression(values, len(distinct))
+            return LabelSummary(MULTICLASS, len(values), len(distinct), reason=(
+                f"label has {len(distinct)} class ids from 0 to {distinct[-1]}"
+                + _stored(stored)))
+        return _regression(values, len(distinct), (
+            f"label holds {stored}, {len(distinct)} values from {distinct[0]} to {distinct[-1]}, "
+            f"not class ids 0..K-1 below {MAX_CLASS_IDS}"))
     if pa.types.is_floating(values.type) or pa.types.is_decimal(values.type):
-        return _regression(values, None)
+        return _regression(values, None, "label has fractional numbers")
     distinct = len(pc.unique(values))
     if distinct < 2:
         raise TaskError(f"{source}: the label {label_key!r} holds one value in the rows "
                         f"sampled; a model cannot learn from it")
-    return LabelSummary(BINARY if distinct == 2 else MULTICLASS, len(values), distinct)
+    return LabelSummary(BINARY if distinct == 2 else MULTICLASS, len(values), distinct,
+                        reason=f"label has {distinct} text values")
 
 
-def _regression(values, distinct: Optional[int]) -> LabelSummary:
+def _regression(values, distinct: Optional[int], reason: str) -> LabelSummary:
     import pyarrow as pa
 
     numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
     return LabelSummary(REGRESSION, len(values), distinct, float(numbers.mean()),
-                        float(numbers.var()))
+                        float(numbers.var()), reason)
+
+
+def _integral(values) -> bool:
+    """Every value a whole number small enough to be an int64 exactly (NaN and inf are not)."""
+    import numpy as np
+
+    numbers = values.to_numpy(zero_copy_only=False)
+    return bool(np.all(np.isfinite(numbers)) and np.all(numbers == np.round(numbers))
+                and np.all(np.abs(numbers) < 2 ** 53))
+
+
+def _stored(stored: str) -> str:
+    return " (stored as floats)" if stored == "integral floats" else ""
 
 
 def _class_ids(distinct: list[int]) -> bool:
