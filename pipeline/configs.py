@@ -114,6 +114,7 @@ class PipelineConfig:
     # binary | multiclass | regression; unset (or auto): inferred from the label's values in
     # the first source file (components/trainer/tasks.py has the rules).
     task: Optional[str] = None
+    task_reason: str = TrainerOptions.task_reason
     # [height, width, channels] of the "image" feature; set for image datasets.
     image_shape: Optional[list[int]] = None
     image_dtype: str = TrainerOptions.image_dtype

@@ -30,8 +30,8 @@ TRAINER_RUN_FN = "components.trainer.module.run_fn"
 def settle_task(config: PipelineConfig, source: str) -> PipelineConfig:
     """`config` with its task settled, and a regression's default max_mse: what the label's
     values in the first source file say (components/trainer/tasks.py), unless both are set."""
-    task = None if config.task == tasks.AUTO else config.task
-    if task and (task != tasks.REGRESSION or config.max_mse is not None):
+    given = None if config.task == tasks.AUTO else config.task
+    if given and (given != tasks.REGRESSION or config.max_mse is not None):
         return config
     path, values = encode.sample_column(source, config.data_format, config.label_key)
     if values is None:
@@ -39,14 +39,15 @@ def settle_task(config: PipelineConfig, source: str) -> PipelineConfig:
             f"{path}: no column {config.label_key!r} to infer the task from; set label_key, "
             f"or set task=binary|multiclass|regression when preprocessing_fn computes the label")
     summary = tasks.summarize_label(values, config.label_key, path)
-    task = task or summary.task
+    task = given or summary.task
     max_mse = config.max_mse
     if task == tasks.REGRESSION and max_mse is None:
         if summary.variance is None:
             raise tasks.TaskError(f"{path}: the label {config.label_key!r} is not numeric; "
                                   f"it cannot be a regression target")
         max_mse = summary.variance
-    return config.replace(task=task, max_mse=max_mse)
+    return config.replace(task=task, max_mse=max_mse,
+                          task_reason="" if given else summary.reason)
 
 
 def check_data_fits_dataset(config: PipelineConfig, source: str) -> None:

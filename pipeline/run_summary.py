@@ -38,6 +38,7 @@ class RunSummary:
     # Overall metrics of the Evaluator on the eval split, name -> value.
     evaluation: dict[str, float] = dataclasses.field(default_factory=dict)
     task: Optional[str] = None  # what the Trainer was told to learn (components/trainer/tasks.py)
+    task_reason: str = ""  # why, when the pipeline inferred it
     # Rows ExampleGen read but did not write, by why: quarantined, without a label.
     rows_left_out: dict[str, int] = dataclasses.field(default_factory=dict)
     # The latest blessed model the new one was compared with (its URI), and its metrics on
@@ -82,7 +83,8 @@ class RunSummary:
         for split, items in self.anomalies.items():
             lines += [f"  {split}: {item}" for item in items]
         if self.task:
-            lines.append(f"Task: {self.task}")
+            lines.append(f"Task: {self.task}" + (f" ({self.task_reason})"
+                                                 if self.task_reason else ""))
         if self.evaluation:
             lines.append("Evaluation (eval split): " + ", ".join(
                 f"{name}={_metric(value)}" for name, value in sorted(self.evaluation.items())))
@@ -204,7 +206,7 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
         baseline_evaluation=with_r_squared(baseline, variance),
         baseline_model=baseline_model(store, executions),
         validation_failures=validation_failures(artifacts),
-        task=config.get("task"),
+        task=config.get("task"), task_reason=config.get("task_reason") or "",
     )
 
 

@@ -52,11 +52,11 @@ def test_integral_float_labels_follow_the_int_rules_and_say_why():
     cancer = sk.load_breast_cancer().target.astype(np.float64)
     summary = tasks.summarize_label(pa.array(cancer), "y", "cancer")
     assert (summary.task, type_of_target(cancer)) == (tasks.BINARY, "binary")
-    assert summary.reason == "label has 2 values, 0 and 1 (stored as floats)"
+    assert summary.reason == "label has 2 values, 0 and 1, stored as floats"
     wine = sk.load_wine().target.astype(np.float64)
     summary = tasks.summarize_label(pa.array(wine), "y", "wine")
     assert (summary.task, type_of_target(wine)) == (tasks.MULTICLASS, "multiclass")
-    assert summary.reason == "label has 3 class ids from 0 to 2 (stored as floats)"
+    assert summary.reason == "label has 3 class ids from 0 to 2, stored as floats"
     assert tasks.summarize_label(pa.array(cancer.astype(np.int64)), "y", "c").reason == \
         "label has 2 values, 0 and 1"
     for values in ([0.0, 1.0, 0.5], [0.0, 1.0, float("nan")], [1990.0, 2001.0, 2013.0]):
@@ -105,19 +105,38 @@ def iris_frame():
     return frame
 
 
+def cancer_csv_args(folder) -> tuple:
+    """scikit-learn's breast cancer table as pandas writes it to CSV, its 0/1 diagnosis a
+    float column ("0.0", "1.0"), through `tfrp run --dataset table` with no task set."""
+    frame = sk.load_breast_cancer(as_frame=True).frame
+    frame.columns = [name.replace(" ", "_") for name in frame.columns]
+    frame["target"] = frame["target"].astype(float)
+    data = os.path.join(folder, "data")
+    os.makedirs(data)
+    frame.to_csv(os.path.join(data, "cancer.csv"), index=False)
+    return frame, ("run", "--dataset", "table", "--data-root", data, "--output-root",
+                   str(folder), "--pipeline-name", "test-target", "--set", "label_key=target",
+                   "--set", "batch_size=32", "--eval-steps", "5", "--train-steps", "300")
+
+
 @pytest.fixture(scope="module")
 def table_runs(tmp_path_factory):
-    """iris (a string label) and diabetes (a float target) through `tfrp run`, at once."""
+    """iris (a string label), diabetes (a float target) and breast cancer (a 0/1 label
+    written as floats) through `tfrp run`, at once."""
     iris, diabetes = iris_frame(), sk.load_diabetes(as_frame=True).frame
-    iris_folder, diabetes_folder = (tmp_path_factory.mktemp(n) for n in ("iris", "diabetes"))
+    iris_folder, diabetes_folder, cancer_folder = (
+        tmp_path_factory.mktemp(n) for n in ("iris", "diabetes", "cancer"))
     diabetes_table = pa.Table.from_pandas(diabetes, preserve_index=False)
-    iris_result, diabetes_result = tfrp_concurrently(
+    cancer, cancer_args = cancer_csv_args(cancer_folder)
+    iris_result, diabetes_result, cancer_result = tfrp_concurrently(
         table_run_args(iris_folder, pa.Table.from_pandas(iris, preserve_index=False),
                        "species", "--train-steps", "300", "--set", "min_accuracy=0.9"),
-        table_run_args(diabetes_folder, diabetes_table, "target", "--train-steps", "400"))
+        table_run_args(diabetes_folder, diabetes_table, "target", "--train-steps", "400"),
+        cancer_args)
     return {"iris": (iris, iris_result.stdout, summary_of(iris_folder, "species")),
             "diabetes": (diabetes, diabetes_folder, diabetes_table, diabetes_result.stdout,
-                         summary_of(diabetes_folder, "target"))}
+                         summary_of(diabetes_folder, "target")),
+            "cancer": (cancer, cancer_result.stdout, summary_of(cancer_folder, "target"))}
 
 
 @pytest.fixture(scope="module")
@@ -145,13 +164,20 @@ def score(model_dir: str, rows: list[dict]) -> dict:
 
 def split_values(summary, column: str, split: str) -> np.ndarray:
     """`column` of every row ExampleGen wrote to `split`, read back with TensorFlow."""
+    return split_columns(summary, [column], split)[column]
+
+
+def split_columns(summary, columns: list[str], split: str) -> dict[str, np.ndarray]:
+    """`columns` (numbers) of every row ExampleGen wrote to `split`, read back with
+    TensorFlow."""
     examples = next(a.uri for a in summary.artifacts["Examples"]
                     if "ShardedExampleGen" in a.uri)
     files = glob.glob(os.path.join(examples, f"Split-{split}", "*"))
-    spec = {column: tf.io.FixedLenFeature([], tf.float32)}
-    data = tf.data.TFRecordDataset(files, compression_type="GZIP").batch(1024).map(
-        lambda records: tf.io.parse_example(records, spec)[column])
-    return np.concatenate([batch.numpy() for batch in data])
+    spec = {column: tf.io.FixedLenFeature([], tf.float32) for column in columns}
+    batches = list(tf.data.TFRecordDataset(files, compression_type="GZIP").batch(1024).map(
+        lambda records: tf.io.parse_example(records, spec)))
+    return {column: np.concatenate([batch[column].numpy() for batch in batches])
+            for column in columns}
 
 
 def test_iris_string_label_trains_a_multiclass_model_that_names_its_classes(iris_run):
@@ -165,6 +191,30 @@ def test_iris_string_label_trains_a_multiclass_model_that_names_its_classes(iris
     names = [n.decode() for n in scored[tasks.CLASSES]]
     assert set(names) <= {"setosa", "versicolor", "virginica"}
     assert np.mean(np.array(names) == frame["species"].to_numpy()) >= 0.9
+
+
+def test_a_0_1_label_written_as_floats_trains_a_binary_model_by_default(table_runs):
+    """The rule scikit-learn's type_of_target follows: integral floats with two values are
+    a binary label. Scored beside HistGradientBoosting on the same Examples split."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    frame, stdout, summary = table_runs["cancer"]
+    assert "Task: binary (label has 2 values, 0 and 1, stored as floats)" in stdout, stdout
+    features = [name for name in frame.columns if name != "target"]
+    train, evaluation = (split_columns(summary, [*features, "target"], split)
+                         for split in ("train", "eval"))
+    assert len(train["target"]) + len(evaluation["target"]) == len(frame)
+    boosted = HistGradientBoostingClassifier(random_state=0).fit(
+        np.stack([train[name] for name in features], axis=1), train["target"])
+    reference = boosted.score(np.stack([evaluation[name] for name in features], axis=1),
+                              evaluation["target"])
+    accuracy = summary.evaluation["binary_accuracy"]
+    print(f"breast cancer: binary_accuracy {accuracy:.3f}, HistGradientBoosting {reference:.3f}")
+    assert accuracy >= 0.95 * reference, (accuracy, reference)
+    assert summary.blessed and summary.pushed_model
+    scored = score(summary.pushed_model, frame[features].head(8).to_dict("records"))
+    assert scored[tasks.PROBABILITY].shape == (8, 1)
+    assert ((scored[tasks.PROBABILITY] >= 0) & (scored[tasks.PROBABILITY] <= 1)).all()
 
 
 def test_diabetes_regression_beats_predicting_the_train_mean(diabetes_run):

@@ -104,6 +104,9 @@ class TrainerOptions(JsonOptions):
     # binary | multiclass | regression (components/trainer/tasks.py); auto: from the
     # transformed label's schema (a float is regression, a vocabulary's ids are classes).
     task: str = "auto"
+    # Why `task` is what it is, when the pipeline inferred it from the label's values (the
+    # run summary prints it beside the task).
+    task_reason: str = ""
     # Classes of a multiclass label; None takes the label's int_domain (a vocabulary's size),
     # else the largest label in the first batches plus one.
     num_classes: Optional[int] = None

@@ -127,7 +127,7 @@ def _integral(values) -> bool:
 
 
 def _stored(stored: str) -> str:
-    return " (stored as floats)" if stored == "integral floats" else ""
+    return ", stored as floats" if stored == "integral floats" else ""
 
 
 def _class_ids(distinct: list[int]) -> bool:
