@@ -11,8 +11,8 @@
 #                     a base is made from Debian's archive with mmdebstrap and tagged
 #                     LOCAL_BASE (default localhost/tfrp-base:bookworm); it is reused after.
 #   PIP_FROM_HOST     1 (default with podman): pip in the build uses this machine's pip index
-#                     settings (index-url, extra-index-url, find-links), its local folders
-#                     mounted read-only at the same paths; 0: plain PyPI (or the PIP_INDEX_URL,
+#                     settings (index-url, extra-index-url, find-links, cert), its local
+#                     folders and CA bundle mounted read-only; 0: plain PyPI (or the PIP_INDEX_URL,
 #                     PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS given in the environment, passed on).
 # The build uses the host's network (pip); containers run from the image need none.
 set -euo pipefail
@@ -69,9 +69,16 @@ if [ "$ENGINE" = podman ]; then
         # shows them; local folders are mounted read-only where the settings name them.
         py=$(command -v python3 || true)
         conf=$([ -n "$py" ] && "$py" -m pip config list 2>/dev/null || true)
-        for key in index-url extra-index-url find-links; do
+        for key in index-url extra-index-url find-links cert; do
             value=$(printf '%s\n' "$conf" | sed -n "s/^[^.]*\.$key='\(.*\)'$/\1/p" | tail -1)
             [ -n "$value" ] || continue
+            if [ "$key" = cert ]; then
+                # A proxy's own CA (pip's `cert`): its bundle, mounted beside the image's.
+                [ -f "$value" ] || continue
+                build_args+=(--volume "$(readlink -f "$value"):/run/host-pip-cert.pem:ro"
+                             --build-arg PIP_CERT=/run/host-pip-cert.pem)
+                continue
+            fi
             var=PIP_$(echo "$key" | tr a-z- A-Z_)
             build_args+=(--build-arg "$var=$value")
             for location in $value; do
