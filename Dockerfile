@@ -82,13 +82,16 @@ ENV PATH=/opt/venv/bin:$PATH \
 
 # The project itself, last: a code change rebuilds from here (seconds). Installed editable so
 # that it runs from /pipeline, beside its schemas/ (pipeline/configs.py's CONTAINER_WORKDIR).
+# PEP 660 (--use-pep517): setuptools' legacy `develop` writes a `tfrp` script that declares
+# __requires__, and pkg_resources then checks every requirement's requirement at import,
+# failing on tensorflow-cpu and the packages left out above.
 WORKDIR /pipeline
 COPY constraints.txt setup.py README.md ./
 COPY components ./components
 COPY pipeline ./pipeline
 COPY schemas ./schemas
 COPY bench ./bench
-RUN pip install --no-deps --no-build-isolation --no-index -e . \
+RUN pip install --no-deps --no-build-isolation --no-index --use-pep517 -e . \
     && python -m compileall -q components pipeline bench
 # Compile the encoder's and the framing's loops into the image (numba caches the machine code
 # beside components/codec/wire.py), so a container on the same kind of CPU loads them instead
