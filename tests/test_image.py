@@ -78,3 +78,14 @@ def test_examplegen_in_the_container_writes_every_source_row(image, taxi_slice_d
     assert {os.path.basename(os.path.dirname(s)) for s in shards} == {"Split-train",
                                                                       "Split-eval"}
     assert sum(tfrecord_io.count_records(s) for s in shards) == rows == 2000
+
+
+def test_spark_examplegen_runs_its_jvm_in_the_container(image, taxi_slice_dir, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    result = podman_run("tfrp", "examplegen", "/data/data.csv", "/out/examples",
+                        "--engine", "spark", "--spark-master", "local[2]", "--num-shards", "2",
+                        volumes=((taxi_slice_dir, "/data:ro"), (str(out), "/out")))
+    assert result.returncode == 0, result.stderr[-3000:]
+    shards = glob.glob(str(out / "examples" / "Split-*" / "data_tfrecord-*"))
+    assert sum(tfrecord_io.count_records(s) for s in shards) == 2000
