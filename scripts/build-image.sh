@@ -11,9 +11,10 @@
 #                     a base is made from Debian's archive with mmdebstrap and tagged
 #                     LOCAL_BASE (default localhost/tfrp-base:bookworm); it is reused after.
 #   PIP_FROM_HOST     1 (default with podman): pip in the build uses this machine's pip index
-#                     settings (index-url, extra-index-url, find-links, cert), its local
-#                     folders and CA bundle mounted read-only; 0: plain PyPI (or the PIP_INDEX_URL,
+#                     settings (index-url, extra-index-url, find-links), their local folders
+#                     mounted read-only; 0: plain PyPI (or the PIP_INDEX_URL,
 #                     PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS given in the environment, passed on).
+#                     With podman, pip's CA bundle setting (`cert`) is passed either way.
 # The build uses the host's network (pip); containers run from the image need none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,33 +65,33 @@ if [ "$ENGINE" = podman ]; then
         say "base: $LOCAL_BASE (made with mmdebstrap; $BASE_IMAGE could not be pulled)"
         BASE_IMAGE=$LOCAL_BASE
     fi
-    if [ "${PIP_FROM_HOST:-1}" = 1 ]; then
-        # This machine's pip settings (pip.conf and PIP_* variables), as `pip config list`
-        # shows them; local folders are mounted read-only where the settings name them.
-        py=$(command -v python3 || true)
-        conf=$([ -n "$py" ] && "$py" -m pip config list 2>/dev/null || true)
-        for key in index-url extra-index-url find-links cert; do
-            value=$(printf '%s\n' "$conf" | sed -n "s/^[^.]*\.$key='\(.*\)'$/\1/p" | tail -1)
-            [ -n "$value" ] || continue
-            if [ "$key" = cert ]; then
-                # A proxy's own CA (pip's `cert`): its bundle, mounted beside the image's.
-                [ -f "$value" ] || continue
-                build_args+=(--volume "$(readlink -f "$value"):/run/host-pip-cert.pem:ro"
-                             --build-arg PIP_CERT=/run/host-pip-cert.pem)
-                continue
-            fi
-            var=PIP_$(echo "$key" | tr a-z- A-Z_)
-            build_args+=(--build-arg "$var=$value")
-            for location in $value; do
-                dir=${location#file://}
-                case "$dir" in /*) ;; *) continue ;; esac
-                while [ ! -d "$dir" ] && [ "$dir" != / ]; do dir=$(dirname "$dir"); done
-                # The folder holding a simple index also holds the files it links to.
-                [ "$(basename "$dir")" = simple ] && dir=$(dirname "$dir")
-                [ -d "$dir" ] && [ "$dir" != / ] && build_args+=(--volume "$dir:$dir:ro")
-            done
+    # This machine's pip settings (pip.conf and PIP_* variables), as `pip config list` shows
+    # them. The CA bundle (`cert`: a TLS-intercepting proxy's CA) is always passed, mounted
+    # read-only; the indexes and find-links with PIP_FROM_HOST=1, their local folders mounted
+    # read-only at the same paths.
+    py=$(command -v python3 || true)
+    conf=$([ -n "$py" ] && "$py" -m pip config list 2>/dev/null || true)
+    for key in cert index-url extra-index-url find-links; do
+        value=$(printf '%s\n' "$conf" | sed -n "s/^[^.]*\.$key='\(.*\)'$/\1/p" | tail -1)
+        [ -n "$value" ] || continue
+        if [ "$key" = cert ]; then
+            [ -f "$value" ] || continue
+            build_args+=(--volume "$(readlink -f "$value"):/run/host-pip-cert.pem:ro"
+                         --build-arg PIP_CERT=/run/host-pip-cert.pem)
+            continue
+        fi
+        [ "${PIP_FROM_HOST:-1}" = 1 ] || continue
+        var=PIP_$(echo "$key" | tr a-z- A-Z_)
+        build_args+=(--build-arg "$var=$value")
+        for location in $value; do
+            dir=${location#file://}
+            case "$dir" in /*) ;; *) continue ;; esac
+            while [ ! -d "$dir" ] && [ "$dir" != / ]; do dir=$(dirname "$dir"); done
+            # The folder holding a simple index also holds the files it links to.
+            [ "$(basename "$dir")" = simple ] && dir=$(dirname "$dir")
+            [ -d "$dir" ] && [ "$dir" != / ] && build_args+=(--volume "$dir:$dir:ro")
         done
-    fi
+    done
 fi
 for var in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS; do
     if [ -n "${!var:-}" ] && [ "${PIP_FROM_HOST:-1}" = 0 -o "$ENGINE" = docker ]; then
