@@ -1,23 +1,99 @@
-# The image Kubeflow Pipelines and Vertex AI run. Its base tag must equal the tfx pin in
-# constraints.txt (a test checks this).
-FROM gcr.io/tfx-oss-public/tfx:1.16.0
+# The image Kubeflow Pipelines and Vertex AI run (`make image`; docs: README, "The image").
+#
+# The base is Debian 12 (bookworm), whose python3 is 3.11: the Python constraints.txt is
+# pinned for (glibc 2.36, cp311 wheels). TFX's own image (gcr.io/tfx-oss-public/tfx:1.16.0)
+# is Python 3.10, which six of our pins have no wheel for, and sets an ENTRYPOINT. Any
+# bookworm image with apt works as BASE_IMAGE; scripts/build-image.sh makes one with mmdebstrap
+# when the default cannot be pulled. Both stages must use the same base: the venv's python is
+# a link to the base's /usr/bin/python3.11.
+ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim
 
-ENV TF_USE_LEGACY_KERAS=1 \
-    PYTHONUNBUFFERED=1
-
-# Java for ExampleGen's Spark engine (pyspark runs its JVM in the container); Spark 3.5
-# supports Java 8, 11 and 17.
+# ---- builder: compilers, wheels built and installed into /opt/venv -------------------------
+FROM ${BASE_IMAGE} AS builder
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && apt-get install -y --no-install-recommends \
+        build-essential ca-certificates python3.11 python3.11-dev python3.11-venv \
     && rm -rf /var/lib/apt/lists/*
+RUN python3.11 -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+# Where pip finds packages: PyPI unless these are given (scripts/build-image.sh passes the
+# building machine's own pip settings, with their local folders mounted read-only).
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_FIND_LINKS
+ARG PIP_CERT
+# Dependencies only (setup.py's install_requires under constraints.txt), before any source:
+# a code change reuses this layer. TF_PACKAGE=tensorflow-cpu (the default) swaps TensorFlow's
+# wheel for the CPU-only wheel of the same version (the same `tensorflow` module without the
+# CUDA kernels, which this image has no CUDA libraries to run: 951 MiB installed against
+# 1,701 MiB);
+# --build-arg TF_PACKAGE=tensorflow keeps the wheel the constraints pin.
+ARG TF_PACKAGE=tensorflow-cpu
+COPY constraints.txt setup.py scripts/install_requires.py /tmp/deps/
+RUN cd /tmp/deps \
+    && python install_requires.py setup.py > requirements.txt \
+    && pip install --ignore-requires-python -c constraints.txt -r requirements.txt \
+    && if [ "$TF_PACKAGE" != tensorflow ]; then \
+        pip uninstall -y tensorflow \
+        && pip install --no-deps "$TF_PACKAGE==$(sed -n 's/^tensorflow==//p' constraints.txt)"; \
+    fi \
+    && rm -rf /tmp/deps
+# What no run uses: TensorFlow's C++ headers (for building custom ops), the packages' own test
+# suites, debug sections of the shared libraries, and DROP_PACKAGES: installed as requirements
+# of requirements but used only by TensorFlow's build tools (libclang), a notebook server
+# (widgetsnbextension's jupyterlab and notebook) or an interactive shell's completion (jedi);
+# `pip check` names them as missing. Bytecode is kept for the modules the pipeline's steps
+# import (compiled here by importing them), not for all 250 packages (0.4 GB).
+ARG DROP_PACKAGES="libclang jupyterlab notebook jupyterlab-server jupyter-server jupyter-lsp \
+notebook-shim babel jedi parso"
+ENV TF_USE_LEGACY_KERAS=1
+RUN if [ -n "$DROP_PACKAGES" ]; then pip uninstall -y $DROP_PACKAGES; fi \
+    && cd /opt/venv/lib/python3.11/site-packages \
+    && rm -rf tensorflow/include \
+    && find . -type d -name tests -prune -exec rm -rf {} + \
+    && (find . -type f \( -name '*.so' -o -name '*.so.*' \) -exec strip --strip-debug {} + \
+        || true) \
+    && find /opt/venv -type d -name __pycache__ -prune -exec rm -rf {} + \
+    && TF_CPP_MIN_LOG_LEVEL=3 python -W ignore -c "import tensorflow, tf_keras, tfx.v1, \
+tfx.components, tfx.orchestration.kubeflow.v2.kubeflow_v2_dag_runner, apache_beam, \
+tensorflow_transform.beam, tensorflow_data_validation, tensorflow_model_analysis, \
+pyarrow.parquet, pyspark.sql, numba, sklearn, matplotlib.pyplot, kfp, \
+google.cloud.aiplatform, PIL.Image, isal.igzip, psutil, yaml, click" 2>/dev/null
 
+# ---- the image: no compiler -----------------------------------------------------------------
+FROM ${BASE_IMAGE}
+# Java for ExampleGen's Spark engine (pyspark runs its JVM in the container); Spark 3.5
+# supports Java 8, 11 and 17. The man folder must exist for the JRE's update-alternatives.
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends \
+        ca-certificates python3.11 openjdk-17-jre-headless \
+    && apt-get clean \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=builder /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV=/opt/venv \
+    TF_USE_LEGACY_KERAS=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# The project itself, last: a code change rebuilds from here (35 s on 2 cores, bench/RESULTS.md;
+# most of it podman checking the cached venv layer). Installed editable so
+# that it runs from /pipeline, beside its schemas/ (pipeline/configs.py's CONTAINER_WORKDIR).
+# PEP 660 (--use-pep517): setuptools' legacy `develop` writes a `tfrp` script that declares
+# __requires__, and pkg_resources then checks every requirement's requirement at import,
+# failing on tensorflow-cpu and the packages left out above.
 WORKDIR /pipeline
 COPY constraints.txt setup.py README.md ./
 COPY components ./components
 COPY pipeline ./pipeline
 COPY schemas ./schemas
 COPY bench ./bench
-RUN pip install --no-cache-dir --ignore-requires-python -c constraints.txt -e .
+RUN pip install --no-deps --no-build-isolation --no-index --use-pep517 -e . \
+    && python -m compileall -q components pipeline bench
 # Compile the encoder's and the framing's loops into the image (numba caches the machine code
 # beside components/codec/wire.py), so a container on the same kind of CPU loads them instead
 # of compiling them (about 6 s) in every step that writes examples.
@@ -26,3 +102,7 @@ from components import tfrecord_io; from components.codec import serializer; \
 batch = pa.RecordBatch.from_pydict({'i': [1, None], 'f': [1.5, 2.0], 's': ['a', None]}); \
 kinds = {'i': ('int', False), 'f': ('float', False), 's': ('bytes', False)}; \
 tfrecord_io.frame_records(serializer.encode_examples_array(serializer.to_example_batch(batch, kinds)))"
+
+# No ENTRYPOINT: Kubeflow and Vertex run each task's own command (`python -m ...`).
+# `podman run IMAGE tfrp run` runs the local pipeline.
+CMD ["tfrp", "--help"]

@@ -31,8 +31,10 @@ system-packages:
 test: system-packages $(STAMP)
 	$(BIN)/python -m pytest
 
+# podman (or docker) builds the image; scripts/build-image.sh says how, and makes a Debian
+# base with mmdebstrap when no registry is reachable.
 image:
-	docker build -t $(IMAGE):$(IMAGE_TAG) .
+	IMAGE=$(IMAGE) IMAGE_TAG=$(IMAGE_TAG) bash scripts/build-image.sh
 
 clean:
 	rm -rf tfrp_runs build .pytest_cache

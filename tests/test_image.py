@@ -1,0 +1,92 @@
+"""The image `make image` builds (Dockerfile, scripts/build-image.sh), run as a cluster runs
+it: no network, a task's own command, data mounted in.
+
+The module fixture builds the image with `make image`: minutes from nothing (a cold build
+installs every dependency), seconds with podman's layer cache when only the code changed.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from components import tfrecord_io
+from pipeline.configs import DEFAULT_IMAGE, DEFAULT_IMAGE_TAG
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IMAGE = f"{DEFAULT_IMAGE}:{DEFAULT_IMAGE_TAG}"
+
+if shutil.which("podman") is None or os.geteuid() != 0:
+    # One line in the summary for the whole file.
+    pytest.skip("the image tests need podman and root (apt-get install podman buildah "
+                "mmdebstrap runc)", allow_module_level=True)
+
+
+def _podman_env() -> dict:
+    env = dict(os.environ)
+    # The settings `make image` builds with (runc, ulimits, no network); see the file.
+    if "CONTAINERS_CONF" not in env and shutil.which("runc"):
+        env["CONTAINERS_CONF"] = os.path.join(ROOT, "scripts", "containers.conf")
+    return env
+
+
+def podman_run(*args: str, volumes: tuple = ()) -> subprocess.CompletedProcess:
+    flags = [f"--volume={host}:{inside}" for host, inside in volumes]
+    return subprocess.run(["podman", "run", "--rm", "--network", "none", *flags, IMAGE, *args],
+                          capture_output=True, text=True, env=_podman_env(), timeout=600)
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    result = subprocess.run(["make", "image"], cwd=ROOT, capture_output=True, text=True,
+                            env=_podman_env(), timeout=3600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    return IMAGE
+
+
+def test_tfrp_help_runs_without_a_network(image):
+    result = podman_run("tfrp", "--help")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for command in ("run", "compile", "examplegen", "inspect"):
+        assert f"  {command} " in result.stdout, result.stdout
+
+
+def test_the_image_has_no_compiler_and_the_pinned_python(image):
+    result = podman_run("sh", "-c", "command -v gcc cc c++ || true; python --version; java "
+                        "-version 2>&1 | head -1; echo $TF_USE_LEGACY_KERAS")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("Python 3.11."), lines  # no compiler path printed before it
+    assert '"17.' in lines[1], lines
+    assert lines[2] == "1"
+
+
+def test_examplegen_in_the_container_writes_every_source_row(image, taxi_slice_dir, tmp_path):
+    source = os.path.join(taxi_slice_dir, "data.csv")
+    with open(source, encoding="utf-8") as f:
+        rows = sum(1 for _ in f) - 1  # the header
+    out = tmp_path / "out"
+    out.mkdir()
+    result = podman_run("tfrp", "examplegen", "/data/data.csv", "/out/examples",
+                        "--num-shards", "2", "--compression", "none",
+                        volumes=((taxi_slice_dir, "/data:ro"), (str(out), "/out")))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "quarantined: 0 " in result.stdout, result.stdout
+    shards = sorted(glob.glob(str(out / "examples" / "Split-*" / "data_tfrecord-*")))
+    assert {os.path.basename(os.path.dirname(s)) for s in shards} == {"Split-train",
+                                                                      "Split-eval"}
+    assert sum(tfrecord_io.count_records(s) for s in shards) == rows == 2000
+
+
+def test_spark_examplegen_runs_its_jvm_in_the_container(image, taxi_slice_dir, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    result = podman_run("tfrp", "examplegen", "/data/data.csv", "/out/examples",
+                        "--engine", "spark", "--spark-master", "local[2]", "--num-shards", "2",
+                        volumes=((taxi_slice_dir, "/data:ro"), (str(out), "/out")))
+    assert result.returncode == 0, result.stderr[-3000:]
+    shards = glob.glob(str(out / "examples" / "Split-*" / "data_tfrecord-*"))
+    assert sum(tfrecord_io.count_records(s) for s in shards) == 2000
