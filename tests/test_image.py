@@ -90,3 +90,42 @@ def test_spark_examplegen_runs_its_jvm_in_the_container(image, taxi_slice_dir, t
     assert result.returncode == 0, result.stderr[-3000:]
     shards = glob.glob(str(out / "examples" / "Split-*" / "data_tfrecord-*"))
     assert sum(tfrecord_io.count_records(s) for s in shards) == 2000
+
+
+def test_the_compiled_pipeline_runs_in_the_image_pushes_then_refuses_a_worse_model(
+        image, tmp_path):
+    """The compiled spec run task by task as KFP's launcher runs it (tests/kfp_launch.py),
+    every task's command in the image with no network, the folder holding the pipeline roots
+    and the serving folder mounted at the same path (as a bucket would be reachable at the
+    same URI): the first run pushes, the second (one training step) is compared with that
+    push and refused."""
+    import json
+
+    import kfp_launch
+    from conftest import tfrp
+
+    def execute(command: list[str], task_image: str) -> int:
+        assert task_image == image
+        result = podman_run(*command, volumes=((str(tmp_path), str(tmp_path)),))
+        if result.returncode:
+            print(result.stderr[-5000:])
+        return result.returncode
+
+    serving = tmp_path / "serving"
+    runs = []
+    for name, settings in (("first", ()), ("worse", ("--set", "train_steps=1"))):
+        spec = str(tmp_path / f"{name}.json")
+        tfrp("compile", "--output", spec, "--pipeline-root", str(tmp_path / name),
+             "--set", f"serving_dir={serving}", *settings)
+        (tmp_path / name).mkdir()
+        runs.append((kfp_launch.run_spec(spec, str(tmp_path / name), execute),
+                     sorted(os.listdir(serving)) if serving.is_dir() else []))
+    (first, first_pushed), (worse, pushed) = runs
+    assert os.listdir(os.path.join(first["Evaluator"], "blessing")) == ["BLESSED"]
+    assert len(first_pushed) == 1
+    assert os.path.exists(serving / first_pushed[0] / "saved_model.pb")
+    with open(os.path.join(worse["production_model"], kfp_launch.EXECUTOR_OUTPUT_FILE)) as f:
+        (model,) = json.load(f)["artifacts"]["model"]["artifacts"]
+    assert model["metadata"]["pushed_model"] == str(serving / first_pushed[0])
+    assert os.listdir(os.path.join(worse["Evaluator"], "blessing")) == ["NOT_BLESSED"]
+    assert pushed == first_pushed

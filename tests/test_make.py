@@ -40,10 +40,13 @@ def test_a_user_who_cannot_install_is_told_the_packages_and_the_command_in_one_l
         "openjdk-17-jre-headless"]
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None or shutil.which("java") is None,
+IMAGE_TOOLS = ["podman", "buildah", "mmdebstrap", "runc"]
+
+
+@pytest.mark.skipif(any(shutil.which(name) is None for name in ["chromium", "java", *IMAGE_TOOLS]),
                     reason="the packages are installed by make test before the suite runs")
 def test_nothing_is_done_when_the_packages_are_there(tmp_path):
-    path = _path_with(tmp_path / "bin", ["bash", "id", "chromium", "java"])
+    path = _path_with(tmp_path / "bin", ["bash", "id", "chromium", "java", *IMAGE_TOOLS])
     result = subprocess.run([shutil.which("bash"), SCRIPT], capture_output=True, text=True,
                             env={"PATH": path}, timeout=60)
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
