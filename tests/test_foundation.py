@@ -19,8 +19,8 @@ def test_pipeline_registers_examples_schema_and_model(taxi_run):
                       "ModelBlessing", "PushedModel"):
         assert summary.artifacts.get(type_name), f"no {type_name} artifact in the store"
     assert set(summary.components) == {"ShardedExampleGen", "StatisticsGen", "ImportSchemaGen",
-                                       "ExampleValidator", "ShardedTransform", "Trainer",
-                                       "Evaluator", "Pusher"}
+                                       "ExampleValidator", "ShardedTransform",
+                                       "production_model", "Trainer", "Evaluator", "Pusher"}
     assert all(state == "ran" for state in summary.components.values())
     assert sum(summary.rows_per_split.values()) == 2000
     assert os.path.exists(summary.schema_path)

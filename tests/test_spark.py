@@ -441,8 +441,7 @@ def test_the_kubeflow_compile_carries_the_spark_engine(tmp_path):
         if isinstance(node, dict):
             for key, value in node.items():
                 if key == "options_json" and task:
-                    options[task] = json.loads(
-                        value["runtimeValue"]["constantValue"]["stringValue"])
+                    options[task] = json.loads(value["runtimeValue"]["constant"])
                 find(value, key if key in spec["root"]["dag"]["tasks"] else task)
         elif isinstance(node, list):
             for value in node:
