@@ -76,6 +76,26 @@ def run_spec(spec_file: str, pipeline_root: str,
     return folders
 
 
+def run_twice(folder: str, execute: Callable[[list[str], str], int],
+              *settings: str) -> list[tuple[dict[str, str], list[str]]]:
+    """The compiled default pipeline, then the same trained for one step (a worse model), each
+    compiled with `settings` and run into `folder/<first|worse>` with one serving folder,
+    `folder/serving`: [(its task folders, the pushed versions after it)] for the two runs."""
+    from conftest import tfrp
+
+    serving = os.path.join(folder, "serving")
+    runs = []
+    for name, extra in (("first", ()), ("worse", ("--set", "train_steps=1"))):
+        pipeline_root = os.path.join(folder, name)
+        spec = pipeline_root + ".json"
+        tfrp("compile", "--output", spec, "--pipeline-root", pipeline_root,
+             "--set", f"serving_dir={serving}", *settings, *extra)
+        os.makedirs(pipeline_root)
+        tasks = run_spec(spec, pipeline_root, execute)
+        runs.append((tasks, sorted(os.listdir(serving)) if os.path.isdir(serving) else []))
+    return runs
+
+
 def _constant(task: str, key: str, value) -> struct_pb2.Value:
     if not value.runtime_value.HasField("constant"):
         raise ValueError(f"task {task}: parameter {key} is not a plain constant (schema 2.1); "

@@ -102,7 +102,6 @@ def test_the_compiled_pipeline_runs_in_the_image_pushes_then_refuses_a_worse_mod
     import json
 
     import kfp_launch
-    from conftest import tfrp
 
     def execute(command: list[str], task_image: str) -> int:
         assert task_image == image
@@ -112,14 +111,7 @@ def test_the_compiled_pipeline_runs_in_the_image_pushes_then_refuses_a_worse_mod
         return result.returncode
 
     serving = tmp_path / "serving"
-    runs = []
-    for name, settings in (("first", ()), ("worse", ("--set", "train_steps=1"))):
-        spec = str(tmp_path / f"{name}.json")
-        tfrp("compile", "--output", spec, "--pipeline-root", str(tmp_path / name),
-             "--set", f"serving_dir={serving}", *settings)
-        (tmp_path / name).mkdir()
-        runs.append((kfp_launch.run_spec(spec, str(tmp_path / name), execute),
-                     sorted(os.listdir(serving)) if serving.is_dir() else []))
+    runs = kfp_launch.run_twice(str(tmp_path), execute)
     (first, first_pushed), (worse, pushed) = runs
     assert os.listdir(os.path.join(first["Evaluator"], "blessing")) == ["BLESSED"]
     assert len(first_pushed) == 1

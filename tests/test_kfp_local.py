@@ -17,40 +17,26 @@ import sys
 import pytest
 
 import kfp_launch
-from conftest import tfrp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASKS = {"ImportSchemaGen", "ShardedExampleGen", "StatisticsGen", "ExampleValidator",
          "ShardedTransform", "production_model", "Trainer", "Evaluator", "Pusher"}
 
 
-def compile_spec(folder, name: str, *settings: str) -> str:
-    spec = str(folder / f"{name}.json")
-    tfrp("compile", "--output", spec, "--pipeline-root", str(folder / name),
-         "--set", f"serving_dir={folder / 'serving'}", "--set", f"image_workdir={ROOT}",
-         *settings)
-    return spec
-
-
-def run_on_this_machine(spec: str, pipeline_root: str) -> dict[str, str]:
-    """Every task's command run here, with the environment the image sets."""
+def run_on_this_machine(folder: str) -> list[tuple[dict[str, str], list[str]]]:
+    """The two runs of `kfp_launch.run_twice`, every task's command run here with the
+    environment the image sets, the schemas read from this checkout."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1",
                PYTHONPATH=ROOT, PATH=os.pathsep.join(
-                   [os.path.dirname(sys.executable),
-                    os.environ["PATH"]]))
+                   [os.path.dirname(sys.executable), os.environ["PATH"]]))
 
     def execute(command: list[str], image: str) -> int:
-        result = subprocess.run(command, capture_output=True, text=True, env=env,
-                                cwd=pipeline_root)
+        result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=folder)
         if result.returncode:
             print(result.stderr[-5000:])
         return result.returncode
 
-    return kfp_launch.run_spec(spec, pipeline_root, execute)
-
-
-def pushed_versions(serving: str) -> list[str]:
-    return sorted(os.listdir(serving)) if os.path.isdir(serving) else []
+    return kfp_launch.run_twice(folder, execute, "--set", f"image_workdir={ROOT}")
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +44,7 @@ def kfp_runs(tmp_path_factory):
     """Twice, into the same serving folder: the compiled default pipeline (it pushes), then
     the same pipeline trained for one step (the Evaluator compares it with the first push)."""
     folder = tmp_path_factory.mktemp("kfp")
-    runs = []
-    for name, settings in (("first", ()), ("worse", ("--set", "train_steps=1"))):
-        spec = compile_spec(folder, name, *settings)
-        pipeline_root = folder / name
-        pipeline_root.mkdir()
-        tasks = run_on_this_machine(spec, str(pipeline_root))
-        runs.append((tasks, pushed_versions(str(folder / "serving"))))
-    return folder, runs
+    return folder, run_on_this_machine(str(folder))
 
 
 def test_every_task_of_the_compiled_pipeline_runs_and_the_model_is_pushed(kfp_runs):
