@@ -1,17 +1,52 @@
 """`tfrp`: a thin command line over the runners and components."""
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import socket
+import sys
 import time
 import warnings
+from typing import Optional
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
+# The status the program ends with, once the command group has ended it (standalone mode).
+_exit_status: Optional[int] = None
+
+
+def _end_before_native_teardown() -> None:
+    """The last of Python's exit steps. Once tensorflow-io's S3 client has connected in this
+    process (`tfrp run` with s3:// URIs), the C++ teardown that follows Python's own aborts
+    the process (SIGABRT, status 134: components/tf_filesystems.py), whatever the command's
+    status was. Whether it connected cannot be told from Python, so this acts whenever
+    tensorflow-io is loaded (tf.Transform and TFMA import it whenever it is installed).
+    By the time this runs, Python has joined the non-daemon threads and run every atexit
+    handler and weakref finalizer registered after this one (temporary folders included); what
+    is left is logging's (registered earlier, at its import), flushing the standard streams,
+    and ending with the command's status. What os._exit skips is the destruction of the
+    remaining Python objects and the native libraries' static destructors (the abort), which
+    write nothing a command keeps."""
+    if _exit_status is None or not tf_filesystems.tensorflow_io_loaded():
+        return
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or a closed pipe: nothing more to say
+            pass
+    os._exit(_exit_status)
+
+
+# Registered before the libraries are imported, so that it runs after all of their atexit
+# handlers (last in, first out).
+atexit.register(_end_before_native_teardown)
+
+
 import click  # noqa: E402
 
-from components import fileio, listening  # noqa: E402
+from components import fileio, listening, tf_filesystems  # noqa: E402
 from components.example_gen.options import ExampleGenOptions  # noqa: E402
 from components.trainer.options import DATA_SERVICE_PORT  # noqa: E402
 from pipeline.cli_options import given_settings, setting_options, usage_error  # noqa: E402
@@ -21,6 +56,25 @@ from pipeline.cli_options import given_settings, setting_options, usage_error  #
 _LIBRARY_LOGGERS = ("absl", "tensorflow", "apache_beam", "tfx", "tfx_bsl", "ml_metadata",
                     "tensorflow_transform", "tensorflow_data_validation",
                     "tensorflow_model_analysis")
+
+
+class _Program(click.Group):
+    """The command group, noting the status the program ends with in standalone mode (the
+    `tfrp` program; standalone_mode=False callers get results and exceptions instead)."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        global _exit_status
+        try:
+            return super().main(*args, standalone_mode=standalone_mode, **kwargs)
+        except SystemExit as end:
+            if standalone_mode:
+                code = end.code
+                _exit_status = 0 if code is None else code if isinstance(code, int) else 1
+            raise
+        except BaseException:  # uncaught (with -v, a component's error): Python exits 1
+            if standalone_mode:
+                _exit_status = 1
+            raise
 
 
 def configure_output(verbose: bool) -> None:
@@ -46,7 +100,7 @@ def _library_errors_only(record: logging.LogRecord) -> bool:
     return not library or record.levelno >= logging.ERROR
 
 
-@click.group()
+@click.group(cls=_Program)
 @click.option("-v", "--verbose", is_flag=True,
               help="Log at INFO level, with the libraries' own logs and warnings.")
 def main(verbose: bool) -> None:
