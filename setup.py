@@ -18,6 +18,8 @@ setup(
     install_requires=[
         "tfx==1.16.0",
         "tf-keras",
+        # s3:// for the stock components' tf.io.gfile (components/tf_filesystems.py).
+        "tensorflow-io",
         "click>=8",
         "pyyaml",
         "pillow",

@@ -6,7 +6,7 @@ from typing import Callable, Optional
 
 from tfx import v1 as tfx
 
-from components import fileio
+from components import fileio, tf_filesystems
 from pipeline import progress, run_summary
 from pipeline.configs import PipelineConfig
 from pipeline.pipeline import create_pipeline
@@ -30,6 +30,10 @@ def run(config: PipelineConfig, echo: Optional[Callable[[str], None]] = None
     """Runs the pipeline; with `echo`, each component's line is passed to it as it finishes."""
     config = local_config(config)
     fileio.makedirs(fileio.dirname(config.metadata_path))
+    # The components run in this process and the stock ones open the pipeline's URIs with
+    # tf.io.gfile. Beam's DirectRunner workers (direct_num_workers) inherit S3_ENDPOINT from
+    # this process's environment and load tensorflow-io with tf.Transform and TFMA.
+    tf_filesystems.register_for(config.pipeline_root, config.data_root, config.serving_dir)
     connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(
         config.metadata_path)
     pipeline = create_pipeline(config, connection)

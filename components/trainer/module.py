@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow_metadata.proto.v0 import schema_pb2  # noqa: E402
 
-from components import fileio, names, packing  # noqa: E402
+from components import fileio, names, packing, tf_filesystems  # noqa: E402
 from components.codec import parser, schema_file  # noqa: E402
 from components.images import ImageSpec, decode_images, with_storage_from  # noqa: E402
 from components.trainer import distribute, fit, tasks  # noqa: E402
@@ -384,6 +384,9 @@ class TrainingInput:
 def run_fn(fn_args: Any) -> None:
     """Trains on `fn_args.train_files`, evaluates, writes input_report.json and TensorBoard
     logs into `model_run_dir`, and exports a tf.Example serving model."""
+    # Each worker of a multi-worker cluster runs this in a process of its own.
+    tf_filesystems.register_for(fn_args.serving_model_dir, fn_args.model_run_dir,
+                                fn_args.transform_graph_path, *(fn_args.train_files or ()))
     options = TrainerOptions.from_custom_config(fn_args.custom_config)
     schemas = resolve_schemas(fn_args)
     # ShardedTransform's stored schema says which image features it wrote as raw pixels.

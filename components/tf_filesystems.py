@@ -1,0 +1,55 @@
+"""TensorFlow's file systems for the URIs a process is about to use.
+
+Our own file layer (components/fileio.py) reaches gs:// and s3:// through pyarrow and never
+imports TensorFlow. The stock TFX components (SchemaGen, ExampleValidator, the Trainer's model
+saving, Evaluator, Pusher), tf.Transform and TensorFlow itself go through `tf.io.gfile`, which
+in TensorFlow 2.16 has gs:// built in but s3:// only once tensorflow-io has registered its
+plugin (`import tensorflow_io`). tf.Transform and TFMA import tensorflow_io themselves whenever
+it is installed, in every process that imports them (Beam's worker processes included), so
+that import alone is not what a run on s3:// lacks: tensorflow-io's S3 client reads its
+endpoint from S3_ENDPOINT, not from AWS_ENDPOINT_URL as boto3, Beam and our file layer do.
+
+tensorflow-io 0.37.1's S3 file system differs from a plain object store in ways callers must
+know: its rename moves every object whose key *starts with* the source key (renaming `a` also
+moves `a.idx` to `b.idx`), it copies (and so renames) no empty object, a file closed with
+nothing written leaves no object, and `makedirs` writes no folder marker. Our own renames go
+through fileio, on exact keys.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+from components import fileio
+
+
+def needs_tensorflow_io(*uris: Optional[str]) -> bool:
+    """Whether any of the URIs is on s3://, which tf.io.gfile reaches only through
+    tensorflow-io."""
+    return any(uri and uri.startswith("s3://") for uri in uris)
+
+
+def register_for(*uris: Optional[str]) -> bool:
+    """Makes tf.io.gfile able to open the URIs given (None and other schemes are skipped);
+    True when tensorflow-io was loaded for them. Call it before the first s3:// access."""
+    if not needs_tensorflow_io(*uris):
+        return False
+    endpoint = fileio.s3_endpoint()
+    if endpoint:
+        # Read by tensorflow-io's S3 client when it first connects; set in the environment,
+        # it also reaches the processes this one starts (Beam's DirectRunner workers).
+        os.environ.setdefault("S3_ENDPOINT", endpoint)
+    import tensorflow_io  # noqa: F401  registers s3:// with tf.io.gfile
+
+    return True
+
+
+def tensorflow_io_loaded() -> bool:
+    """Whether tensorflow-io is loaded in this process. Once its S3 client has connected, the
+    process aborts in C++ after Python has finished exiting (tensorflow-io 0.37.1 with
+    TensorFlow 2.16: the AWS SDK's static EC2 metadata client is destroyed after the SDK's
+    logger; "pure virtual method called", SIGABRT, exit status 134), whatever status Python
+    was exiting with. Whether the client connected cannot be told from Python, so a program
+    that must report its own status ends itself when this is true (pipeline/cli.py)."""
+    return "tensorflow_io" in sys.modules
