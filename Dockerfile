@@ -40,7 +40,9 @@ RUN cd /tmp/deps \
         && pip install --no-deps "$TF_PACKAGE==$(sed -n 's/^tensorflow==//p' constraints.txt)"; \
     fi \
     && rm -rf /tmp/deps
-# What no run uses: TensorFlow's C++ headers (for building custom ops), the packages' own test
+# What no run uses: TensorFlow's C++ headers (for building custom ops), tensorflow-io's op
+# libraries (150 MB; only its file-system plugins, libtensorflow_io_plugins.so, are loaded: s3://
+# for tf.io.gfile), the packages' own test
 # suites, debug sections of the shared libraries, and DROP_PACKAGES: installed as requirements
 # of requirements but used only by TensorFlow's build tools (libclang), a notebook server
 # (widgetsnbextension's jupyterlab and notebook) or an interactive shell's completion (jedi);
@@ -52,6 +54,9 @@ ENV TF_USE_LEGACY_KERAS=1
 RUN if [ -n "$DROP_PACKAGES" ]; then pip uninstall -y $DROP_PACKAGES; fi \
     && cd /opt/venv/lib/python3.11/site-packages \
     && rm -rf tensorflow/include \
+    && rm -f tensorflow_io/python/ops/libtensorflow_io.so \
+        tensorflow_io/python/ops/libtensorflow_io_golang.so \
+        tensorflow_io/python/ops/libtensorflow_io_ffmpeg_*.so tensorflow_io/core/libavro_atds_tests.so \
     && find . -type d -name tests -prune -exec rm -rf {} + \
     && (find . -type f \( -name '*.so' -o -name '*.so.*' \) -exec strip --strip-debug {} + \
         || true) \

@@ -64,6 +64,19 @@ def test_the_image_has_no_compiler_and_the_pinned_python(image):
     assert lines[2] == "1"
 
 
+def test_tf_io_gfile_in_the_image_reaches_s3_and_gcs(image):
+    """The stock components write s3:// artifacts through tf.io.gfile, which has s3:// only
+    from tensorflow-io's file-system plugin: the image keeps that plugin when it drops the
+    rest of tensorflow-io."""
+    result = podman_run("python", "-c", "from components import tf_filesystems; "
+                        "import tensorflow as tf; "
+                        "print(tf_filesystems.register_for('s3://b/p')); "
+                        "print(sorted(tf.io.gfile.get_registered_schemes()))")
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded, schemes = result.stdout.splitlines()[-2:]
+    assert loaded == "True" and "'s3'" in schemes and "'gs'" in schemes, result.stdout
+
+
 def test_examplegen_in_the_container_writes_every_source_row(image, taxi_slice_dir, tmp_path):
     source = os.path.join(taxi_slice_dir, "data.csv")
     with open(source, encoding="utf-8") as f:
