@@ -56,7 +56,8 @@ def _epoch(shuffle: str, rows: int, folder: str, root: str = "") -> dict:
     seconds = time.perf_counter() - started
     if seen != rows:
         raise RuntimeError(f"{shuffle}: an epoch gave {seen} rows of {rows}")
-    return {"seconds": seconds, "rows": seen, "ranged_reads": fileio.ranged_reads}
+    return {"seconds": seconds, "rows": seen, "ranged_reads": fileio.ranged_reads,
+            "ranged_mib": fileio.ranged_bytes / 2**20}
 
 
 def _remote_reads(rows: int, folder: str, root: str) -> dict:
@@ -214,14 +215,16 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3,
                 "bench.access", ["epoch", name.split()[0], str(rows), folder, where]))
         log(f"repeat {repeat + 1}/{repeats}: " + ", ".join(
             f"{s} {samples[s][-1]['seconds']:.2f}s" for s in samples))
-    result = {"rows": rows, "repeats": repeats, "shuffles": {}, "root": root}
+    result = {"rows": rows, "repeats": repeats, "shuffles": {}, "root": root,
+              "packed_mib": sum(os.path.getsize(p) for p in paths["packed"]) / 2**20}
     for name, _ in sides:
         median = statistics.median(s["seconds"] for s in samples[name])
         result["shuffles"][name] = {
             "median_seconds": median, "rows_per_second": rows / median,
             "median_process_seconds": statistics.median(
                 s["process_seconds"] for s in samples[name]),
-            "ranged_reads": statistics.median(s["ranged_reads"] for s in samples[name])}
+            "ranged_reads": statistics.median(s["ranged_reads"] for s in samples[name]),
+            "ranged_mib": statistics.median(s["ranged_mib"] for s in samples[name])}
     for name, entry in result["shuffles"].items():
         entry["vs_buffer"] = entry["median_seconds"] / \
             result["shuffles"]["buffer"]["median_seconds"]
@@ -250,10 +253,11 @@ def table(result: dict) -> Table:
         [("rows/s", "rows_per_second", "{:,.0f}"), ("median s", "median_seconds", "{:.2f}"),
          ("process s", "median_process_seconds", "{:.2f}"),
          ("vs buffer", "vs_buffer", "{:.2f}x"), ("vs local", "vs_local", "{:.2f}x"),
-         ("ranged reads", "ranged_reads", "{:,.0f}")],
+         ("ranged reads", "ranged_reads", "{:,.0f}"), ("MiB asked", "ranged_mib", "{:,.1f}")],
         summary=f"per-row records by index: {reads['random_reads_per_second']:,.0f} random "
                 f"reads/s, sequential {reads['sequential_records_per_second']:,.0f} records/s "
-                f"(index built in {reads['index_seconds']:.2f} s); {result['rows']:,} rows\n"
+                f"(index built in {reads['index_seconds']:.2f} s); {result['rows']:,} rows, "
+                f"packed files {result['packed_mib']:,.1f} MiB\n"
                 f"gzip, per-row records: {layouts}\n"
                 f"input position mid-epoch: tf.data iterator checkpoint "
                 f"{checkpoint['iterator_bytes']:,} bytes in {checkpoint['iterator_seconds']:.3f}"

@@ -339,16 +339,19 @@ def read_bytes(path: str) -> bytes:
 
 
 # Ranged reads this process has sent to object stores through pread, read_range and
-# read_ranges (the random-access paths), for the benchmarks' request counts.
+# read_ranges (the random-access paths), and the bytes they asked for, for the benchmarks'
+# request counts.
 ranged_reads = 0
+ranged_bytes = 0
 
 
 def pread(handle, path: str, start: int, length: int) -> bytes:
     """`length` bytes from `start` of the file `handle` (opened unbuffered on `path`), without
     moving its position: safe from several threads at once."""
-    global ranged_reads
+    global ranged_reads, ranged_bytes
     if is_remote(path):
         ranged_reads += 1
+        ranged_bytes += length
         with calling_store(path):
             return handle.read_at(length, start)
     return os.pread(handle.fileno(), length, start)
@@ -386,11 +389,12 @@ def read_ranges(path: str, ranges: Sequence[tuple[int, int]], handle=None) -> li
             spans[-1][3] = position + 1
         else:
             spans.append([start, start + length, position, position + 1])
-    global ranged_reads
+    global ranged_reads, ranged_bytes
     with contextlib.nullcontext(handle) if handle is not None else \
             open_file(path, "rb", buffered=False) as f:
         if is_remote(path):
             ranged_reads += len(spans)
+            ranged_bytes += sum(end - start for start, end, _, _ in spans)
             if len(spans) == 1:
                 fetched = [f.read_at(spans[0][1] - spans[0][0], spans[0][0])]
             else:

@@ -332,6 +332,15 @@ class FileRecords:
     def __len__(self) -> int:
         return int(self.starts[-1])
 
+    @property
+    def remote(self) -> bool:
+        """Whether the files are on an object store, where each read is a request."""
+        return bool(self.readers) and fileio.is_remote(self.readers[0].index.path)
+
+    def stored_bytes(self) -> int:
+        """The bytes the records take in their files (a gzip file's: compressed)."""
+        return sum(int(np.sum(r.index.lengths, dtype=np.int64)) for r in self.readers)
+
     def __getitem__(self, record: int) -> bytes:
         k = int(np.searchsorted(self.starts, record, side="right")) - 1
         return self.readers[k][record - int(self.starts[k])]
@@ -350,7 +359,7 @@ class FileRecords:
                                  self.readers[k].read_many(records[at] - int(self.starts[k]))):
                 out[i] = record
 
-        if len(shares) > 1 and fileio.is_remote(self.readers[0].index.path):
+        if len(shares) > 1 and self.remote:
             from concurrent.futures import ThreadPoolExecutor
 
             # Each file's requests wait on the network, not the CPU: all files at once.

@@ -17,9 +17,12 @@ through fileio, on exact keys.
 """
 from __future__ import annotations
 
+import atexit
+import ctypes
 import os
+import re
 import sys
-from typing import Optional
+from typing import Optional, Sequence
 
 from components import fileio
 
@@ -32,7 +35,9 @@ def needs_tensorflow_io(*uris: Optional[str]) -> bool:
 
 def register_for(*uris: Optional[str]) -> bool:
     """Makes tf.io.gfile able to open the URIs given (None and other schemes are skipped);
-    True when tensorflow-io was loaded for them. Call it before the first s3:// access."""
+    True when tensorflow-io was loaded for them. Call it before the first s3:// access.
+    The process then ends with its own exit status, not tensorflow-io's abort
+    (`end_without_native_teardown`)."""
     if not needs_tensorflow_io(*uris):
         return False
     endpoint = fileio.s3_endpoint()
@@ -42,14 +47,36 @@ def register_for(*uris: Optional[str]) -> bool:
         os.environ.setdefault("S3_ENDPOINT", endpoint)
     import tensorflow_io  # noqa: F401  registers s3:// with tf.io.gfile
 
+    end_without_native_teardown()
     return True
 
 
-def tensorflow_io_loaded() -> bool:
-    """Whether tensorflow-io is loaded in this process. Once its S3 client has connected, the
-    process aborts in C++ after Python has finished exiting (tensorflow-io 0.37.1 with
-    TensorFlow 2.16: the AWS SDK's static EC2 metadata client is destroyed after the SDK's
-    logger; "pure virtual method called", SIGABRT, exit status 134), whatever status Python
-    was exiting with. Whether the client connected cannot be told from Python, so a program
-    that must report its own status ends itself when this is true (pipeline/cli.py)."""
-    return "tensorflow_io" in sys.modules
+def register_for_arguments(arguments: Sequence[str]) -> bool:
+    """`register_for` the s3:// URIs named anywhere in a command's arguments (a Kubeflow
+    task's executor input is JSON in one argument)."""
+    return register_for(*re.findall(r"s3://[^\s\"'\\]+", " ".join(arguments)))
+
+
+_guarded = False
+
+
+def end_without_native_teardown() -> None:
+    """Once tensorflow-io's S3 client has connected, a process aborts in C++ after Python has
+    finished exiting (tensorflow-io 0.37.1 with TensorFlow 2.16: the AWS SDK's static EC2
+    metadata client is destroyed after the SDK's logger; "pure virtual method called",
+    SIGABRT, exit status 134), whatever status Python was exiting with, so an orchestrator
+    sees a finished task as failed. This makes C's exit(), which Python calls with its status
+    after its own finalization (exit handlers run, output flushed), call `_exit` with that
+    status first: glibc's `on_exit` hands the handler the status, and a handler registered
+    last runs first, so it is registered at Python's exit, after whatever the S3 client
+    registered when it connected. What is skipped is the native libraries' static
+    destructors."""
+    global _guarded
+    if not _guarded and sys.platform.startswith("linux"):
+        atexit.register(_register_exit_handler)
+        _guarded = True
+
+
+def _register_exit_handler() -> None:
+    libc = ctypes.CDLL(None)
+    libc.on_exit(ctypes.cast(libc._exit, ctypes.c_void_p), None)

@@ -9,7 +9,7 @@ import tempfile
 
 from tfx import v1 as tfx
 
-from pipeline import datasets
+from pipeline import datasets, task_entrypoint
 from pipeline.configs import PipelineConfig
 from pipeline.pipeline import PRODUCTION_MODEL, create_pipeline
 
@@ -65,6 +65,10 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> str:
     production = spec["root"]["dag"]["tasks"].get(PRODUCTION_MODEL)
     if production:
         production["cachingOptions"] = {"enableCache": False}
+    for executor in spec["deploymentSpec"]["executors"].values():
+        container = executor.get("container", {})
+        if container.get("command") == ["python", "-m", task_entrypoint.TFX_ENTRYPOINT]:
+            container["command"] = ["python", "-m", task_entrypoint.__name__]
     partial = output_path + ".partial"  # a failed write never leaves a plausible file
     with open(partial, "w", encoding="utf-8") as f:
         json.dump(spec, f, indent=2, sort_keys=True)

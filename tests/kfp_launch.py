@@ -14,7 +14,8 @@ from __future__ import annotations
 import datetime
 import json
 import os
-from typing import Callable
+import posixpath
+from typing import Callable, Optional
 
 from google.protobuf import json_format, struct_pb2
 from kfp.local import graph_utils, placeholder_utils
@@ -28,11 +29,15 @@ class TaskFailed(RuntimeError):
 
 
 def run_spec(spec_file: str, pipeline_root: str,
-             execute: Callable[[list[str], str], int]) -> dict[str, str]:
+             execute: Callable[[list[str], str], int],
+             outputs_dir: Optional[str] = None) -> dict[str, str]:
     """Runs every task of the PipelineSpec in `spec_file` in dependency order, writing under
-    `pipeline_root/<pipeline>-<time>/<task>/`. `execute(command, image)` runs one task and
-    returns its exit status. Returns {task: its folder}; raises TaskFailed at the first task
-    that fails, as KFP stops a run."""
+    `pipeline_root/<pipeline>-<time>/<task>/` (a folder, or a bucket's URI). `execute(command,
+    image)` runs one task and returns its exit status. Each task's executor output is a local
+    file, as KFP's launcher gives it: under `outputs_dir` (default: the pipeline root).
+    Returns {task: its folder's path or URI}, the executor output being in
+    `<outputs_dir>/<pipeline>-<time>/<task>/`; raises TaskFailed at the first task that fails,
+    as KFP stops a run."""
     with open(spec_file, encoding="utf-8") as f:
         spec = json_format.ParseDict(json.load(f), pipeline_spec_pb2.PipelineSpec())
     executors = json_format.MessageToDict(spec.deployment_spec)["executors"]
@@ -47,8 +52,9 @@ def run_spec(spec_file: str, pipeline_root: str,
         task = tasks[name]
         component = spec.components[task.component_ref.name]
         container = executors[component.executor_label]["container"]
-        task_root = os.path.join(pipeline_root, run_name, name)
-        os.makedirs(task_root, exist_ok=True)
+        task_root = posixpath.join(pipeline_root, run_name, name)
+        local_root = os.path.join(outputs_dir or pipeline_root, run_name, name)
+        os.makedirs(local_root, exist_ok=True)
         executor_input = pipeline_spec_pb2.ExecutorInput(
             inputs=pipeline_spec_pb2.ExecutorInput.Inputs(
                 parameter_values={key: _constant(name, key, value)
@@ -60,9 +66,9 @@ def run_spec(spec_file: str, pipeline_root: str,
                 artifacts={key: pipeline_spec_pb2.ArtifactList(artifacts=[
                     pipeline_spec_pb2.RuntimeArtifact(
                         name=key, type=definition.artifact_type,
-                        uri=os.path.join(task_root, key), metadata=struct_pb2.Struct())])
+                        uri=posixpath.join(task_root, key), metadata=struct_pb2.Struct())])
                     for key, definition in component.output_definitions.artifacts.items()},
-                output_file=os.path.join(task_root, EXECUTOR_OUTPUT_FILE)))
+                output_file=os.path.join(local_root, EXECUTOR_OUTPUT_FILE)))
         command = placeholder_utils.replace_placeholders(
             full_command=[*container.get("command", []), *container.get("args", [])],
             executor_input_dict=json_format.MessageToDict(executor_input),

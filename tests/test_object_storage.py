@@ -214,6 +214,53 @@ def test_tensorflow_free_readers_read_a_bucket(object_stores, taxi_slice_dir, tm
     assert "'trip_miles'" in names
 
 
+GLOBAL_ORDER = """
+import json, sys
+import numpy as np
+from bench import input as input_bench
+from components import fileio, numpy_reader
+from components.codec import schema_file
+from components.trainer import input as trainer_input
+from components.trainer.options import InputConfig
+
+# A few blocks per read call, so that an epoch takes several calls, each merging its ranges.
+trainer_input.REMOTE_BYTES_PER_READ = 256 << 10
+paths = input_bench.write_data(int(sys.argv[1]), sys.argv[2])
+remote = input_bench.uploaded(paths, sys.argv[3])
+
+def epochs(files):
+    schema = schema_file.load_schema(files["packed_schema"])
+    dataset = trainer_input.build_dataset(files["packed"], schema, input_bench.LABEL,
+        config=InputConfig(batch_size=256, num_epochs=2, shuffle="global", seed=7))
+    return [np.concatenate([features[name].numpy().reshape(-1), label.numpy().reshape(-1)])
+            for features, label in dataset for name in ("trip_miles",)]
+
+local = epochs(paths)
+before = fileio.ranged_reads
+bucket = epochs(remote)
+blocks = sum(len(numpy_reader.block_rows(f)) for f in paths["packed"])
+print(json.dumps({"same": len(local) == len(bucket) and all(
+                      np.array_equal(a, b) for a, b in zip(local, bucket)),
+                  "rows": int(sum(len(a) for a in local) // 4),  # 2 epochs, 2 columns
+                  "blocks": blocks,
+                  "ranged_reads": fileio.ranged_reads - before}))
+"""
+
+
+@pytest.mark.parametrize("scheme", ["gs", "s3"])
+def test_the_trainers_global_order_on_a_bucket_is_the_local_one_in_merged_requests(
+        object_stores, tmp_path, scheme):
+    """Two epochs of the Trainer's global order over packed shards on a bucket: the same rows
+    in the same order as from a disk, each read call's blocks fetched in merged ranges (fewer
+    requests than blocks)."""
+    bucket = object_stores.make_bucket(scheme, "global-order")
+    result = python(object_stores, GLOBAL_ORDER, "30000", str(tmp_path / "data"),
+                    f"{bucket}/packed")
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["same"] and found["rows"] == 30000, found
+    assert 0 < found["ranged_reads"] < 2 * found["blocks"], found
+
+
 @pytest.mark.parametrize("moves", [0, 1, 2, 3, 4])
 def test_examplegen_killed_in_its_commit_on_a_bucket_leaves_nothing_readers_count(
         object_stores, taxi_slice_dir, tmp_path, moves):

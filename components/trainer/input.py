@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import fileio, packing, tfrecord_io
+from components import fileio, packing, tf_filesystems, tfrecord_io
 from components.packing import graph as packed_graph
 from components.codec import parser
 from components.images import ImageSpec, decode_images, with_storage_from
@@ -411,6 +411,7 @@ def _global_order(files: Sequence[str], config: InputConfig,
 
 
 BLOCKS_PER_READ = 32
+REMOTE_BYTES_PER_READ = 32 << 20
 
 
 class _BlockOrder:
@@ -470,10 +471,15 @@ def _global_blocks(files: Sequence[str], config: InputConfig,
     stream = _RowStream.of(order.total, config, input_context)
     seed = tf.constant(config.seed or 0, tf.int64)
 
-    # Units enough to cover about BLOCKS_PER_READ blocks are read in one call: on an object
-    # store their ranges are fetched together and concurrently (FileRecords.read), so an
-    # epoch waits for a round trip per BLOCKS_PER_READ blocks, not one a block.
-    units_per_read = max(1, -(-BLOCKS_PER_READ * order.total // len(order.rows) //
+    # Units enough to cover about BLOCKS_PER_READ blocks (on an object store, blocks of about
+    # REMOTE_BYTES_PER_READ) are read in one call. Their ranges are fetched together, merged
+    # where they lie close and concurrently (FileRecords.read): on a store an epoch costs a
+    # request per merged span, and the more blocks a call asks for, the closer they lie.
+    blocks_per_read = BLOCKS_PER_READ
+    if records.remote:
+        blocks_per_read = max(BLOCKS_PER_READ, REMOTE_BYTES_PER_READ * len(order.rows) //
+                              max(1, records.stored_bytes()))
+    units_per_read = max(1, -(-blocks_per_read * order.total // len(order.rows) //
                                stream.batch))
 
     def segments_and_blocks(firsts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -568,6 +574,9 @@ def build_dataset(
         raise ValueError("shuffle=global reads records by index in this process; it cannot "
                          "run on tf.data service workers or skip damaged records")
     global_order = config.shuffle == GLOBAL_SHUFFLE and config.training
+    # tf.data reads the files: on s3:// through tensorflow-io, whatever process calls this.
+    tf_filesystems.register_for(*([file_patterns] if isinstance(file_patterns, str)
+                                  else file_patterns))
     files, record_share = resolve_files(file_patterns), None
     all_files = files
     if global_order:
