@@ -82,24 +82,44 @@ def run_spec(spec_file: str, pipeline_root: str,
     return folders
 
 
-def run_twice(folder: str, execute: Callable[[list[str], str], int],
-              *settings: str) -> list[tuple[dict[str, str], list[str]]]:
+def run_twice(folder: str, execute: Callable[[list[str], str], int], *settings: str,
+              outputs_dir: Optional[str] = None,
+              list_folder: Callable[[str], list[str]] = None
+              ) -> list[tuple[dict[str, str], list[str]]]:
     """The compiled default pipeline, then the same trained for one step (a worse model), each
     compiled with `settings` and run into `folder/<first|worse>` with one serving folder,
-    `folder/serving`: [(its task folders, the pushed versions after it)] for the two runs."""
+    `folder/serving`: [(its task folders, the pushed versions after it)] for the two runs.
+    `folder` may be a bucket's URI: the specs and executor outputs are then written under
+    `outputs_dir/<first|worse>`, and `list_folder(uri)` names what a bucket's folder holds."""
     from conftest import tfrp
 
-    serving = os.path.join(folder, "serving")
+    remote = "://" in folder
+    list_folder = list_folder or (lambda path: os.listdir(path) if os.path.isdir(path) else [])
+    serving = posixpath.join(folder, "serving")
     runs = []
     for name, extra in (("first", ()), ("worse", ("--set", "train_steps=1"))):
-        pipeline_root = os.path.join(folder, name)
-        spec = pipeline_root + ".json"
+        pipeline_root = posixpath.join(folder, name)
+        local = os.path.join(outputs_dir, name) if remote else pipeline_root
+        os.makedirs(local)
+        spec = local + ".json"
         tfrp("compile", "--output", spec, "--pipeline-root", pipeline_root,
              "--set", f"serving_dir={serving}", *settings, *extra)
-        os.makedirs(pipeline_root)
-        tasks = run_spec(spec, pipeline_root, execute)
-        runs.append((tasks, sorted(os.listdir(serving)) if os.path.isdir(serving) else []))
+        tasks = run_spec(spec, pipeline_root, execute, outputs_dir=local if remote else None)
+        runs.append((tasks, sorted(list_folder(serving))))
     return runs
+
+
+def executor_output(tasks: dict[str, str], task: str, outputs_dir: Optional[str] = None
+                    ) -> dict:
+    """The executor output a task of `run_spec` wrote (as JSON): beside its artifacts, or for
+    a run on a bucket under `outputs_dir`."""
+    if outputs_dir is None:
+        path = os.path.join(tasks[task], EXECUTOR_OUTPUT_FILE)
+    else:
+        run_folder = posixpath.basename(posixpath.dirname(tasks[task]))
+        path = os.path.join(outputs_dir, run_folder, task, EXECUTOR_OUTPUT_FILE)
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def _constant(task: str, key: str, value) -> struct_pb2.Value:

@@ -149,6 +149,17 @@ class ObjectStores:
         self._children: list[subprocess.Popen] = []
         self._closed = False
 
+    @property
+    def network_namespace(self) -> str:
+        """The namespace's network, for a container joined to it (`podman run --network
+        ns:PATH`): the container must also see `hosts_file` as /etc/hosts and `work_dir` (the
+        CA bundle, the gcloud folder) at its path."""
+        return f"/proc/{self._holder.pid}/ns/net"
+
+    @property
+    def hosts_file(self) -> str:
+        return os.path.join(self.work_dir, "hosts")
+
     # ---- clients
 
     def _argv(self, argv, cwd) -> list[str]:

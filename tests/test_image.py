@@ -1,5 +1,6 @@
 """The image `make image` builds (Dockerfile, scripts/build-image.sh), run as a cluster runs
-it: no network, a task's own command, data mounted in.
+it: a task's own command, data mounted in, no network (the compiled pipeline's tasks: only
+the object stores' private one, with its artifacts on gs://).
 
 The module fixture builds the image with `make image`: minutes from nothing (a cold build
 installs every dependency), seconds with podman's layer cache when only the code changed.
@@ -10,6 +11,7 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -105,32 +107,60 @@ def test_spark_examplegen_runs_its_jvm_in_the_container(image, taxi_slice_dir, t
     assert sum(tfrecord_io.count_records(s) for s in shards) == 2000
 
 
-def test_the_compiled_pipeline_runs_in_the_image_pushes_then_refuses_a_worse_model(
-        image, tmp_path):
+LIST_FOLDER = ("import json, sys\nfrom components import fileio\n"
+               "print(json.dumps(fileio.listdir(sys.argv[1]) if fileio.exists(sys.argv[1]) "
+               "else []))")
+
+
+def test_the_compiled_pipeline_runs_in_the_image_on_gcs_pushes_then_refuses_a_worse_model(
+        image, object_stores, tmp_path):
     """The compiled spec run task by task as KFP's launcher runs it (tests/kfp_launch.py),
-    every task's command in the image with no network, the folder holding the pipeline roots
-    and the serving folder mounted at the same path (as a bucket would be reachable at the
-    same URI): the first run pushes, the second (one training step) is compared with that
-    push and refused."""
+    every task's command in the image, with the pipeline roots and the serving folder on
+    gs://: each container joins the object stores' private network (the GCS emulator under
+    Google's host names, its CA, the metadata server's service-account login, as on Vertex)
+    and nothing else. The first run pushes to the bucket; the second (one training step) is
+    compared with that push and refused."""
     import json
 
     import kfp_launch
 
+    bucket = object_stores.make_bucket("gs", "kfp-image")
+    outputs = tmp_path / "outputs"
+    container_env = [f"--env={name}={value}" for name, value in object_stores.env.items()]
+
     def execute(command: list[str], task_image: str) -> int:
         assert task_image == image
-        result = podman_run(*command, volumes=((str(tmp_path), str(tmp_path)),))
+        assert command[:3] == ["python", "-m", "pipeline.task_entrypoint"], command[:3]
+        result = subprocess.run(
+            ["podman", "run", "--rm", f"--network=ns:{object_stores.network_namespace}",
+             f"--volume={object_stores.hosts_file}:/etc/hosts:ro",
+             f"--volume={object_stores.work_dir}:{object_stores.work_dir}",
+             f"--volume={outputs}:{outputs}", *container_env, image, *command],
+            capture_output=True, text=True, env=_podman_env(), timeout=900)
         if result.returncode:
             print(result.stderr[-5000:])
         return result.returncode
 
-    serving = tmp_path / "serving"
-    runs = kfp_launch.run_twice(str(tmp_path), execute)
+    def list_folder(uri: str) -> list[str]:
+        listed = object_stores.run([sys.executable, "-c", LIST_FOLDER, uri], cwd=ROOT,
+                                   timeout=300)
+        assert listed.returncode == 0, listed.stderr[-3000:]
+        return json.loads(listed.stdout)
+
+    outputs.mkdir()
+    runs = kfp_launch.run_twice(f"{bucket}/kfp", execute, outputs_dir=str(outputs),
+                                list_folder=list_folder)
     (first, first_pushed), (worse, pushed) = runs
-    assert os.listdir(os.path.join(first["Evaluator"], "blessing")) == ["BLESSED"]
+
+    def metadata(tasks: dict, task: str, key: str, run: str) -> dict:
+        written = kfp_launch.executor_output(tasks, task, str(outputs / run))
+        (artifact,) = written["artifacts"][key]["artifacts"]
+        return artifact["metadata"]
+
+    assert metadata(first, "Evaluator", "blessing", "first")["blessed"] == 1
     assert len(first_pushed) == 1
-    assert os.path.exists(serving / first_pushed[0] / "saved_model.pb")
-    with open(os.path.join(worse["production_model"], kfp_launch.EXECUTOR_OUTPUT_FILE)) as f:
-        (model,) = json.load(f)["artifacts"]["model"]["artifacts"]
-    assert model["metadata"]["pushed_model"] == str(serving / first_pushed[0])
-    assert os.listdir(os.path.join(worse["Evaluator"], "blessing")) == ["NOT_BLESSED"]
+    version = f"{bucket}/kfp/serving/{first_pushed[0]}"
+    assert "saved_model.pb" in list_folder(version)
+    assert metadata(worse, "production_model", "model", "worse")["pushed_model"] == version
+    assert metadata(worse, "Evaluator", "blessing", "worse")["blessed"] == 0
     assert pushed == first_pushed
