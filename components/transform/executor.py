@@ -8,7 +8,7 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
-from components import fileio, tf_filesystems, tfx_artifacts
+from components import fileio, tfx_artifacts
 from components.codec import schema_file
 from components.options import OPTIONS_KEY
 from components.transform import beam_job
@@ -39,11 +39,6 @@ class Executor(base_beam_executor.BaseBeamExecutor):
     def Do(self, input_dict: dict[str, list], output_dict: dict[str, list],
            exec_properties: dict[str, Any]) -> None:
         options = TransformOptions.from_json(exec_properties[OPTIONS_KEY])
-        # Run in a process of its own by Kubeflow and Vertex, where no runner registered
-        # tf.io.gfile's s3:// (tf.Transform and this job read and write through it).
-        tf_filesystems.register_for(*(a.uri for artifacts in (*input_dict.values(),
-                                                             *output_dict.values())
-                                      for a in artifacts))
         if options.fail_on_anomalies and input_dict.get("anomalies"):
             check_anomalies(artifact_utils.get_single_instance(input_dict["anomalies"]))
         # A window of spans comes as several artifacts, in span order.
