@@ -9,7 +9,6 @@ here; `tests/test_image.py` runs them in the image.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -55,8 +54,8 @@ def test_every_task_of_the_compiled_pipeline_runs_and_the_model_is_pushed(kfp_ru
     assert os.listdir(os.path.join(outputs["production_model"], "model")) == []
     (version,) = pushed
     assert os.path.exists(os.path.join(folder, "serving", version, "saved_model.pb"))
-    with open(os.path.join(outputs["Pusher"], kfp_launch.EXECUTOR_OUTPUT_FILE)) as f:
-        (pushed_model,) = json.load(f)["artifacts"]["pushed_model"]["artifacts"]
+    written = kfp_launch.executor_output(outputs, "Pusher")
+    (pushed_model,) = written["artifacts"]["pushed_model"]["artifacts"]
     assert pushed_model["metadata"]["pushed_destination"] == os.path.join(
         folder, "serving", version)
     # Executors made the folders they write into (only LocalDagRunner makes them first).
@@ -68,8 +67,8 @@ def test_a_second_run_compares_with_the_first_push_and_refuses_a_worse_model(kfp
     folder, [(_, first_pushed), (outputs, pushed)] = kfp_runs
     production = os.path.join(outputs["production_model"], "model", "Format-Serving")
     assert os.path.exists(os.path.join(production, "saved_model.pb"))
-    with open(os.path.join(outputs["production_model"], kfp_launch.EXECUTOR_OUTPUT_FILE)) as f:
-        (model,) = json.load(f)["artifacts"]["model"]["artifacts"]
+    written = kfp_launch.executor_output(outputs, "production_model")
+    (model,) = written["artifacts"]["model"]["artifacts"]
     assert model["metadata"]["pushed_model"] == os.path.join(folder, "serving",
                                                              first_pushed[0])
     assert os.listdir(os.path.join(outputs["Evaluator"], "blessing")) == ["NOT_BLESSED"]

@@ -7,20 +7,17 @@ client would abort every task's exit (status 134) unless the task's command ende
 (`pipeline/task_entrypoint.py`)."""
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
 import sys
 
 import kfp_launch
+from test_object_storage import LISTING
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore", "TF_USE_LEGACY_KERAS": "1",
          "PYTHONPATH": ROOT}
-LISTING = ("import json, sys\nfrom components import fileio\n"
-           "print(json.dumps(sorted(fileio.join(r, n) for r, _, names in "
-           "fileio.walk(sys.argv[1]) for n in names)))")
 
 
 def test_the_compiled_pipeline_runs_on_s3_task_by_task_and_pushes_to_the_bucket(
@@ -56,8 +53,6 @@ def test_the_compiled_pipeline_runs_on_s3_task_by_task_and_pushes_to_the_bucket(
     assert any(re.match(rf"{bucket}/serving/\d+/saved_model\.pb$", o) for o in objects), \
         "no model was pushed to the bucket"
     assert not any(p.name.startswith("s3:") for p in tmp_path.rglob("*"))
-    (blessing,) = glob.glob(str(tmp_path / "outputs" / "*" / "Evaluator" /
-                                kfp_launch.EXECUTOR_OUTPUT_FILE))
-    with open(blessing, encoding="utf-8") as f:
-        (blessed,) = json.load(f)["artifacts"]["blessing"]["artifacts"]
+    written = kfp_launch.executor_output(tasks, "Evaluator", str(tmp_path / "outputs"))
+    (blessed,) = written["artifacts"]["blessing"]["artifacts"]
     assert blessed["metadata"]["blessed"] == 1, blessed
