@@ -291,7 +291,7 @@ def test_examplegen_killed_in_its_commit_on_a_bucket_leaves_nothing_readers_coun
                   env={"TFRP_INJECT_FAULT": f"kill-in-commit={moves}"})
     assert killed.returncode == -9, killed.stderr[-2000:]
     counted = tfrp(object_stores, "inspect", "--count", out, cwd=str(tmp_path), check=False)
-    readers = python(object_stores, COUNT, out, check=False)
+    readers = python(object_stores, COUNT, out, "trip_miles", check=False)
     objects = listing(object_stores, bucket)
     if f"{out}/manifest.json" in objects:  # killed after the last move
         assert counted.returncode == 0 and "total: 2,000 records" in counted.stdout
