@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 from tensorflow_metadata.proto.v0 import schema_pb2
@@ -29,8 +29,11 @@ from components.packing.arrow import RowDecoder
 from components.packing.layout import LENGTHS_SUFFIX, ROWS_KEY
 
 # Rows decoded at a time (whole records: per-row records, or blocks of packed rows): each
-# decode and unpack has a fixed cost per call, paid once for this many rows.
+# decode and unpack has a fixed cost per call, paid once for this many rows. Large rows (an
+# image a row) close a group at this many record bytes instead, so that a reader does not hold
+# thousands of them decoded before its first batch.
 _ROWS_PER_DECODE = 65_536
+_BYTES_PER_DECODE = 32 << 20
 _NUMPY_TYPES = {schema_pb2.INT: np.int64, schema_pb2.FLOAT: np.float32,
                 schema_pb2.BYTES: object}
 
@@ -146,13 +149,16 @@ def _file_records(path: str, first: int = 0, end: Optional[int] = None
             yield position, record
 
 
-def _groups(records: Iterator, size: int) -> Iterator[list]:
-    group = []
+def _groups(records: Iterator["_Record"], size: int,
+            max_bytes: int = _BYTES_PER_DECODE) -> Iterator[list]:
+    """`records` in lists of `size`, or fewer where they reach `max_bytes` of data first."""
+    group, held = [], 0
     for record in records:
         group.append(record)
-        if len(group) == size:
+        held += len(record.data)
+        if len(group) == size or held >= max_bytes:
             yield group
-            group = []
+            group, held = [], 0
     if group:
         yield group
 
@@ -363,7 +369,15 @@ class TorchDataset:
     each reader reads its files front to back. The rows per file are counted once, when the
     dataset is made: from the manifest or an index for per-row records, by reading each
     block's row count for packed ones. The class is built on first use, so importing this
-    module needs no torch."""
+    module needs no torch.
+
+    `transform`, when given, is applied to each batch in the reader that cut it (a DataLoader
+    worker), and what it returns is what the loader yields: work on whole batches that should
+    run in the workers beside the reading, such as decoding images (the image workload of
+    `tfrp bench gpu-feed` decodes its JPEGs with PIL this way). It sees batches already cut,
+    so their sizes stay as above as long as it keeps one output per row. With worker
+    processes started by spawn or forkserver it is pickled: a module-level function or an
+    instance of a module-level class."""
 
     def __new__(cls, *args, **kwargs):
         import torch.utils.data
@@ -373,8 +387,10 @@ class TorchDataset:
                          schema: Optional[schema_pb2.Schema] = None, batch_size: int = 1024,
                          features: Optional[Sequence[str]] = None, seed: Optional[int] = None,
                          shuffle_buffer: int = 16, rank: Optional[int] = None,
-                         world_size: Optional[int] = None, drop_last: bool = False):
+                         world_size: Optional[int] = None, drop_last: bool = False,
+                         transform: Optional[Callable[[dict], Any]] = None):
                 super().__init__()
+                self.transform = transform
                 self.files = _file_list(files)
                 self.schema = _schema_of(self.files, schema)
                 self.batch_size, self.drop_last = batch_size, drop_last
@@ -387,7 +403,7 @@ class TorchDataset:
             def set_epoch(self, epoch: int) -> None:
                 self.epoch = epoch
 
-            def __iter__(self) -> Iterator[dict]:
+            def __iter__(self) -> Iterator:
                 import torch.distributed as dist
 
                 rank, world = self.rank, self.world_size
@@ -405,8 +421,10 @@ class TorchDataset:
                 columns = _columns(self.schema, self.features)
                 reader_seed = None if self.seed is None else \
                     hash((self.seed, self.epoch, rank, worker)) & 0xFFFFFFFF
-                return _batches_of(_share_records(files, first, end),
-                                   RowDecoder(self.schema, [c.name for c in columns]),
-                                   columns, self.batch_size, self.shuffle_buffer, reader_seed)
+                batches = _batches_of(_share_records(files, first, end),
+                                      RowDecoder(self.schema, [c.name for c in columns]),
+                                      columns, self.batch_size, self.shuffle_buffer,
+                                      reader_seed)
+                return batches if self.transform is None else map(self.transform, batches)
 
         return _Dataset(*args, **kwargs)
