@@ -19,9 +19,10 @@ pyarrow and our TensorFlow-free modules.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from bench.display import RATE, Table
 
@@ -122,36 +123,36 @@ def _model_and_step(features: int, hidden: Sequence[int], device) -> Callable:
     return step
 
 
-def _model_alone(step: Callable, features: int, batch_size: int, steps: int, device) -> dict:
-    import torch
-
-    inputs = torch.randn(batch_size, features, device=device)
-    labels = torch.randn(batch_size, device=device)
+def _model_alone(run_step: Callable[[], None], batch_size: int, steps: int, device) -> dict:
+    """`steps` runs of `run_step` (a training step on one batch of `batch_size` rows already
+    on the device), timed after three untimed ones."""
     for _ in range(3):  # kernels chosen, memory allocated
-        step(inputs, labels)
+        run_step()
     _synchronise(device)
     started = time.perf_counter()
     for _ in range(steps):
-        step(inputs, labels)
+        run_step()
     _synchronise(device)
     seconds = time.perf_counter() - started
     return {"rows": steps * batch_size, "seconds": seconds,
             "rows_per_second": steps * batch_size / seconds}
 
 
-def _loader(files: list[str], schema_path: str, names: list[str], batch_size: int,
-            workers: int, device):
+def _loader(files: list[str], schema_path: str, features: list[str], batch_size: int,
+            workers: int, device, transform: Optional[Callable] = None, prefetch: int = 4):
+    """(dataset, DataLoader) over `files`: `prefetch` batches ahead in each worker, pinned
+    on CUDA."""
     import torch
 
     from components import numpy_reader
     from components.codec import schema_file
 
     dataset = numpy_reader.TorchDataset(files, schema_file.load_schema(schema_path),
-                                        batch_size=batch_size, features=names + [LABEL],
-                                        seed=0)
+                                        batch_size=batch_size, features=features, seed=0,
+                                        transform=transform)
     return dataset, torch.utils.data.DataLoader(
         dataset, batch_size=None, num_workers=workers, pin_memory=device.type == "cuda",
-        persistent_workers=workers > 0, prefetch_factor=4 if workers else None)
+        persistent_workers=workers > 0, prefetch_factor=prefetch if workers else None)
 
 
 def _timed_epochs(dataset, loader, epochs: int, consume: Callable) -> dict:
@@ -180,15 +181,18 @@ def run_benchmark(rows: int, work_root: str, batch_size: int = 8192, workers: in
         return inputs, batch[LABEL].float()
 
     log(f"model alone on {_device_name(on)}")
-    alone = _model_alone(step, len(names), batch_size, max(1, rows // batch_size), on)
+    synthetic = torch.randn(batch_size, len(names), device=on)
+    targets = torch.randn(batch_size, device=on)
+    alone = _model_alone(lambda: step(synthetic, targets), batch_size,
+                         max(1, rows // batch_size), on)
 
     def read_only(loader) -> dict:
         sizes = [len(batch[LABEL]) for batch in loader]
         return {"rows": sum(sizes), "batch_sizes": sorted(set(sizes))}
 
     log(f"reader alone, {workers} workers")
-    reader = _timed_epochs(*_loader(files, schema_path, names, batch_size, workers, on),
-                           epochs, read_only)
+    reader = _timed_epochs(*_loader(files, schema_path, names + [LABEL], batch_size, workers,
+                                    on), epochs, read_only)
 
     def train(loader) -> dict:
         seen, waited = 0, 0.0
@@ -205,19 +209,22 @@ def run_benchmark(rows: int, work_root: str, batch_size: int = 8192, workers: in
         return {"rows": seen, "waited_seconds": waited}
 
     log("end to end")
-    end_to_end = _timed_epochs(*_loader(files, schema_path, names, batch_size, workers, on),
-                               epochs, train)
+    end_to_end = _timed_epochs(*_loader(files, schema_path, names + [LABEL], batch_size,
+                                        workers, on), epochs, train)
     end_to_end["waiting_fraction"] = end_to_end["waited_seconds"] / end_to_end["seconds"]
     for result in (alone, reader, end_to_end):
         result["vs_model_alone"] = result["rows_per_second"] / alone["rows_per_second"]
-    return {"device": _device_name(on), "torch": torch.__version__, "cores": os.cpu_count(),
-            "workers": workers, "batch_size": batch_size, "hidden": list(hidden),
+    return {"workload": "tabular", "device": _device_name(on), "torch": torch.__version__,
+            "cores": os.cpu_count(), "workers": workers, "batch_size": batch_size,
+            "hidden": list(hidden),
             "rows": rows, "features": len(names),
             "paths": {"model alone": alone, "reader alone": reader,
                       "end to end": end_to_end}}
 
 
 def table(result: dict) -> Table:
+    if result.get("workload") == "images":
+        return image_table(result)
     rows = {name: {**path, "waiting": f"{path['waiting_fraction']:.1%}"
                    if "waiting_fraction" in path else "-"}
             for name, path in result["paths"].items()}
@@ -229,3 +236,404 @@ def table(result: dict) -> Table:
                          f"{result['rows']:,} rows, {result['workers']} workers, "
                          f"{result['cores']} cores, torch {result['torch']}; batch sizes "
                          f"in an epoch: {sizes}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The image workload
+# ---------------------------------------------------------------------------------------------
+
+IMAGE_FEATURE = "image"
+IMAGE_LABEL = "label"
+IMAGE_FILES = 16
+IMAGE_SEED = 20261126
+JPEG_QUALITY = 90
+CLASSES = 1000
+MODELS = ("small-conv", "resnet50")
+DECODES = ("cpu", "gpu", "raw")
+DECODE_WORDS = {"cpu": "PIL in the workers", "gpu": "decode_jpeg on the device",
+                "raw": "raw pixels, no decode"}
+# ImageNet's channel means and deviations, in pixel units: the model's first step on the device.
+PIXEL_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+PIXEL_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+# Rows a writing task encodes and frames at a time: a raw-pixel row is size*size*3 bytes.
+_WRITE_ROWS = 256
+
+
+class Unavailable(RuntimeError):
+    """What the chosen options need and this machine lacks (torchvision, a CUDA device)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageData:
+    """The image records written for the bench: the same images as JPEG bytes (`jpeg_files`,
+    size x size) and as raw pixels centre-cropped to crop x crop (`raw_files`), each with an
+    int label, one image an Example."""
+    jpeg_files: list[str]
+    jpeg_schema: str
+    raw_files: list[str]
+    raw_schema: str
+    images: int
+    jpeg_bytes: int
+
+
+def synthetic_image(rng, size: int, noise) -> "np.ndarray":
+    """A size x size RGB uint8 image: a smooth random colour field (a 4x4 grid of colours,
+    bicubically upsampled) plus a window of `noise` (int16, at least 2*size square) at a
+    random place, so that JPEG sizes come out near a photograph's rather than a flat
+    image's few hundred bytes."""
+    import numpy as np
+    from PIL import Image
+
+    coarse = Image.fromarray(rng.integers(0, 256, (4, 4, 3), dtype=np.uint8))
+    smooth = np.asarray(coarse.resize((size, size), Image.BICUBIC), np.int16)
+    top, left = rng.integers(0, noise.shape[0] - size, 2)
+    return np.clip(smooth + noise[top:top + size, left:left + size], 0, 255).astype(np.uint8)
+
+
+def _write_image_shard(task: tuple) -> int:
+    """Writes one JPEG shard and its raw-pixel twin; (number, count, size, crop, jpeg path,
+    raw path) -> JPEG bytes written. Seeded by the shard's number, so that the images do not
+    depend on how shards are spread over processes."""
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    from PIL import Image
+
+    from components import fileio, tfrecord_io
+    from components.codec import serializer
+
+    number, count, size, crop, jpeg_path, raw_path = task
+    rng = np.random.default_rng([IMAGE_SEED, number])
+    noise = np.round(rng.normal(0, 8, (2 * size, 2 * size, 3))).astype(np.int16)
+    columns = {IMAGE_FEATURE: (serializer.BYTES, False), IMAGE_LABEL: (serializer.INT, False)}
+    margin = (size - crop) // 2
+    jpeg_bytes = 0
+    with fileio.open_file(jpeg_path, "wb") as jpeg_out, \
+            fileio.open_file(raw_path, "wb") as raw_out:
+        for first in range(0, count, _WRITE_ROWS):
+            rows = min(_WRITE_ROWS, count - first)
+            labels = pa.array(rng.integers(0, CLASSES, rows), pa.int64())
+            jpegs, raws = [], []
+            for _ in range(rows):
+                pixels = synthetic_image(rng, size, noise)
+                encoded = io.BytesIO()
+                Image.fromarray(pixels).save(encoded, "JPEG", quality=JPEG_QUALITY)
+                jpegs.append(encoded.getvalue())
+                raws.append(pixels[margin:margin + crop, margin:margin + crop].tobytes())
+            jpeg_bytes += sum(len(data) for data in jpegs)
+            for out, images in ((jpeg_out, jpegs), (raw_out, raws)):
+                batch = pa.RecordBatch.from_arrays([pa.array(images, pa.binary()), labels],
+                                                   [IMAGE_FEATURE, IMAGE_LABEL])
+                records = serializer.encode_examples_array(
+                    serializer.to_example_batch(batch, columns))
+                out.write(tfrecord_io.frame_records(records)[0].tobytes())
+    return jpeg_bytes
+
+
+def write_image_data(count: int, folder: str, size: int = 256, crop: int = 224,
+                     processes: Optional[int] = None) -> ImageData:
+    """`count` synthetic images (`synthetic_image`, fixed seed) written as IMAGE_FILES JPEG
+    shards (quality JPEG_QUALITY, size x size) and their raw-pixel twins (crop x crop,
+    tagged `tfrp.raw_pixels=` in their schema as Transform's raw storage is), with a uniform
+    label in [0, CLASSES); reused when the stamp says the same images were written. Shards
+    are written by `processes` processes (one a core by default)."""
+    import concurrent.futures
+
+    from components import fileio, images
+    from components.codec import schema_file, serializer
+
+    fileio.makedirs(folder)
+    names = [f"{i:02d}.tfrecord" for i in range(IMAGE_FILES)]
+    jpeg_files = [fileio.join(folder, "jpeg-" + name) for name in names]
+    raw_files = [fileio.join(folder, "raw-" + name) for name in names]
+    jpeg_schema = fileio.join(folder, "jpeg-schema.pbtxt")
+    raw_schema = fileio.join(folder, "raw-schema.pbtxt")
+    stamp = fileio.join(folder, "stamp")
+    version = f"{count}:{IMAGE_SEED}:{size}:{crop}:q{JPEG_QUALITY}:{IMAGE_FILES}"
+    written = fileio.read_text(stamp).split("\n") if fileio.exists(stamp) else []
+    if written[:1] == [version]:
+        return ImageData(jpeg_files, jpeg_schema, raw_files, raw_schema, count,
+                         int(written[1]))
+    columns = {IMAGE_FEATURE: (serializer.BYTES, False), IMAGE_LABEL: (serializer.INT, False)}
+    schema = serializer.schema_from_profile(columns, count, {name: count for name in columns},
+                                            {})
+    schema_file.write_schema(schema, jpeg_schema)
+    schema_file.write_schema(images.mark_raw(schema, [IMAGE_FEATURE],
+                                             images.ImageSpec(crop, crop, 3)), raw_schema)
+    counts = [count // IMAGE_FILES + (i < count % IMAGE_FILES) for i in range(IMAGE_FILES)]
+    tasks = [(i, counts[i], size, crop, jpeg_files[i], raw_files[i])
+             for i in range(IMAGE_FILES)]
+    with concurrent.futures.ProcessPoolExecutor(
+            min(IMAGE_FILES, processes or os.cpu_count() or 1)) as pool:
+        jpeg_bytes = sum(pool.map(_write_image_shard, tasks))
+    fileio.write_text(stamp, f"{version}\n{jpeg_bytes}")
+    return ImageData(jpeg_files, jpeg_schema, raw_files, raw_schema, count, jpeg_bytes)
+
+
+class DecodeJpegBatch:
+    """A batch's JPEG bytes -> uint8 [rows, crop, crop, 3] with PIL, in the DataLoader worker
+    that read it (`numpy_reader.TorchDataset(transform=...)`): each image cut at a random
+    crop x crop window and flipped left-right at random (the usual training augmentation),
+    drawn from a generator seeded by the worker's torch seed, which the DataLoader makes
+    differ from worker to worker and epoch to epoch."""
+
+    def __init__(self, crop: int):
+        self.crop = crop
+        self._rng = None
+
+    def __call__(self, batch: dict) -> dict:
+        import io
+
+        import numpy as np
+        from PIL import Image
+
+        if self._rng is None:
+            import torch
+
+            self._rng = np.random.default_rng(torch.initial_seed() % 2 ** 32)
+        encoded = batch[IMAGE_FEATURE]
+        crop = self.crop
+        out = np.empty((len(encoded), crop, crop, 3), np.uint8)
+        for index, data in enumerate(encoded):
+            with Image.open(io.BytesIO(data)) as image:
+                pixels = np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
+            top = self._rng.integers(0, pixels.shape[0] - crop + 1)
+            left = self._rng.integers(0, pixels.shape[1] - crop + 1)
+            window = pixels[top:top + crop, left:left + crop]
+            out[index] = window[:, ::-1] if self._rng.random() < 0.5 else window
+        return {IMAGE_FEATURE: out, IMAGE_LABEL: batch[IMAGE_LABEL]}
+
+
+class RawPixelsBatch:
+    """A batch of raw-pixel rows (`shape` = height, width, channels) -> uint8 [rows, *shape]
+    in the worker: one copy of the bytes into one writable array, which the DataLoader hands
+    on in shared memory and its pin-memory thread copies into pinned memory. The pixels are
+    stored at the training size (centre-cropped when written), so nothing is cropped here."""
+
+    def __init__(self, shape: Sequence[int]):
+        self.shape = tuple(shape)
+
+    def __call__(self, batch: dict) -> dict:
+        import numpy as np
+
+        rows = batch[IMAGE_FEATURE]
+        out = np.empty((len(rows), *self.shape), np.uint8)
+        flat = out.reshape(len(rows), -1)
+        for index, data in enumerate(rows):
+            flat[index] = np.frombuffer(data, np.uint8)
+        return {IMAGE_FEATURE: out, IMAGE_LABEL: batch[IMAGE_LABEL]}
+
+
+class DeviceJpegDecoder:
+    """A batch of JPEG bytes (the object array the reader gives) -> uint8 [rows, crop, crop, 3]
+    on a CUDA device: `torchvision.io.decode_jpeg` on the whole list at once (nvJPEG's batched
+    decode), then one gather that cuts each image's random crop x crop window, flipped
+    left-right at random, out of the stacked batch. The encoded bytes stay in host memory
+    (nvJPEG reads them from there)."""
+
+    def __init__(self, crop: int, device, seed: int = 0):
+        import warnings
+
+        import torch
+
+        decode_jpeg = self.available(device)
+        # torch.frombuffer over immutable bytes warns once a call; nvJPEG only reads them.
+        warnings.filterwarnings("ignore", message="The given buffer is not writable")
+        self.crop, self.device, self._decode_jpeg = crop, device, decode_jpeg
+        self._generator = torch.Generator(device=device)
+        self._generator.manual_seed(seed)
+
+    @staticmethod
+    def available(device) -> Callable:
+        """torchvision's decode_jpeg, or Unavailable saying why it cannot run here."""
+        if device.type != "cuda":
+            raise Unavailable(f"--decode gpu decodes on a CUDA device; this run's device is "
+                              f"{device}")
+        try:
+            from torchvision.io import decode_jpeg
+        except ImportError as error:
+            raise Unavailable(f"--decode gpu needs torchvision.io.decode_jpeg ({error})") \
+                from None
+        return decode_jpeg
+
+    def __call__(self, encoded) -> "torch.Tensor":
+        import torch
+
+        decoded = self._decode_jpeg([torch.frombuffer(data, dtype=torch.uint8)
+                                     for data in encoded], device=self.device)
+        images = torch.stack(decoded)  # [rows, 3, height, width]: the bench's are one size
+        rows, _, height, width = images.shape
+
+        def draw(high: int):
+            return torch.randint(0, high, (rows,), device=self.device,
+                                 generator=self._generator)
+
+        return crop_windows(images, draw(height - self.crop + 1), draw(width - self.crop + 1),
+                            draw(2).bool(), self.crop)
+
+
+def crop_windows(images, tops, lefts, flips, crop: int) -> "torch.Tensor":
+    """uint8 [rows, channels, height, width] -> [rows, crop, crop, channels]: row i's window
+    at (tops[i], lefts[i]), flipped left-right where flips[i], all cut by one gather on the
+    images' device rather than a kernel an image."""
+    import torch
+
+    steps = torch.arange(crop, device=images.device)
+    ys = tops[:, None] + steps
+    xs = torch.where(flips[:, None], lefts[:, None] + (crop - 1) - steps, lefts[:, None] + steps)
+    rows = torch.arange(len(images), device=images.device)
+    # Indices on dims 0, 2 and 3 around the channel slice: the result is [rows, crop, crop,
+    # channels], channels last like the other paths' batches.
+    return images[rows[:, None, None], :, ys[:, :, None], xs[:, None, :]]
+
+
+def _image_model(model_name: str):
+    """The model, on the CPU, or Unavailable saying why it cannot be made here."""
+    import torch
+
+    if model_name == "resnet50":
+        try:
+            from torchvision.models import resnet50
+        except ImportError as error:
+            raise Unavailable(f"--model resnet50 needs torchvision ({error}); --model "
+                              f"small-conv needs none") from None
+        return resnet50(num_classes=CLASSES)
+    if model_name == "small-conv":
+        layers, width = [], 3
+        for channels in (32, 64, 128, 256):
+            layers += [torch.nn.Conv2d(width, channels, 3, stride=2, padding=1, bias=False),
+                       torch.nn.BatchNorm2d(channels), torch.nn.ReLU(inplace=True)]
+            width = channels
+        return torch.nn.Sequential(*layers, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                   torch.nn.Linear(width, CLASSES))
+    raise ValueError(f"model {model_name!r}: one of {MODELS}")
+
+
+def _image_model_and_step(model: "torch.nn.Module", device) -> Callable:
+    """The training step: (uint8 images [rows, h, w, 3] on the device, int64 labels [rows])
+    -> None. Pixels are normalised on the device, as the model's first step; the model runs
+    channels last (NHWC images permuted to NCHW are channels last already, no copy), under
+    bf16 autocast on CUDA, with SGD on cross-entropy over CLASSES classes."""
+    import torch
+
+    model = model.to(device, memory_format=torch.channels_last)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    mean = torch.tensor(PIXEL_MEAN, device=device).view(1, 3, 1, 1)
+    std = torch.tensor(PIXEL_STD, device=device).view(1, 3, 1, 1)
+    autocast = device.type == "cuda"
+
+    def step(images, labels) -> None:
+        inputs = (images.permute(0, 3, 1, 2).float() - mean) / std
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            loss = torch.nn.functional.cross_entropy(model(inputs), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return step
+
+
+def run_image_benchmark(images: int, work_root: str, batch_size: int = 256, workers: int = 2,
+                        model: str = "small-conv", decodes: Sequence[str] = ("cpu",),
+                        image_size: int = 256, crop: int = 224, device: str = "auto",
+                        epochs: int = 2, log: Callable[[str], None] = print) -> dict:
+    """The image workload: `model` trained on `crop` x `crop` images, alone on synthetic
+    device images, then for each of `decodes` the reader alone and end to end."""
+    import torch
+
+    from components import device_feed
+
+    unknown = sorted(set(decodes) - set(DECODES))
+    if unknown:
+        raise ValueError(f"decode {unknown}: each one of {DECODES}")
+    on = _device(device)
+    # What this machine lacks is said before any image is written; the images are written
+    # (by forked processes) before the device is first used.
+    network = _image_model(model)
+    if "gpu" in decodes:
+        DeviceJpegDecoder.available(on)
+    data = write_image_data(images, os.path.join(
+        work_root, f"gpu-feed-images-{images}-{image_size}-{crop}"), image_size, crop)
+    torch.backends.cudnn.benchmark = True
+    step = _image_model_and_step(network, on)
+    device_decoder = DeviceJpegDecoder(crop, on) if "gpu" in decodes else None
+
+    log(f"model alone on {_device_name(on)}: {model}")
+    synthetic = torch.randint(0, 256, (batch_size, crop, crop, 3), dtype=torch.uint8,
+                              device=on)
+    labels = torch.randint(0, CLASSES, (batch_size,), device=on)
+    alone = _model_alone(lambda: step(synthetic, labels), batch_size,
+                         max(1, images // batch_size), on)
+    paths = {"model alone": alone}
+    for decode in decodes:
+        files, schema_path = (data.raw_files, data.raw_schema) if decode == "raw" else \
+            (data.jpeg_files, data.jpeg_schema)
+        transform = {"cpu": DecodeJpegBatch(crop), "raw": RawPixelsBatch((crop, crop, 3)),
+                     "gpu": None}[decode]
+
+        def device_images(batch):
+            """The batch's images on the device, uint8 [rows, crop, crop, 3]."""
+            return device_decoder(batch[IMAGE_FEATURE]) if decode == "gpu" \
+                else batch[IMAGE_FEATURE]
+
+        def read_only(loader) -> dict:
+            sizes = []
+            for batch in loader:
+                if decode == "gpu":  # the decode is the reader's work, even on the device
+                    device_images(batch)
+                sizes.append(len(batch[IMAGE_LABEL]))
+            _synchronise(on)
+            return {"rows": sum(sizes), "batch_sizes": sorted(set(sizes))}
+
+        def train(loader) -> dict:
+            seen, waited = 0, 0.0
+            batches = iter(device_feed.prefetch_to_device(loader, on))
+            while True:
+                asked = time.perf_counter()
+                batch = next(batches, None)
+                if batch is not None:
+                    inputs = device_images(batch)
+                waited += time.perf_counter() - asked
+                if batch is None:
+                    break
+                step(inputs, batch[IMAGE_LABEL])
+                seen += len(batch[IMAGE_LABEL])
+            _synchronise(on)
+            return {"rows": seen, "waited_seconds": waited}
+
+        features = [IMAGE_FEATURE, IMAGE_LABEL]
+        log(f"reader alone, {decode} decode ({DECODE_WORDS[decode]}), {workers} workers")
+        reader = _timed_epochs(*_loader(files, schema_path, features, batch_size, workers, on,
+                                        transform, prefetch=2), epochs, read_only)
+        log(f"end to end, {decode} decode")
+        end_to_end = _timed_epochs(*_loader(files, schema_path, features, batch_size, workers,
+                                            on, transform, prefetch=2), epochs, train)
+        end_to_end["waiting_fraction"] = end_to_end["waited_seconds"] / end_to_end["seconds"]
+        paths[f"reader alone ({decode})"] = reader
+        paths[f"end to end ({decode})"] = end_to_end
+    for result in paths.values():
+        result["vs_model_alone"] = result["rows_per_second"] / alone["rows_per_second"]
+    return {"workload": "images", "device": _device_name(on), "torch": torch.__version__,
+            "cores": os.cpu_count(), "workers": workers, "batch_size": batch_size,
+            "model": model, "images": images, "image_size": image_size, "crop": crop,
+            "jpeg_bytes_per_image": data.jpeg_bytes / max(1, images),
+            "decodes": list(decodes), "paths": paths}
+
+
+def image_table(result: dict) -> Table:
+    rows = {name: {**path, "waiting": f"{path['waiting_fraction']:.1%}"
+                   if "waiting_fraction" in path else "-"}
+            for name, path in result["paths"].items()}
+    sizes = {decode: result["paths"][f"reader alone ({decode})"]["batch_sizes"]
+             for decode in result["decodes"]}
+    words = "; ".join(f"{decode}: {DECODE_WORDS[decode]}" for decode in result["decodes"])
+    return Table(rows, [("images/s", "rows_per_second", "{:,.0f}"),
+                        ("vs model alone", "vs_model_alone", "{:.2f}x"),
+                        ("waiting for input", "waiting", "{}")],
+                 summary=f"device: {result['device']}; {result['model']} on "
+                         f"{result['crop']}x{result['crop']} crops of "
+                         f"{result['image_size']}x{result['image_size']} JPEGs "
+                         f"({result['jpeg_bytes_per_image']:,.0f} bytes each), batch "
+                         f"{result['batch_size']}, {result['images']:,} images, "
+                         f"{result['workers']} workers, {result['cores']} cores, torch "
+                         f"{result['torch']}; {words}; batch sizes in an epoch: {sizes}")

@@ -518,26 +518,64 @@ def bench_access(rows, root, repeats, work_dir, as_json) -> None:
 
 
 @bench.command("gpu-feed")
-@click.option("--rows", default=100_000, show_default=True, type=int)
-@click.option("--batch-size", default=8192, show_default=True, type=int)
+@click.option("--workload", default="tabular", show_default=True,
+              type=click.Choice(["tabular", "images"]),
+              help="tabular: an MLP on packed taxi-like rows; images: a CNN on JPEG records "
+              "(and their raw-pixel twins).")
+@click.option("--rows", default=100_000, show_default=True, type=int,
+              help="Rows of the tabular workload.")
+@click.option("--batch-size", default=None, type=int,
+              help="Rows (images) a batch: 8192 for tabular, 256 for images by default.")
 @click.option("--workers", default=2, show_default=True, type=int,
               help="DataLoader worker processes (the issue's GPU runs: 15 on 16 cores).")
 @click.option("--hidden", default="128,64", show_default=True,
-              help="The MLP's hidden layer sizes, comma-separated (e.g. 1024,1024,1024).")
+              help="Tabular: the MLP's hidden layer sizes, comma-separated (e.g. "
+              "1024,1024,1024).")
+@click.option("--images", "image_count", default=2048, show_default=True, type=int,
+              help="Images: how many are written and read each epoch.")
+@click.option("--image-size", default=256, show_default=True, type=int,
+              help="Images: the JPEGs' height and width.")
+@click.option("--crop", default=224, show_default=True, type=int,
+              help="Images: the training crop (random in the decode paths; the raw twins "
+              "are stored centre-cropped to it).")
+@click.option("--model", default="small-conv", show_default=True,
+              type=click.Choice(["small-conv", "resnet50"]),
+              help="Images: a four-layer CNN defined in the bench, or torchvision's "
+              "ResNet-50 (needs torchvision).")
+@click.option("--decode", default="cpu", show_default=True,
+              help="Images: comma-separated, each measured in turn: cpu (PIL in the "
+              "workers), gpu (torchvision decode_jpeg on the CUDA device, batched), raw "
+              "(raw-pixel records, no decode).")
 @click.option("--device", default="auto", show_default=True,
               help="auto (cuda when there is one), cpu, cuda or cuda:N.")
 @click.option("--work-dir", default="tfrp_runs/bench", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-def bench_gpu_feed(rows, batch_size, workers, hidden, device, work_dir, as_json) -> None:
-    """A tabular MLP fed from packed shards by the TensorFlow-free reader: the training step
-    alone on device tensors, the reader alone, end to end through the device stage, and the
-    share of wall time spent waiting for input, on the device named in the summary line.
-    Imports no TensorFlow."""
+def bench_gpu_feed(workload, rows, batch_size, workers, hidden, image_count, image_size, crop,
+                   model, decode, device, work_dir, as_json) -> None:
+    """A model fed by the TensorFlow-free reader: the training step alone on device tensors,
+    the reader alone, end to end through the device stage, and the share of wall time spent
+    waiting for input, on the device named in the summary line. Tabular: an MLP on packed
+    shards. Images: a CNN on JPEG records decoded by PIL in the workers or on the GPU, or on
+    raw-pixel records. Imports no TensorFlow."""
     from bench import gpu_feed as bench_lib
 
-    result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), batch_size, workers,
-                                     [int(size) for size in hidden.split(",")], device,
-                                     log=_log)
+    decodes = [name.strip() for name in decode.split(",") if name.strip()]
+    unknown = sorted(set(decodes) - set(bench_lib.DECODES))
+    if unknown or not decodes:
+        raise click.BadParameter(f"{decode!r}: comma-separated, each one of "
+                                 f"{', '.join(bench_lib.DECODES)}", param_hint="--decode")
+    try:
+        if workload == "images":
+            result = bench_lib.run_image_benchmark(
+                image_count, fileio.absolute(work_dir), batch_size or 256, workers, model,
+                decodes, image_size, crop, device, log=_log)
+        else:
+            result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir),
+                                             batch_size or 8192, workers,
+                                             [int(size) for size in hidden.split(",")],
+                                             device, log=_log)
+    except bench_lib.Unavailable as error:
+        raise click.ClickException(str(error)) from None
     _show(result, bench_lib.table(result), as_json)
 
 
