@@ -1,7 +1,8 @@
 """The device stage (components/device_feed.py) on this machine's CPU: `prefetch_to_device`
 hands over every batch unchanged and in order, `DeviceResident` serves every row once an
-epoch in a seeded order shuffled where the data lives. The CUDA stream path runs on a GPU
-only (`tfrp bench gpu-feed` there)."""
+epoch in a seeded order shuffled where the data lives, `TorchDataset`'s transform runs in the
+workers; `tfrp bench gpu-feed` runs its tabular and image workloads with no TensorFlow. The
+CUDA stream path and the GPU JPEG decode run on a GPU only (`tfrp bench gpu-feed` there)."""
 from __future__ import annotations
 
 import glob
@@ -113,3 +114,115 @@ def test_bench_gpu_feed_runs_here_without_tensorflow_and_names_its_device(tmp_pa
     assert table.returncode == 0, table.stderr[-3000:]
     assert "waiting for input" in table.stdout
     assert f"device: {report['device']};" in table.stdout
+
+
+def tag_with_worker(batch: dict) -> dict:
+    """A TorchDataset transform: the batch with the id of the worker that made it."""
+    info = torch.utils.data.get_worker_info()
+    return {**batch, "worker": np.full(len(batch["Ozone"]), info.id if info else -1)}
+
+
+def test_a_transform_runs_on_each_batch_in_the_workers_and_keeps_its_size(
+        airquality_examples):
+    files = split_files(airquality_examples)
+    all_ids = sorted(int(i) for batch in numpy_reader.iter_batches(files)
+                     for i in batch["column_1"])
+    dataset = numpy_reader.TorchDataset(files, batch_size=16, seed=3,
+                                        transform=tag_with_worker)
+    batches = list(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2))
+    assert {int(w) for b in batches for w in b["worker"]} == {0, 1}
+    assert sorted(int(i) for b in batches for i in b["column_1"]) == all_ids
+    sizes = [len(b["worker"]) for b in batches]
+    assert sorted(set(sizes)) == sorted({16, len(all_ids) % 16} - {0})
+    assert sizes.count(len(all_ids) % 16) <= 1
+
+
+def test_large_records_are_decoded_a_few_megabytes_at_a_time():
+    records = [numpy_reader._Record("f", offset, b"x" * 1000) for offset in range(10)]
+    assert [len(g) for g in numpy_reader._groups(iter(records), 4, max_bytes=2500)] == \
+        [3, 3, 3, 1]
+    assert [len(g) for g in numpy_reader._groups(iter(records), 4)] == [4, 4, 2]
+
+
+def test_the_device_crop_cuts_each_images_window_in_one_gather():
+    from bench.gpu_feed import crop_windows
+
+    images = torch.randint(0, 256, (5, 3, 10, 12), dtype=torch.uint8)
+    tops, lefts = torch.tensor([0, 1, 2, 3, 4]), torch.tensor([0, 2, 4, 6, 1])
+    flips = torch.tensor([True, False, True, False, True])
+    cropped = crop_windows(images, tops, lefts, flips, 6)
+    assert cropped.shape == (5, 6, 6, 3)
+    for i in range(5):
+        window = images[i, :, tops[i]:tops[i] + 6, lefts[i]:lefts[i] + 6].permute(1, 2, 0)
+        assert torch.equal(cropped[i], window.flip(1) if flips[i] else window)
+
+
+def run_tfrp_without_tensorflow(*args: str):
+    """`tfrp *args` in a child process where importing TensorFlow fails, which writes the
+    TensorFlow modules it holds at exit to stderr (a module that swallowed the failed import
+    would still be caught importing it)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['tensorflow'] = None; sys.argv[0] = 'tfrp'\n"
+            "from pipeline.cli import main\n"
+            "try:\n"
+            "    main()\n"
+            "finally:\n"
+            "    held = sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow'\n"
+            "                  and sys.modules[m] is not None)\n"
+            "    print('tensorflow modules held:', held, file=sys.stderr)")
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                          text=True)
+
+
+def test_bench_gpu_feed_images_reads_every_image_once_with_each_decode(tmp_path):
+    """The image workload with tiny settings (100 64x64 JPEGs and their raw 56x56 twins, the
+    small CNN, 2 workers), TensorFlow blocked in its process and its workers: PIL decode in
+    the workers and raw pixels each read every image once an epoch, in batches of one size
+    but the last, on the device named."""
+    import json
+
+    from bench import gpu_feed
+
+    result = run_tfrp_without_tensorflow(
+        "bench", "gpu-feed", "--workload", "images", "--images", "100", "--image-size", "64",
+        "--crop", "56", "--batch-size", "32", "--workers", "2", "--decode", "cpu,raw",
+        "--model", "small-conv", "--work-dir", str(tmp_path), "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "tensorflow modules held: []" in result.stderr
+    report = json.loads(result.stdout)
+    assert report["device"] == ("cpu" if not torch.cuda.is_available()
+                                else torch.cuda.get_device_name())
+    paths = report["paths"]
+    assert set(paths) == {"model alone", "reader alone (cpu)", "end to end (cpu)",
+                          "reader alone (raw)", "end to end (raw)"}
+    assert all(path["rows_per_second"] > 0 for path in paths.values())
+    for decode in ("cpu", "raw"):
+        assert paths[f"reader alone ({decode})"]["rows"] == 100
+        assert paths[f"end to end ({decode})"]["rows"] == 100
+        assert paths[f"reader alone ({decode})"]["batch_sizes"] == [100 % 32, 32]
+        assert 0 <= paths[f"end to end ({decode})"]["waiting_fraction"] < 1
+    assert report["jpeg_bytes_per_image"] > 1000  # noise keeps JPEGs photograph-like
+    table = gpu_feed.table(report)
+    assert table.summary.startswith(f"device: {report['device']};")
+    assert list(table.rows) == list(paths)
+
+
+def test_bench_gpu_feed_images_says_in_one_line_what_the_machine_lacks(tmp_path):
+    base = ["bench", "gpu-feed", "--workload", "images", "--images", "8", "--work-dir",
+            str(tmp_path)]
+    on_cpu = run_tfrp_without_tensorflow(*base, "--decode", "gpu", "--device", "cpu")
+    assert on_cpu.returncode != 0
+    assert "Error: --decode gpu decodes on a CUDA device; this run's device is cpu" in \
+        on_cpu.stderr
+    wrong = run_tfrp_without_tensorflow(*base, "--decode", "cpu,jpeg")
+    assert wrong.returncode != 0 and "each one of cpu, gpu, raw" in wrong.stderr
+    try:
+        import torchvision  # noqa: F401
+    except Exception:  # not installed, or a build that does not load against this torch
+        no_torchvision = run_tfrp_without_tensorflow(*base, "--model", "resnet50",
+                                                     "--device", "cpu")
+        assert no_torchvision.returncode != 0
+        assert "--model resnet50 needs torchvision" in no_torchvision.stderr
+    assert not os.listdir(tmp_path)  # refused before any image was written
