@@ -226,3 +226,35 @@ def test_bench_gpu_feed_images_says_in_one_line_what_the_machine_lacks(tmp_path)
         assert no_torchvision.returncode != 0
         assert "--model resnet50 needs torchvision" in no_torchvision.stderr
     assert not os.listdir(tmp_path)  # refused before any image was written
+
+
+def test_the_gpu_decode_path_runs_here_with_pil_standing_in_for_nvjpeg(tmp_path, monkeypatch):
+    """`--decode gpu` needs torchvision and CUDA; its wiring (JPEG bytes through the workers
+    and the device stage, decoded and cropped in the training process) runs here with a PIL
+    function in place of `torchvision.io.decode_jpeg`, same arguments and results."""
+    import io
+
+    from PIL import Image
+
+    from bench import gpu_feed
+    from components.codec import schema_file
+
+    def pil_decode_jpeg(tensors: list, device) -> list:
+        return [torch.from_numpy(np.array(Image.open(io.BytesIO(t.numpy().tobytes()))))
+                .permute(2, 0, 1).to(device) for t in tensors]
+
+    monkeypatch.setattr(gpu_feed.DeviceJpegDecoder, "available",
+                        staticmethod(lambda device: pil_decode_jpeg))
+    report = gpu_feed.run_image_benchmark(70, str(tmp_path), batch_size=16, workers=2,
+                                          decodes=["gpu"], image_size=48, crop=40,
+                                          device="cpu", log=lambda line: None)
+    paths = report["paths"]
+    assert paths["reader alone (gpu)"]["rows"] == paths["end to end (gpu)"]["rows"] == 70
+    assert paths["reader alone (gpu)"]["batch_sizes"] == [70 % 16, 16]
+    assert 0 <= paths["end to end (gpu)"]["waiting_fraction"] < 1
+    decoder = gpu_feed.DeviceJpegDecoder(40, torch.device("cpu"))
+    data = gpu_feed.write_image_data(70, str(tmp_path / "again"), 48, 40)
+    batch = next(iter(numpy_reader.iter_batches(
+        data.jpeg_files, schema_file.load_schema(data.jpeg_schema), batch_size=5)))
+    images = decoder(batch["image"])
+    assert images.shape == (5, 40, 40, 3) and images.dtype == torch.uint8
