@@ -258,3 +258,36 @@ def test_the_gpu_decode_path_runs_here_with_pil_standing_in_for_nvjpeg(tmp_path,
         data.jpeg_files, schema_file.load_schema(data.jpeg_schema), batch_size=5)))
     images = decoder(batch["image"])
     assert images.shape == (5, 40, 40, 3) and images.dtype == torch.uint8
+
+
+def test_the_raw_twins_hold_the_jpegs_images_centre_cropped(tmp_path):
+    """Row for row, the raw-pixel records are the JPEG records' images (before JPEG's loss)
+    cut to the crop at the centre, with the same labels; and they are tagged as raw pixels."""
+    import io
+
+    from PIL import Image
+
+    from bench import gpu_feed
+    from components import images
+    from components.codec import schema_file
+
+    data = gpu_feed.write_image_data(40, str(tmp_path), size=48, crop=32, processes=2)
+    jpeg_schema = schema_file.load_schema(data.jpeg_schema)
+    raw_schema = schema_file.load_schema(data.raw_schema)
+    assert images.raw_shape(next(f for f in raw_schema.feature if f.name == "image")) == \
+        (32, 32, 3)
+    (jpegs,) = numpy_reader.iter_batches(data.jpeg_files, jpeg_schema, batch_size=40)
+    (raws,) = numpy_reader.iter_batches(data.raw_files, raw_schema, batch_size=40)
+    assert jpegs["label"].tolist() == raws["label"].tolist()
+    assert len(set(jpegs["label"].tolist())) > 20  # labels drawn over 1000 classes
+    pixels = gpu_feed.RawPixelsBatch((32, 32, 3))(raws)["image"].astype(np.int16)
+    centres = np.stack([np.asarray(Image.open(io.BytesIO(encoded)))[8:40, 8:40]
+                        for encoded in jpegs["image"]]).astype(np.int16)
+    errors = np.abs(centres[:, None] - pixels[None, :]).mean(axis=(2, 3, 4))
+    # Each JPEG is within JPEG's loss (quality 90, chroma subsampled, on noise) of its own
+    # raw twin, and far from every other image.
+    assert (np.diag(errors) < 10).all()
+    assert (errors[~np.eye(40, dtype=bool)] > 25).all()
+    assert data.jpeg_bytes == sum(len(encoded) for encoded in jpegs["image"])
+    again = gpu_feed.write_image_data(40, str(tmp_path), size=48, crop=32)
+    assert again == data  # reused by its stamp
