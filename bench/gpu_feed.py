@@ -53,9 +53,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from bench.display import RATE, Table
+
+if TYPE_CHECKING:  # annotations only; torch is imported when the bench runs
+    import numpy as np
+    import torch
 
 LABEL = "tips"
 NUM_FILES = 8
