@@ -581,6 +581,8 @@ def run_image_benchmark(images: int, work_root: str, batch_size: int = 256, work
     unknown = sorted(set(decodes) - set(DECODES))
     if unknown:
         raise ValueError(f"decode {unknown}: each one of {DECODES}")
+    if crop > image_size:
+        raise ValueError(f"a {crop} crop of {image_size}x{image_size} images")
     on = _device(device)
     # What this machine lacks is said before any image is written; the images are written
     # (by forked processes) before the device is first used.

@@ -564,6 +564,9 @@ def bench_gpu_feed(workload, rows, batch_size, workers, hidden, image_count, ima
     if unknown or not decodes:
         raise click.BadParameter(f"{decode!r}: comma-separated, each one of "
                                  f"{', '.join(bench_lib.DECODES)}", param_hint="--decode")
+    if crop > image_size:
+        raise click.BadParameter(f"{crop} is larger than --image-size {image_size}",
+                                 param_hint="--crop")
     try:
         if workload == "images":
             result = bench_lib.run_image_benchmark(
