@@ -136,6 +136,11 @@ class PipelineConfig:
     epochs: int = TrainerOptions.epochs
     max_epochs: int = TrainerOptions.max_epochs
     early_stopping_patience: int = TrainerOptions.early_stopping_patience
+    early_stopping_min_steps: int = TrainerOptions.early_stopping_min_steps
+    # A table's numbers also enter the model through sines at this many trained frequencies
+    # (0: off), drawn from N(0, periodic_sigma) at the start.
+    periodic_frequencies: int = TrainerOptions.periodic_frequencies
+    periodic_sigma: float = TrainerOptions.periodic_sigma
     batch_size: int = InputConfig.batch_size
     seed: int = DEFAULT_SEED  # weight initialisation and input shuffling
     # "none", "memory" or a file prefix: where parsed batches are cached after one epoch.
