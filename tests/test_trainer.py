@@ -232,18 +232,17 @@ def test_numbers_enter_the_tabular_model_through_a_periodic_embedding_too(taxi_e
     options = TrainerOptions()
     model = module.build_tabular_model(schema, keys, statistics, module.Head("binary"),
                                        module.Periodic.of(options))
-    (periodic,) = [l for l in model.layers if isinstance(l, layers.PeriodicEmbedding)]
-    assert tuple(periodic.coefficients.shape) == (len(numbers),
-                                                  options.periodic_frequencies)
-    assert np.std(periodic.coefficients.numpy()) < 3 * options.periodic_sigma
+    (frequencies,) = model.get_layer(layers.FREQUENCIES_LAYER).trainable_weights
+    assert tuple(frequencies.shape) == (len(numbers), options.periodic_frequencies)
+    assert np.std(frequencies.numpy()) < 3 * options.periodic_sigma
     features, _ = next(iter(data))
-    before = periodic.coefficients.numpy().copy()
+    before = frequencies.numpy().copy()
     model.fit(data.take(5), verbose=0)
-    assert not np.allclose(periodic.coefficients.numpy(), before)  # the frequencies train
+    assert not np.allclose(frequencies.numpy(), before)  # the frequencies train
     assert np.all(np.isfinite(model.predict(features, verbose=0)))
     plain = module.build_tabular_model(schema, keys, statistics, module.Head("binary"),
                                        module.Periodic(frequencies=0))
-    assert not [l for l in plain.layers if isinstance(l, layers.PeriodicEmbedding)]
+    assert layers.FREQUENCIES_LAYER not in [l.name for l in plain.layers]
 
 
 def test_a_small_tables_patience_lasts_early_stopping_min_steps(taxi_examples, tmp_path):

@@ -235,8 +235,8 @@ def build_tabular_model(schema: schema_pb2.Schema, feature_keys: list[str],
         numbers = scaled[0] if len(scaled) == 1 else keras.layers.Concatenate()(scaled)
         encoded.append(numbers)
         if periodic.frequencies:
-            encoded.append(layers.PeriodicEmbedding(periodic.frequencies, PERIODIC_WIDTH,
-                                                    periodic.sigma)(numbers))
+            encoded.append(layers.periodic_embedding(numbers, periodic.frequencies,
+                                                     PERIODIC_WIDTH, periodic.sigma))
     x = encoded[0] if len(encoded) == 1 else keras.layers.Concatenate()(encoded)
     for units in HIDDEN_UNITS:
         x = keras.layers.Dense(units, activation="relu")(x)
