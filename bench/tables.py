@@ -175,10 +175,15 @@ def run_table(name: str, source: str, label: str, task: str, exclude: tuple, wor
         log(f"{name}: our run failed: {note}")
         return Score(name, task, rows, None, theirs, ours_seconds, theirs_seconds, note)
     metrics = _evaluation(run.stdout)
-    if task == "regression":
-        ours = metrics["r_squared"]
-    else:
-        ours = metrics.get("accuracy", metrics.get("sparse_categorical_accuracy"))
+    # Accuracy is the model's compiled metric when TFMA loads the model as Keras, else the
+    # Evaluator's own, named by its Keras class.
+    found = [metrics[k] for k in (("r_squared",) if task == "regression" else (
+        "accuracy", "sparse_categorical_accuracy", "binary_accuracy")) if k in metrics]
+    if not found:
+        note = f"no score in the run summary's evaluation line: {metrics}"
+        log(f"{name}: {note}")
+        return Score(name, task, rows, None, theirs, ours_seconds, theirs_seconds, note)
+    ours = found[0]
     log(f"{name}: ours {ours:.4f} in {ours_seconds:.0f} s, HistGradientBoosting "
         f"{theirs:.4f} in {theirs_seconds:.1f} s")
     return Score(name, task, rows, ours, theirs, ours_seconds, theirs_seconds)
