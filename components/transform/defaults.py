@@ -19,9 +19,8 @@ per feature; list features pass through. The label: see `transform_features`.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional
-
 import re
+from typing import Callable, Iterable, Optional
 
 import tensorflow as tf
 import tensorflow_transform as tft
