@@ -245,6 +245,37 @@ def test_numbers_enter_the_tabular_model_through_a_periodic_embedding_too(taxi_e
     assert layers.FREQUENCIES_LAYER not in [l.name for l in plain.layers]
 
 
+def test_a_warm_start_from_a_model_without_the_periodic_layers_is_refused_in_one_line(
+        taxi_examples, tmp_path):
+    """A production model trained before the periodic embedding (or with it off) has the same
+    features but fewer layers: warm-starting the new model from it says so, by name."""
+    import json
+
+    from components.trainer import layers
+
+    schema = schema_file.load_schema(taxi_examples)
+    keys = module.model_feature_keys(schema, taxi.TAXI_LABEL, taxi.TAXI_EXCLUDED, {})
+    data = build_dataset(os.path.join(taxi_examples, "Split-train", "*"), schema, None,
+                         feature_keys=keys, label_fn=taxi.taxi_label,
+                         label_inputs=("tips", "fare"), config=InputConfig(batch_size=64))
+    statistics = module.DataStatistics.of(data.take(1), module.numeric_keys(schema, keys))
+    old = module.build_tabular_model(schema, keys, statistics, module.Head("binary"),
+                                     module.Periodic(frequencies=0))
+    base = str(tmp_path / "production")
+    old.save(base, save_format="tf", save_traces=False)
+    os.makedirs(os.path.join(base, "assets.extra"), exist_ok=True)
+    with open(os.path.join(base, module.MODEL_INPUTS_FILE), "w") as f:
+        json.dump({"features": sorted(old.input)}, f)
+    new = module.build_tabular_model(schema, keys, statistics, module.Head("binary"))
+    assert layers.FREQUENCIES_LAYER in [l.name for l in new.layers]
+    with pytest.raises(ValueError, match="has other layers than this Trainer builds"):
+        module.warm_start(new, base, keys)
+    same = module.build_tabular_model(schema, keys, statistics, module.Head("binary"),
+                                      module.Periodic(frequencies=0))
+    module.warm_start(same, base, keys)  # the same layers: the weights load
+    assert all(np.array_equal(a, b) for a, b in zip(same.get_weights(), old.get_weights()))
+
+
 def test_a_small_tables_patience_lasts_early_stopping_min_steps(taxi_examples, tmp_path):
     """The taxi slice's training rows are a handful of batches of 256: five passes without a
     better eval loss would be a few dozen noisy steps, so the patience is counted up to

@@ -587,7 +587,13 @@ def warm_start(model: keras.Model, base_model: Optional[str], feature_keys: list
                          f"features than the new transform graph gives (gone: {gone}; new: "
                          f"{new}); train once with warm_start=false")
     status = model.load_weights(fileio.join(base_model, "variables", "variables"))
-    status.assert_existing_objects_matched()  # every layer of the new model found its weights
+    try:
+        status.assert_existing_objects_matched()  # every layer of the new model found its own
+    except AssertionError:
+        raise ValueError(f"warm_start: the production model {base_model} has other layers than "
+                         "this Trainer builds (trained before the numbers' periodic embedding, "
+                         "or with other periodic_frequencies); train once with "
+                         "warm_start=false") from None
     logging.info("warm_start: weights from %s", base_model)
 
 
