@@ -589,14 +589,17 @@ def warm_start(model: keras.Model, base_model: Optional[str], feature_keys: list
         raise ValueError(f"warm_start: the production model {base_model} was trained on other "
                          f"features than the new transform graph gives (gone: {gone}; new: "
                          f"{new}); train once with warm_start=false")
-    status = model.load_weights(fileio.join(base_model, "variables", "variables"))
     try:
+        status = model.load_weights(fileio.join(base_model, "variables", "variables"))
         status.assert_existing_objects_matched()  # every layer of the new model found its own
-    except AssertionError:
+    except (AssertionError, ValueError) as mismatch:
+        # A layer missing fails the assertion; a layer of another shape fails the restore
+        # itself (a ValueError naming the variable). Either way the architectures differ.
+        detail = str(mismatch).strip().splitlines()[0][:200] if str(mismatch).strip() else ""
         raise ValueError(f"warm_start: the production model {base_model} has other layers than "
                          "this Trainer builds (trained before the numbers' periodic embedding, "
                          "or with other periodic_frequencies); train once with "
-                         "warm_start=false") from None
+                         f"warm_start=false ({detail})") from None
     logging.info("warm_start: weights from %s", base_model)
 
 
