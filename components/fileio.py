@@ -42,8 +42,10 @@ class StorageError(OSError):
 
     def __init__(self, uri: str, cause: str, detail: str = ""):
         detail = " ".join(str(detail).split())
-        super().__init__(f"{uri}: {cause}" + (f" ({detail[:300]})" if detail else ""))
-        self.uri, self.cause = uri, cause
+        if len(detail) > 400:  # the start says where, the end (google-cloud's) says why
+            detail = f"{detail[:150]} ... {detail[-250:]}"
+        super().__init__(f"{uri}: {cause}" + (f" ({detail})" if detail else ""))
+        self.uri, self.cause, self.detail = uri, cause, detail
 
 
 def is_remote(path: str) -> bool:
@@ -140,7 +142,10 @@ def filesystem(uri: str):
     store = scheme(uri)
     inner = uri.split("://", 1)[1]
     inner = inner.rstrip("/") or inner
-    return _store(store, tuple(sorted(storage_settings().items()))), inner
+    try:
+        return _store(store, tuple(sorted(storage_settings().items()))), inner
+    except StorageError as e:
+        raise StorageError(uri, e.cause, e.detail) from e
 
 
 @functools.lru_cache(maxsize=None)
@@ -181,8 +186,9 @@ os.register_at_fork(after_in_child=lambda: (_store.cache_clear(), _gcs_client.ca
 _CAUSES = (
     (re.compile(r"credential|UNAUTHENTICATED|Unauthorized|PERMISSION_DENIED|AccessDenied|Forbidden|"
                 r"InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken|HTTP status 40[13]", re.I),
-     "access denied: check the credentials (GOOGLE_APPLICATION_CREDENTIALS or the metadata "
-     "server for gs://; AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY for s3://)"),
+     "no valid credentials or access denied: check the credentials "
+     "(GOOGLE_APPLICATION_CREDENTIALS or the metadata server for gs://; "
+     "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile for s3://)"),
     (re.compile(r"resolve host|Couldn't connect|Connection refused|UNAVAILABLE|timed out|"
                 r"Timeout|curlCode|network|Could not connect|connection", re.I),
      "cannot reach the store: check the endpoint (STORAGE_EMULATOR_HOST for a gs:// "
@@ -220,6 +226,11 @@ def calling_store(uri: str) -> Iterator[None]:
         # google-cloud-storage's and google-auth's errors (gs:// ranged reads) are their own.
         if type(e).__module__.startswith("google."):
             raise StorageError(uri, _cause(f"{type(e).__name__} {e}"), str(e)) from e
+        # pyarrow's GCS client reports a credential it cannot use (a broken key file) as
+        # ArrowInvalid, a ValueError; a parse error of the data is one too, and stays one.
+        cause = store_cause(str(e)) if type(e).__module__.startswith("pyarrow") else None
+        if cause is not None:
+            raise StorageError(uri, cause, str(e)) from e
         raise
 
 

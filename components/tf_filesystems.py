@@ -45,7 +45,13 @@ def register_for(*uris: Optional[str]) -> bool:
         # Read by tensorflow-io's S3 client when it first connects; set in the environment,
         # it also reaches the processes this one starts (Beam's DirectRunner workers).
         os.environ.setdefault("S3_ENDPOINT", endpoint)
-    import tensorflow_io  # noqa: F401  registers s3:// with tf.io.gfile
+    try:
+        import tensorflow_io  # noqa: F401  registers s3:// with tf.io.gfile
+    except ImportError as e:
+        first = next(uri for uri in uris if needs_tensorflow_io(uri))
+        raise fileio.StorageError(
+            first, "TensorFlow reaches s3:// only through tensorflow-io, which is not "
+            "installed here (pip install the tensorflow-io of constraints.txt)", str(e)) from e
 
     end_without_native_teardown()
     return True

@@ -49,7 +49,20 @@ def _library_errors_only(record: logging.LogRecord) -> bool:
     return not library or record.levelno >= logging.ERROR
 
 
-@click.group()
+class _Commands(click.Group):
+    """Every command's error from an object store (credentials, endpoint, not found, a
+    scheme nothing here reaches) is one line naming the URI; with -v, the traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except fileio.StorageError as e:
+            if logging.getLogger().isEnabledFor(logging.INFO):
+                raise
+            raise click.ClickException(str(e)) from None
+
+
+@click.group(cls=_Commands)
 @click.option("-v", "--verbose", is_flag=True,
               help="Log at INFO level, with the libraries' own logs and warnings.")
 def main(verbose: bool) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -351,3 +352,53 @@ def test_a_compiled_pipeline_fingerprints_its_bucket_source(object_stores, taxi_
         (tmp_path / "changed" / "data.csv").write_text("".join(f.readlines()[:1001]))
     python(object_stores, UPLOAD, str(tmp_path / "changed"), f"{bucket}/data")
     assert fingerprint() != first
+
+
+def test_a_store_that_cannot_be_used_is_named_in_one_line_with_the_cause(object_stores,
+                                                                        taxi_slice_dir,
+                                                                        tmp_path):
+    """What a user gets wrong about a store (a missing object, an endpoint nothing answers
+    on, a broken key file, a scheme nothing here reaches) is one line naming the URI and the
+    cause, from a reading command and from ExampleGen alike: never a traceback, and a
+    network error is never called damage in the file."""
+    bucket = object_stores.make_bucket("gs", "tfrp-errors")
+    python(object_stores, UPLOAD, taxi_slice_dir, f"{bucket}/data")
+    broken_key = tmp_path / "key.json"
+    broken_key.write_text('{"type": "service_account", "project_id": "p"}')
+    # Nothing listens on port 9 inside the namespace: a connection is refused at once.
+    nothing_there = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ENDPOINT_URL_S3": ""}
+    out = str(tmp_path / "examples")
+    cases = [
+        (["examplegen", f"{bucket}/data/missing.csv", out], {},
+         f"{bucket}/data/missing.csv: no such file"),
+        (["inspect", "--count", "s3://tfrp-errors/examples"], nothing_there,
+         "s3://tfrp-errors/examples: cannot reach the store: check the endpoint"),
+        (["examplegen", "s3://tfrp-errors/data/data.csv", out], nothing_there,
+         "s3://tfrp-errors/data/data.csv: cannot reach the store: check the endpoint"),
+        (["examplegen", f"{bucket}/data/data.csv", out],
+         {"GOOGLE_APPLICATION_CREDENTIALS": str(broken_key)},
+         f"{bucket}/data/data.csv: no valid credentials or access denied"),
+        (["inspect", "--count", "az://container/examples"], {},
+         "az://container/examples: no filesystem for az://"),
+    ]
+    for argv, env, expected in cases:
+        result = tfrp(object_stores, *argv, cwd=str(tmp_path), check=False, env=env)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 1 and len(lines) == 1, (argv, result.stderr[-3000:])
+        assert lines[0].startswith(f"Error: {expected}"), (argv, lines[0])
+        assert "damaged" not in lines[0]
+    assert not os.path.exists(out)
+
+
+def test_s3_without_tensorflow_io_is_named_in_one_line(tmp_path):
+    """TensorFlow reaches s3:// only through tensorflow-io: where it is not installed, the
+    first s3:// URI a process registers says so, naming the URI and the package."""
+    code = ("import sys\nsys.modules['tensorflow_io'] = None  # as if not installed\n"
+            "from components import fileio, tf_filesystems\n"
+            "try:\n    tf_filesystems.register_for(None, 'gs://b/x', 's3://b/root')\n"
+            "except fileio.StorageError as e:\n    print(e)\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("s3://b/root: TensorFlow reaches s3:// only through "
+                                    "tensorflow-io, which is not installed"), result.stdout
