@@ -642,7 +642,9 @@ def rename(source: str, destination: str) -> None:
             for name in files:
                 relative = relpath(posixpath.join(folder, name), source)
                 store.move(posixpath.join(inner, relative), posixpath.join(target, relative))
-        store.delete_dir(inner)
+        # A folder whose files were written without a marker object ends with its last file.
+        if store.get_file_info(inner).type.name == "Directory":
+            store.delete_dir(inner)
 
 
 def copy_file(source: str, destination: str) -> None:

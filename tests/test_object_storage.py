@@ -402,3 +402,27 @@ def test_s3_without_tensorflow_io_is_named_in_one_line(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("s3://b/root: TensorFlow reaches s3:// only through "
                                     "tensorflow-io, which is not installed"), result.stdout
+
+
+RENAMES = """
+import json, sys
+from components import fileio
+bucket = sys.argv[1]
+for name in ("a/shard", "a/shard.idx", "a/shard-1", "folder/x", "folder/sub/y", "folder.keep/z"):
+    fileio.write_bytes(f"{bucket}/{name}", name.encode())
+fileio.rename(f"{bucket}/a/shard", f"{bucket}/b/shard")
+fileio.rename(f"{bucket}/folder", f"{bucket}/moved")
+print(json.dumps({fileio.relpath(fileio.join(r, n), bucket): fileio.read_text(fileio.join(r, n))
+                  for r, _, names in fileio.walk(bucket) for n in names}))
+"""
+
+
+@pytest.mark.parametrize("scheme", ["gs", "s3"])
+def test_a_rename_on_a_bucket_moves_exact_names_never_a_prefix(object_stores, scheme):
+    """tensorflow-io's S3 rename of `shard` also moved `shard.idx`; ours moves the object or
+    folder named and nothing whose name merely starts with it, each with its bytes."""
+    bucket = object_stores.make_bucket(scheme, "tfrp-renames")
+    found = json.loads(python(object_stores, RENAMES, bucket).stdout)
+    assert found == {"b/shard": "a/shard", "a/shard.idx": "a/shard.idx",
+                     "a/shard-1": "a/shard-1", "moved/x": "folder/x",
+                     "moved/sub/y": "folder/sub/y", "folder.keep/z": "folder.keep/z"}, found
