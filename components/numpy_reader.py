@@ -254,18 +254,32 @@ class FileRows:
                           max(0, first_row - begins), max(0, ends - end_row))
 
 
-def reader_shares(rows: int, readers: int, batch_size: int, drop_last: bool = False
-                  ) -> list[tuple[int, int]]:
-    """[first, end) of the rows each of `readers` reads: whole batches, as evenly as they go
-    round, and the rows short of a batch at the end of the last share (none with
-    `drop_last`). So an epoch has at most one short batch, however many readers share it."""
+def reader_shares(rows: int, batch_size: int, ranks: int = 1, workers: int = 1,
+                  drop_last: bool = False) -> list[tuple[int, int]]:
+    """[first, end) of the rows each reader reads, reader `rank * workers + worker`: whole
+    batches, split between ranks first and then between each rank's workers, as evenly as
+    they go round, and the rows short of a batch at the end of the last share. So an epoch has
+    at most one short batch, and ranks differ by at most one batch. With `drop_last` every
+    rank gets the same number of full batches (what DDP needs: a rank with one step more
+    waits forever in its all-reduce), and the epoch's last `full batches % ranks` batches and
+    its short one are dropped, as DistributedSampler(drop_last=True) drops them."""
     full, rest = divmod(rows, batch_size)
-    each, extra = divmod(full, readers)
-    ends = np.cumsum([(each + (reader < extra)) * batch_size for reader in range(readers)])
-    if not drop_last:
-        ends[-1] += rest
-    firsts = np.concatenate([[0], ends[:-1]])
-    return [(int(a), int(b)) for a, b in zip(firsts, ends)]
+    if drop_last:
+        full, rest = full - full % ranks, 0
+    per_rank = _split_batches(full, ranks)
+    shares, first = [], 0
+    for rank, batches in enumerate(per_rank):
+        short = rest if rank == ranks - 1 else 0
+        for worker, worker_batches in enumerate(_split_batches(batches, workers)):
+            end = first + worker_batches * batch_size + (short if worker == workers - 1 else 0)
+            shares.append((first, end))
+            first = end
+    return shares
+
+
+def _split_batches(batches: int, parts: int) -> list[int]:
+    each, extra = divmod(batches, parts)
+    return [each + (part < extra) for part in range(parts)]
 
 
 def _share_records(files: Sequence[FileRows], first: int, end: int) -> Iterator[_Record]:
@@ -366,7 +380,9 @@ class TorchDataset:
     contiguous ranges of whole batches over the files (in name order, or with a seed in a new
     order each epoch: call `set_epoch(n)` before each epoch), so each row is read once, every
     batch is full but at most one per epoch, the last (dropped with `drop_last=True`), and
-    each reader reads its files front to back. The rows per file are counted once, when the
+    each reader reads its files front to back. Ranks differ by at most one batch; under DDP
+    set `drop_last=True`, which gives every rank the same number of steps (`reader_shares`).
+    The rows per file are counted once, when the
     dataset is made: from the manifest or an index for per-row records, by reading each
     block's row count for packed ones. The class is built on first use, so importing this
     module needs no torch.
@@ -415,8 +431,8 @@ class TorchDataset:
                 worker, workers = (info.id, info.num_workers) if info else (0, 1)
                 files = [self.file_rows[path]
                          for path in epoch_files(self.files, self.seed, self.epoch)]
-                first, end = reader_shares(sum(f.rows for f in files), world * workers,
-                                           self.batch_size, self.drop_last)[
+                first, end = reader_shares(sum(f.rows for f in files), self.batch_size,
+                                           world, workers, self.drop_last)[
                     rank * workers + worker]
                 columns = _columns(self.schema, self.features)
                 reader_seed = None if self.seed is None else \

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -23,6 +24,8 @@ from components.trainer.options import InputConfig
 from components.transform import beam_job as transform_job
 from components.transform.options import TransformOptions
 from conftest import packed_copy
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def shards(folder, split="train") -> list[str]:
@@ -303,11 +306,12 @@ def airquality_data(examples: str, kind: str, tmp_path) -> tuple[list[str], obje
 
 
 def assert_one_size_epoch(sizes: list[int], ids: list[int], all_ids: list[int],
-                          batch_size: int, drop_last: bool) -> None:
+                          batch_size: int, drop_last: bool, ranks: int) -> None:
     short = [size for size in sizes if size != batch_size]
     if drop_last:
+        full = len(all_ids) // batch_size
         assert short == [] and len(ids) == len(set(ids)) == \
-            len(all_ids) - len(all_ids) % batch_size and set(ids) <= set(all_ids)
+            (full - full % ranks) * batch_size and set(ids) <= set(all_ids)
     else:
         assert len(short) <= 1 and sorted(ids) == sorted(all_ids)
 
@@ -333,23 +337,89 @@ def test_an_epoch_on_any_number_of_workers_has_one_batch_size_but_one(
                                               rank=rank, world_size=ranks, drop_last=drop_last)
                     for rank in range(ranks)]
         for epoch in range(2):
-            sizes, ids = [], []
+            sizes, ids, steps = [], [], []
             for dataset in datasets:
                 dataset.set_epoch(epoch)
+                steps.append(0)
                 for batch in torch.utils.data.DataLoader(dataset, batch_size=None,
                                                          num_workers=workers):
                     sizes.append(len(batch["column_1"]))
                     ids += batch["column_1"].tolist()
-            assert_one_size_epoch(sizes, ids, all_ids, 8, drop_last)
+                    steps[-1] += 1
+            assert_one_size_epoch(sizes, ids, all_ids, 8, drop_last, ranks)
+            assert max(steps) - min(steps) <= (0 if drop_last else 1), steps
 
 
 def test_reader_shares_are_whole_batches_but_the_last():
-    for rows, readers, batch in [(153, 4, 8), (7, 3, 8), (64, 3, 8), (10**6, 15, 8192)]:
-        shares = numpy_reader.reader_shares(rows, readers, batch)
+    for rows, ranks, workers, batch in [(153, 1, 4, 8), (7, 1, 3, 8), (64, 3, 1, 8),
+                                        (153, 2, 2, 8), (10**6, 3, 5, 8192), (10**6, 4, 15, 8192),
+                                        (100, 3, 2, 8)]:
+        shares = numpy_reader.reader_shares(rows, batch, ranks, workers)
+        assert len(shares) == ranks * workers
         assert shares[0][0] == 0 and shares[-1][1] == rows
         assert all(a[1] == b[0] for a, b in zip(shares, shares[1:]))
         assert all((end - first) % batch == 0 for first, end in shares[:-1])
-        counts = [(end - first) // batch for first, end in shares]
+        counts = [-(-(end - first) // batch) for first, end in shares]
         assert max(counts) - min(counts) <= 1
-        dropped = numpy_reader.reader_shares(rows, readers, batch, drop_last=True)
-        assert dropped[-1][1] == rows - rows % batch
+        per_rank = [sum(counts[r * workers:(r + 1) * workers]) for r in range(ranks)]
+        assert max(per_rank) - min(per_rank) <= 1, per_rank
+        dropped = numpy_reader.reader_shares(rows, batch, ranks, workers, drop_last=True)
+        full = rows // batch
+        assert dropped[-1][1] == (full - full % ranks) * batch
+        per_rank = [sum((end - first) // batch for first, end in
+                        dropped[r * workers:(r + 1) * workers]) for r in range(ranks)]
+        assert len(set(per_rank)) == 1 and per_rank[0] == full // ranks, per_rank
+
+
+DDP_EPOCHS = """
+import datetime, json, sys
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from components import numpy_reader
+# A rank with a step more than another waits in its all-reduce: fail then, not hang.
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+torch.manual_seed(0)
+model = DistributedDataParallel(torch.nn.Linear(1, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+dataset = numpy_reader.TorchDataset(sys.argv[1:], batch_size=8, seed=5, drop_last=True)
+steps = []
+for epoch in range(2):
+    dataset.set_epoch(epoch)
+    for batch in torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2):
+        temperature = torch.as_tensor(batch["Temp"], dtype=torch.float32).reshape(-1, 1)
+        loss = model(temperature / 100).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        steps.append([epoch, batch["column_1"].tolist()])
+dist.barrier()
+print(json.dumps(steps))
+"""
+
+
+def test_ddp_ranks_with_two_workers_each_take_the_same_steps_and_every_row_once(
+        airquality_examples):
+    """Two DDP processes (gloo on 127.0.0.1), two DataLoader workers each, two epochs of R's
+    airquality (153 rows: 19 batches of 8 and a short one): with `drop_last` each rank takes
+    9 steps an epoch, so no rank waits in an all-reduce the other never joins, and no row
+    comes twice. Split between four readers alone, rank 0 would have had 10 steps."""
+    pytest.importorskip("torch")
+    from components.listening import free_ports
+
+    files = sorted(glob.glob(os.path.join(airquality_examples, "Split-*", "*")))
+    port = free_ports(1)[0]
+    ranks = [subprocess.Popen(
+        [sys.executable, "-c", DDP_EPOCHS, *files], cwd=ROOT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+             "RANK": str(rank), "WORLD_SIZE": "2"}) for rank in range(2)]
+    finished = [rank.communicate(timeout=300) for rank in ranks]
+    for rank, (out, err) in zip(ranks, finished):
+        assert rank.returncode == 0, err[-3000:]
+    steps = [json.loads(out.strip().splitlines()[-1]) for out, _ in finished]
+    for epoch in range(2):
+        per_rank = [[ids for e, ids in rank_steps if e == epoch] for rank_steps in steps]
+        assert [len(s) for s in per_rank] == [9, 9]
+        ids = [i for rank_steps in per_rank for batch in rank_steps for i in batch]
+        assert all(len(batch) == 8 for rank_steps in per_rank for batch in rank_steps)
+        assert len(ids) == len(set(ids)) == 144
