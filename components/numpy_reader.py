@@ -17,13 +17,14 @@ the epoch's last is full. `rows_to_batch` makes the same batch from map-style ro
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import example_rows, record_index, tfrecord_io
+from components import example_rows, fileio, record_index, tfrecord_io
 from components.codec import parser, schema_file
 from components.packing.arrow import RowDecoder
 from components.packing.layout import LENGTHS_SUFFIX, ROWS_KEY
@@ -140,13 +141,48 @@ def _column_values(column, decoded) -> tuple[np.ndarray, Optional[np.ndarray]]:
 
 def _file_records(path: str, first: int = 0, end: Optional[int] = None
                   ) -> Iterator[tuple[int, bytes]]:
-    """(offset, record) of the file's records numbered `first` up to `end` (all by
-    default); the records before `first` are unframed but not decoded."""
-    for index, (position, record) in enumerate(tfrecord_io.iter_records(path)):
-        if end is not None and index >= end:
-            return
-        if index >= first:
-            yield position, record
+    """(offset, record) of the file's records numbered `first` up to `end` (all by default).
+
+    A file with a stored index (our manifest's gzip members, an `.idx`) is read from the
+    entry holding `first`, so a reader whose share starts late in a file inflates and checks
+    none of the records before it; without one they are unframed but not decoded. A gzip file
+    read from a member on does not know its records' offsets in the whole uncompressed
+    stream: each is given as `-1 - record number`, and `_stream_offset` finds the true one
+    when an error must name it."""
+    start, number, from_member = 0, 0, False
+    index = _stored_index(path, fileio.stat(path)) if first else None
+    if index is not None and first < index.records:
+        entry = index.entry_of(first)
+        start, number = int(index.offsets[entry]), int(index.firsts[entry])
+        from_member = index.gzip and start > 0
+    try:
+        for position, record in tfrecord_io.iter_records(path, start=start):
+            if end is not None and number >= end:
+                return
+            if number >= first:
+                yield (-1 - number if from_member else position), record
+            number += 1
+    except tfrecord_io.CorruptRecordError:
+        if from_member:
+            # Named at its place in the whole stream, as a read from the start names it.
+            for _ in tfrecord_io.iter_records(path):
+                pass
+        raise
+
+
+@functools.lru_cache(maxsize=1024)
+def _stored_index(path: str, size_and_time: tuple) -> Optional[record_index.RecordIndex]:
+    """The file's stored record index, looked up once per process and version of the file
+    (a DataLoader worker reads it when its first share starts inside the file)."""
+    return record_index.load(path)
+
+
+def _stream_offset(path: str, number: int) -> int:
+    """The uncompressed offset of record `number` of `path`, by reading up to it."""
+    for found, (offset, _) in enumerate(tfrecord_io.iter_records(path)):
+        if found == number:
+            return offset
+    raise IndexError(f"{path}: no record {number}")
 
 
 def _groups(records: Iterator["_Record"], size: int,
@@ -184,8 +220,16 @@ def _decode(decoder: RowDecoder, group: list[_Record]):
             group[0].path, group[0].offset, [record.data for record in group]))
     except ValueError:
         for record in group:
-            decoder.decode(tfrecord_io.RecordBlock.of_records(record.path, record.offset,
-                                                              [record.data]))
+            try:
+                decoder.decode(tfrecord_io.RecordBlock.of_records(
+                    record.path, max(record.offset, 0), [record.data]))
+            except ValueError:
+                if record.offset >= 0:
+                    raise
+                decoder.decode(tfrecord_io.RecordBlock.of_records(
+                    record.path, _stream_offset(record.path, -1 - record.offset),
+                    [record.data]))
+                raise
         raise
     if not any(record.skip_head or record.skip_tail for record in group):
         return decoded

@@ -89,15 +89,17 @@ def is_gzip(path: str) -> bool:
         return f.read(2) == GZIP_MAGIC
 
 
-def open_records(path: str) -> BinaryIO:
+def open_records(path: str, start: int = 0) -> BinaryIO:
     """A binary stream of the file's framed records, gunzipped when the file is gzip (by
-    ISA-L's inflate, about 3x zlib's on our shards)."""
+    ISA-L's inflate, about 3x zlib's on our shards), from byte `start` of the file: where a
+    record (plain) or a gzip member begins."""
     raw = fileio.open_file(path, "rb")
+    raw.seek(start)
     if raw.read(2) == GZIP_MAGIC:
-        raw.seek(0)
+        raw.seek(start)
         # ISA-L's reader needs readinto, which TensorFlow's GFile (remote paths) lacks.
         return (igzip if hasattr(raw, "readinto") else gzip).GzipFile(fileobj=raw, mode="rb")
-    raw.seek(0)
+    raw.seek(start)
     return raw
 
 
@@ -108,7 +110,7 @@ _INFLATE_CHUNK = 1 << 20
 _MANIFEST_SEARCH_DEPTH = 3
 
 
-def iter_records(path: str, resync: bool = False
+def iter_records(path: str, resync: bool = False, start: int = 0
                  ) -> Iterator[tuple[int, Union[bytes, CorruptRegion]]]:
     """Yields (offset, record) in file order; offsets count uncompressed bytes.
 
@@ -116,13 +118,20 @@ def iter_records(path: str, resync: bool = False
     With it, the damaged bytes are yielded as one CorruptRegion and reading goes on: in a
     plain file from the next position where a length, its CRC and the data CRC all check out;
     in a gzip file from the next intact gzip member (`_iter_gzip_members`).
+
+    `start` begins at that byte of the file, where a record or a gzip member begins (a record
+    index's entry): a plain file's offsets are still the file's, a gzip file's count from the
+    member there (its place in the whole uncompressed stream is not known without inflating
+    the members before it).
     """
     if resync and is_gzip(path):
+        if start:
+            raise ValueError("resync reads a gzip file from its start")
         yield from _iter_gzip_members(path)
         return
     good_until = 0  # uncompressed end of the last intact record
     try:
-        for offset, record in _iter_stream(path, resync):
+        for offset, record in _iter_stream(path, resync, start):
             if isinstance(record, bytes):
                 good_until = offset + _HEADER.size + len(record) + _FOOTER.size
             yield offset, record
@@ -234,10 +243,10 @@ def count_records(path: str) -> int:
     return sum(1 for _ in iter_records(path))
 
 
-def _iter_stream(path: str, resync: bool
+def _iter_stream(path: str, resync: bool, start: int = 0
                  ) -> Iterator[tuple[int, Union[bytes, CorruptRegion]]]:
-    with open_records(path) as stream:
-        offset = 0
+    with open_records(path, start) as stream:
+        offset = 0 if isinstance(stream, (gzip.GzipFile, igzip.GzipFile)) else start
         while True:
             header = stream.read(_HEADER.size)
             if not header:

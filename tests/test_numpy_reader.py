@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import glob
+import gzip
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ import pyarrow as pa
 import pytest
 import tensorflow as tf
 
-from components import numpy_reader, tfrecord_io
+from components import numpy_reader, record_index, tfrecord_io
 from components.codec import parser, schema_file, serializer
 from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
@@ -423,3 +424,67 @@ def test_ddp_ranks_with_two_workers_each_take_the_same_steps_and_every_row_once(
         ids = [i for rank_steps in per_rank for batch in rank_steps for i in batch]
         assert all(len(batch) == 8 for rank_steps in per_rank for batch in rank_steps)
         assert len(ids) == len(set(ids)) == 144
+
+
+def indexed_records_file(folder, compression: str, records: list[bytes]) -> str:
+    """`records` in a plain file or a gzip file of many members (5 records each), with the
+    record index `tfrp index` writes for it."""
+    framed, ends = tfrecord_io.frame_records(records)
+    data = framed.tobytes()
+    path = os.path.join(str(folder), f"records-{compression}.tfrecord")
+    with open(path, "wb") as f:
+        if compression == "none":
+            f.write(data)
+        else:
+            bounds = [0] + ends.tolist()
+            for first in range(0, len(records), 5):
+                last = min(first + 5, len(records))
+                f.write(gzip.compress(data[bounds[first]:bounds[last]], 1))
+    record_index.RecordIndex.build(path).save()
+    return path
+
+
+@pytest.mark.parametrize("compression", ["gzip", "none"])
+def test_a_share_starting_inside_an_indexed_file_is_read_from_there(tmp_path, compression):
+    """A reader whose share begins at record 50 of an indexed file starts at the member or
+    record holding it: it gets exactly records [first, end), and damage before its share,
+    which a read from the start of the file stops at, is never read."""
+    batch = pa.RecordBatch.from_arrays([pa.array([[i] for i in range(100)],
+                                                 pa.list_(pa.int64()))], ["n"])
+    records = serializer.encode_examples(batch)
+    path = indexed_records_file(tmp_path, compression, records)
+    offsets = [offset for offset, _ in tfrecord_io.iter_records(path)]
+    file_rows = numpy_reader.FileRows.of(path, packed=False)
+    for first, end in [(0, 100), (1, 7), (5, 10), (37, 99), (50, 100), (99, 100), (13, 13)]:
+        read = list(file_rows.records(first, end))
+        assert [r.data for r in read] == records[first:end], (first, end)
+        if compression == "none":  # a plain file's offsets are the file's own
+            assert [r.offset for r in read] == offsets[first:end]
+    damaged = bytearray(open(path, "rb").read())
+    damaged[30] ^= 0xFF  # inside the first member, or the first record's data
+    with open(path, "wb") as f:  # same size: the index still holds
+        f.write(bytes(damaged))
+    with pytest.raises(tfrecord_io.CorruptRecordError):
+        list(file_rows.records(0, 100))
+    assert [r.data for r in file_rows.records(50, 100)] == records[50:]
+
+
+@pytest.mark.parametrize("compression", ["gzip", "none"])
+def test_a_bad_record_in_a_share_read_from_a_member_is_named_at_its_stream_offset(
+        tmp_path, compression):
+    """Rank 1 of 2 reads records [50, 100) of an indexed gzip file from the member holding
+    record 50; record 60, of the wrong type, is named at its offset in the whole
+    uncompressed stream, as a read from the start names it."""
+    torch = pytest.importorskip("torch")  # noqa: F841
+    batch = pa.RecordBatch.from_arrays([pa.array([[i] for i in range(100)],
+                                                 pa.list_(pa.int64()))], ["n"])
+    records = serializer.encode_examples(batch)
+    records[60] = serializer.encode_examples(pa.RecordBatch.from_arrays(
+        [pa.array([[b"text"]], pa.list_(pa.binary()))], ["n"]))[0]
+    path = indexed_records_file(tmp_path, compression, records)
+    offsets = [offset for offset, _ in tfrecord_io.iter_records(path)]
+    schema = serializer.schema_from_profile({"n": (serializer.INT, False)}, 100, {"n": 100}, {})
+    dataset = numpy_reader.TorchDataset([path], schema, batch_size=10, rank=1, world_size=2)
+    with pytest.raises(ValueError, match=f"records-{compression}.tfrecord: record at byte "
+                                         f"offset {offsets[60]}: feature 'n' is not a"):
+        list(dataset)
