@@ -74,7 +74,7 @@ def write_data(rows: int, folder: str) -> tuple[list[str], str, list[str]]:
     from tensorflow_metadata.proto.v0 import schema_pb2
 
     from bench import data
-    from components import packing, tfrecord_io
+    from components import packing, record_index, tfrecord_io
     from components.codec import parser, schema_file
     from components.packing.write import pack_batch
 
@@ -82,7 +82,7 @@ def write_data(rows: int, folder: str) -> tuple[list[str], str, list[str]]:
     files = [os.path.join(folder, f"packed-{i:02d}.tfrecord") for i in range(NUM_FILES)]
     schema_path = os.path.join(folder, "schema.pbtxt")
     stamp = os.path.join(folder, "stamp")
-    version = f"{rows}:{data.SEED}:packed{PACKED_ROWS}:numeric"
+    version = f"{rows}:{data.SEED}:packed{PACKED_ROWS}:numeric:indexed"
     table = None
     if not (os.path.exists(stamp) and open(stamp).read() == version):
         table = data.taxi_like_table(rows)
@@ -111,6 +111,8 @@ def write_data(rows: int, folder: str) -> tuple[list[str], str, list[str]]:
                             packing.PackedLayout.from_schema(packed))
         with open(path, "wb") as f:
             f.write(tfrecord_io.frame_records(blocks)[0].tobytes())
+        # As `tfrp index` writes it: a reader whose share starts inside the file seeks there.
+        record_index.RecordIndex.build(path).save()
     with open(stamp, "w") as f:
         f.write(version)
     return files, schema_path, names
@@ -335,7 +337,7 @@ def _write_image_shard(task: tuple) -> int:
     import pyarrow as pa
     from PIL import Image
 
-    from components import fileio, tfrecord_io
+    from components import fileio, record_index, tfrecord_io
     from components.codec import serializer
 
     number, count, size, crop, jpeg_path, raw_path = task
@@ -363,6 +365,8 @@ def _write_image_shard(task: tuple) -> int:
                 records = serializer.encode_examples_array(
                     serializer.to_example_batch(batch, columns))
                 out.write(tfrecord_io.frame_records(records)[0].tobytes())
+    for path in (jpeg_path, raw_path):
+        record_index.RecordIndex.build(path).save()
     return jpeg_bytes
 
 
@@ -385,7 +389,7 @@ def write_image_data(count: int, folder: str, size: int = 256, crop: int = 224,
     jpeg_schema = fileio.join(folder, "jpeg-schema.pbtxt")
     raw_schema = fileio.join(folder, "raw-schema.pbtxt")
     stamp = fileio.join(folder, "stamp")
-    version = f"{count}:{IMAGE_SEED}:{size}:{crop}:q{JPEG_QUALITY}:{IMAGE_FILES}"
+    version = f"{count}:{IMAGE_SEED}:{size}:{crop}:q{JPEG_QUALITY}:{IMAGE_FILES}:indexed"
     written = fileio.read_text(stamp).split("\n") if fileio.exists(stamp) else []
     if written[:1] == [version]:
         return ImageData(jpeg_files, jpeg_schema, raw_files, raw_schema, count,
