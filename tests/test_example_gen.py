@@ -287,7 +287,7 @@ def test_small_data_gets_one_shard_per_split(taxi_out):
 
 def test_splits_are_deterministic_and_follow_key(taxi_slice_csv, tmp_path):
     first = run_gen(taxi_slice_csv, tmp_path / "a", splits="train:8,eval:2")
-    second = run_gen(taxi_slice_csv, tmp_path / "b", splits="train:8,eval:2")
+    run_gen(taxi_slice_csv, tmp_path / "b", splits="train:8,eval:2")
     for split in ("train", "eval"):
         a = sorted(map(repr, read_all(tmp_path / "a" / f"Split-{split}")))
         b = sorted(map(repr, read_all(tmp_path / "b" / f"Split-{split}")))

@@ -7,7 +7,6 @@ import re
 import subprocess
 import sys
 
-import pytest
 import tensorflow as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -475,7 +475,7 @@ def test_a_bad_record_in_a_share_read_from_a_member_is_named_at_its_stream_offse
     """Rank 1 of 2 reads records [50, 100) of an indexed gzip file from the member holding
     record 50; record 60, of the wrong type, is named at its offset in the whole
     uncompressed stream, as a read from the start names it."""
-    torch = pytest.importorskip("torch")  # noqa: F841
+    pytest.importorskip("torch")
     batch = pa.RecordBatch.from_arrays([pa.array([[i] for i in range(100)],
                                                  pa.list_(pa.int64()))], ["n"])
     records = serializer.encode_examples(batch)
