@@ -45,7 +45,7 @@ class StorageError(OSError):
         if len(detail) > 400:  # the start says where, the end (google-cloud's) says why
             detail = f"{detail[:150]} ... {detail[-250:]}"
         super().__init__(f"{uri}: {cause}" + (f" ({detail})" if detail else ""))
-        self.uri, self.cause, self.detail = uri, cause, detail
+        self.uri, self.cause = uri, cause
 
 
 def is_remote(path: str) -> bool:
@@ -144,8 +144,8 @@ def filesystem(uri: str):
     inner = inner.rstrip("/") or inner
     try:
         return _store(store, tuple(sorted(storage_settings().items()))), inner
-    except StorageError as e:
-        raise StorageError(uri, e.cause, e.detail) from e
+    except (OSError, ValueError, ImportError) as e:
+        raise StorageError(uri, f"no filesystem for {store}:// in this pyarrow", str(e)) from e
 
 
 @functools.lru_cache(maxsize=None)
@@ -155,28 +155,24 @@ def _store(store: str, settings: tuple):
     import pyarrow.fs as pafs
 
     env = dict(settings)
-    try:
-        if store == "gs":
-            emulator = env.get("STORAGE_EMULATOR_HOST")
-            if emulator:
-                transport, host = _split_endpoint(emulator)
-                return pafs.GcsFileSystem(anonymous=True, scheme=transport,
-                                          endpoint_override=host)
-            return pafs.GcsFileSystem()
-        if store == "file":
-            return pafs.LocalFileSystem()
-        if store == "s3":
-            endpoint = s3_endpoint()
-            options: dict[str, Any] = {"region": s3_region()}
-            if endpoint:
-                transport, host = _split_endpoint(endpoint)
-                options.update(scheme=transport, endpoint_override=host)
-            return pafs.S3FileSystem(**options)
-        filesystem_, _ = pafs.FileSystem.from_uri(f"{store}://")
-        return filesystem_
-    except (OSError, ValueError, ImportError) as e:
-        raise StorageError(f"{store}://", f"no filesystem for {store}:// in this pyarrow",
-                           str(e)) from e
+    if store == "gs":
+        emulator = env.get("STORAGE_EMULATOR_HOST")
+        if emulator:
+            transport, host = _split_endpoint(emulator)
+            return pafs.GcsFileSystem(anonymous=True, scheme=transport,
+                                      endpoint_override=host)
+        return pafs.GcsFileSystem()
+    if store == "file":
+        return pafs.LocalFileSystem()
+    if store == "s3":
+        endpoint = s3_endpoint()
+        options: dict[str, Any] = {"region": s3_region()}
+        if endpoint:
+            transport, host = _split_endpoint(endpoint)
+            options.update(scheme=transport, endpoint_override=host)
+        return pafs.S3FileSystem(**options)
+    filesystem_, _ = pafs.FileSystem.from_uri(f"{store}://")
+    return filesystem_
 
 
 # A forked child (a DataLoader worker, a Beam worker) makes its own connections: the parent's

@@ -95,11 +95,11 @@ def open_records(path: str, start: int = 0) -> BinaryIO:
     record (plain) or a gzip member begins."""
     raw = fileio.open_file(path, "rb")
     raw.seek(start)
-    if raw.read(2) == GZIP_MAGIC:
-        raw.seek(start)
+    magic = raw.read(2)
+    raw.seek(start)
+    if magic == GZIP_MAGIC:
         # ISA-L's reader needs readinto, which TensorFlow's GFile (remote paths) lacks.
         return (igzip if hasattr(raw, "readinto") else gzip).GzipFile(fileobj=raw, mode="rb")
-    raw.seek(start)
     return raw
 
 

@@ -160,7 +160,7 @@ def compile_command(config_file, assignments, target, output, **named) -> None:
 
     try:
         path = kubeflow_runner.compile_pipeline(config, output)
-    except (ValueError, fileio.StorageError) as e:  # a bucket source is listed to compile
+    except ValueError as e:
         raise click.ClickException(str(e))
     click.echo(f"Compiled {config.pipeline_name} ({target}, image {config.image_uri}) to {path}")
 
@@ -252,7 +252,7 @@ def inspect(path, limit, fmt, count) -> None:
             click.echo(f"total: {total:,} records")
             return
         rows = list(example_rows.iter_rows(path, limit=limit))
-    except (CorruptRecordError, shards.IncompleteOutputError, fileio.StorageError) as e:
+    except (CorruptRecordError, shards.IncompleteOutputError) as e:
         raise click.ClickException(str(e))
     click.echo(example_rows.format_rows(rows, fmt))
 

@@ -426,6 +426,12 @@ def test_ddp_ranks_with_two_workers_each_take_the_same_steps_and_every_row_once(
         assert len(ids) == len(set(ids)) == 144
 
 
+def numbered_records(count: int) -> list[bytes]:
+    """tf.Examples whose one int64 feature `n` is the record's number."""
+    return serializer.encode_examples(pa.RecordBatch.from_arrays(
+        [pa.array([[i] for i in range(count)], pa.list_(pa.int64()))], ["n"]))
+
+
 def indexed_records_file(folder, compression: str, records: list[bytes]) -> str:
     """`records` in a plain file or a gzip file of many members (5 records each), with the
     record index `tfrp index` writes for it."""
@@ -449,9 +455,7 @@ def test_a_share_starting_inside_an_indexed_file_is_read_from_there(tmp_path, co
     """A reader whose share begins at record 50 of an indexed file starts at the member or
     record holding it: it gets exactly records [first, end), and damage before its share,
     which a read from the start of the file stops at, is never read."""
-    batch = pa.RecordBatch.from_arrays([pa.array([[i] for i in range(100)],
-                                                 pa.list_(pa.int64()))], ["n"])
-    records = serializer.encode_examples(batch)
+    records = numbered_records(100)
     path = indexed_records_file(tmp_path, compression, records)
     offsets = [offset for offset, _ in tfrecord_io.iter_records(path)]
     file_rows = numpy_reader.FileRows.of(path, packed=False)
@@ -476,9 +480,7 @@ def test_a_bad_record_in_a_share_read_from_a_member_is_named_at_its_stream_offse
     record 50; record 60, of the wrong type, is named at its offset in the whole
     uncompressed stream, as a read from the start names it."""
     pytest.importorskip("torch")
-    batch = pa.RecordBatch.from_arrays([pa.array([[i] for i in range(100)],
-                                                 pa.list_(pa.int64()))], ["n"])
-    records = serializer.encode_examples(batch)
+    records = numbered_records(100)
     records[60] = serializer.encode_examples(pa.RecordBatch.from_arrays(
         [pa.array([[b"text"]], pa.list_(pa.binary()))], ["n"]))[0]
     path = indexed_records_file(tmp_path, compression, records)
