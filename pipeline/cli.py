@@ -571,6 +571,7 @@ def bench_gpu_feed(workload, rows, batch_size, workers, hidden, image_count, ima
     shards. Images: a CNN on JPEG records decoded by PIL in the workers or on the GPU, or on
     raw-pixel records. Imports no TensorFlow."""
     from bench import gpu_feed as bench_lib
+    from components.example_gen.sources.base import SourceError
 
     decodes = [name.strip() for name in decode.split(",") if name.strip()]
     unknown = sorted(set(decodes) - set(bench_lib.DECODES))
@@ -590,7 +591,7 @@ def bench_gpu_feed(workload, rows, batch_size, workers, hidden, image_count, ima
                                              batch_size or 8192, workers,
                                              [int(size) for size in hidden.split(",")],
                                              device, log=_log)
-    except bench_lib.Unavailable as error:
+    except (bench_lib.Unavailable, SourceError) as error:
         raise click.ClickException(str(error)) from None
     _show(result, bench_lib.table(result), as_json)
 

@@ -684,3 +684,28 @@ def test_beam_jobs_import_no_tfx(module):
             "print(loaded); sys.exit(1 if loaded else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+
+
+def test_a_bundled_source_is_found_in_a_namespace_package_or_named_when_missing(
+        tmp_path, monkeypatch):
+    """tfx's own wheel without ml-pipelines-sdk (a machine that carries it for the taxi
+    file alone) installs `tfx` as a namespace package: the file is still found there. A
+    package that is not installed is named in one line, as is a file missing from one."""
+    from components.example_gen.sources import locate
+    from components.example_gen.sources.base import SourceError
+
+    (tmp_path / "tfrp_namespace_pkg" / "data").mkdir(parents=True)
+    (tmp_path / "tfrp_namespace_pkg" / "data" / "rows.csv").write_text("a\n1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(locate.BUNDLED_SOURCES, "ns", ("tfrp_namespace_pkg", "data/rows.csv"))
+    monkeypatch.setitem(locate.BUNDLED_SOURCES, "gone", ("tfrp_no_such_pkg", "rows.csv"))
+    monkeypatch.setitem(locate.BUNDLED_SOURCES, "lost", ("tfrp_namespace_pkg", "lost.csv"))
+    assert locate.resolve_source("bundled:ns") == str(tmp_path / "tfrp_namespace_pkg" /
+                                                     "data" / "rows.csv")
+    with pytest.raises(SourceError, match="bundled:gone: the tfrp_no_such_pkg package that "
+                                          "holds it is not installed here"):
+        locate.resolve_source("bundled:gone")
+    with pytest.raises(SourceError, match="lost.csv is missing from the installed "
+                                          "tfrp_namespace_pkg package"):
+        locate.resolve_source("bundled:lost")
+    assert locate.resolve_source(locate.TAXI_SOURCE).endswith("simple/data.csv")

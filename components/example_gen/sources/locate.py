@@ -30,10 +30,16 @@ def resolve_source(source: str) -> str:
 
     package, relative = BUNDLED_SOURCES[name]
     # find_spec locates the package without importing it (importing tfx is slow).
-    path = fileio.join(fileio.dirname(importlib.util.find_spec(package).origin), relative)
-    if not fileio.exists(path):
-        raise SourceError(f"{source}: {path} is missing from the installed {package} package")
-    return path
+    # A namespace package (tfx's own wheel without ml-pipelines-sdk) has folders, no origin.
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise SourceError(f"{source}: the {package} package that holds it is not installed "
+                          f"here; pass the file's path instead")
+    paths = [fileio.join(folder, relative) for folder in spec.submodule_search_locations]
+    for path in paths:
+        if fileio.exists(path):
+            return path
+    raise SourceError(f"{source}: {paths[0]} is missing from the installed {package} package")
 
 
 def source_fingerprint(source: str) -> Optional[str]:
