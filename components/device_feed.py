@@ -3,6 +3,8 @@
 - `prefetch_to_device`: what tf.data's `prefetch_to_device` does for a `DataLoader` over our
   readers (`numpy_reader.TorchDataset`, `random_access.torch_dataset`): on a CUDA device the
   next batch is copied from pinned memory on a stream of its own while the current step runs.
+  With `on_device` (a GPU JPEG decode, an augmentation), the copy and that work run in a
+  thread of their own, `ahead` batches ahead, so that neither holds up the training loop.
 - `DeviceResident`: a dataset that fits in device memory, read once and kept there, served
   each epoch in a new order shuffled on the device.
 
@@ -12,6 +14,8 @@ torch is imported inside the functions, so importing this module needs no torch.
 """
 from __future__ import annotations
 
+import queue
+import threading
 from typing import Callable, Iterable, Iterator, Optional
 
 from components.packing.layout import LENGTHS_SUFFIX
@@ -34,18 +38,31 @@ def _map_arrays(batch, convert: Callable):
     return batch
 
 
-def prefetch_to_device(batches: Iterable, device="cuda") -> Iterator:
+def prefetch_to_device(batches: Iterable, device="cuda",
+                       on_device: Optional[Callable] = None, ahead: int = 2) -> Iterator:
     """The batches of `batches` with their tensors (and numeric numpy arrays) on `device`,
-    one batch ahead.
+    one batch ahead; or, with `on_device`, `on_device(batch)` of each, `ahead` batches ahead.
 
     On a CUDA device, batch n+1 is pinned (unless already pinned: give the DataLoader
     `pin_memory=True`, which pins in its own thread) and copied on a side stream while the
     caller's step on batch n runs on the current stream; the current stream waits for the
     copy before the batch is handed over. On any other device, batches pass through with
-    numpy arrays made tensors (no copy, no thread)."""
+    numpy arrays made tensors (no copy, no thread).
+
+    `on_device` takes the batch once its tensors are on the device (arrays of bytes stay on
+    the host, as always) and returns what the caller gets: for instance the JPEG bytes
+    decoded by nvJPEG (`torchvision.io.decode_jpeg(..., device=)`) and cropped. Its host
+    work would otherwise stall the training loop batch by batch, so reading, copying and
+    `on_device` run in a thread of their own (on the side stream on CUDA; torch releases the
+    GIL inside its ops), at most `ahead` batches ahead of the caller. An error there is
+    raised to the caller at the batch where it happened; a caller that stops early stops the
+    thread, which finishes at most the batch it is reading."""
     import torch
 
     device = torch.device(device)
+    if on_device is not None:
+        yield from _ahead_in_thread(batches, device, on_device, ahead)
+        return
     if device.type != "cuda":
         for batch in batches:
             yield _map_arrays(batch, lambda tensor: tensor.to(device))
@@ -78,6 +95,77 @@ def prefetch_to_device(batches: Iterable, device="cuda") -> Iterator:
         batch = _map_arrays(ahead, used_on_current)
         ahead = copy_next()
         yield batch
+
+
+_END = object()
+
+
+def _ahead_in_thread(batches: Iterable, device, on_device: Callable, ahead: int) -> Iterator:
+    import torch
+
+    if ahead < 1:
+        raise ValueError(f"ahead={ahead}: at least 1 batch")
+    cuda = device.type == "cuda"
+    side = torch.cuda.Stream(device) if cuda else None
+    ready: queue.Queue = queue.Queue(maxsize=ahead)
+    stopped = threading.Event()
+
+    def hand_over(item) -> bool:
+        while not stopped.is_set():
+            try:
+                ready.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def on_host(tensor):
+        return tensor.to(device)
+
+    def to_device(tensor):
+        return (tensor if tensor.is_pinned() else tensor.pin_memory()).to(
+            device, non_blocking=True)
+
+    def produce() -> None:
+        try:
+            for batch in batches:
+                if cuda:
+                    with torch.cuda.stream(side):
+                        made = on_device(_map_arrays(batch, to_device))
+                        done = torch.cuda.Event()
+                        done.record(side)
+                else:
+                    made, done = on_device(_map_arrays(batch, on_host)), None
+                if not hand_over((made, done, None)):
+                    return
+            hand_over((_END, None, None))
+        except BaseException as error:  # handed to the caller, raised there
+            hand_over((None, None, error))
+
+    worker = threading.Thread(target=produce, name="prefetch_to_device", daemon=True)
+    worker.start()
+    current = torch.cuda.current_stream(device) if cuda else None
+
+    def used_on_current(tensor):
+        tensor.record_stream(current)
+        return tensor
+
+    try:
+        while True:
+            made, done, error = ready.get()
+            if error is not None:
+                raise error
+            if made is _END:
+                return
+            if cuda:
+                current.wait_event(done)
+                made = _map_arrays(made, used_on_current)
+            yield made
+    finally:
+        stopped.set()
+        # A DataLoader's iterator is not to be shared: the thread is done with it before the
+        # caller can start the next epoch.
+        worker.join()
 
 
 class DeviceResident:

@@ -5,6 +5,8 @@ packed, gzip or plain) and stock ExampleGen's, typed by `schema.pbtxt`:
 - a scalar feature is a 1-D array, a missing value filled with the schema default (0, 0.0,
   b""), as the TensorFlow input function fills it;
 - a feature with a fixed shape (always present) is [rows, *shape];
+- a raw-pixel feature (bytes tagged `tfrp.raw_pixels=<h>x<w>x<c>`, as Transform stores
+  images) is uint8 [rows, h, w, c], a view of the decoded bytes: no Python object per row;
 - any other feature is its values flattened, plus `<name>__lengths` (values per row).
 
 Records are read with the project's framing reader (`tfrecord_io`), so a damaged record is an
@@ -24,7 +26,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import example_rows, fileio, record_index, tfrecord_io
+from components import example_rows, fileio, images, record_index, tfrecord_io
 from components.codec import parser, schema_file
 from components.packing.arrow import RowDecoder
 from components.packing.layout import LENGTHS_SUFFIX, ROWS_KEY
@@ -44,7 +46,7 @@ class _Column:
     name: str
     dtype: type
     default: object
-    kind: str  # "scalar" | "fixed" | "ragged"
+    kind: str  # "scalar" | "fixed" | "pixels" | "ragged"
     shape: tuple = ()
 
 
@@ -58,6 +60,10 @@ def _columns(schema: schema_pb2.Schema, names: Optional[Sequence[str]]) -> list[
     for name in wanted:
         feature = features[name]
         shape = tuple(d.size for d in feature.shape.dim)
+        pixels = images.raw_shape(feature) if feature.type == schema_pb2.BYTES else None
+        if pixels is not None:
+            columns.append(_Column(name, np.uint8, 0, "pixels", pixels))
+            continue
         if parser.is_fixed(feature) and shape not in ((), (1,)):
             kind = "fixed"
         elif parser.is_scalar(feature):
@@ -105,10 +111,10 @@ class _Batcher:
                 self._parts[column.name], self._lengths[column.name] = \
                     [values[take:]], [lengths[rows:]]
             else:
-                width = int(np.prod(column.shape)) if column.kind == "fixed" else 1
+                width = int(np.prod(column.shape)) if column.kind != "scalar" else 1
                 head = values[:rows * width]
                 batch[column.name] = head.reshape(rows, *column.shape) \
-                    if column.kind == "fixed" else head
+                    if column.kind != "scalar" else head
                 self._parts[column.name] = [values[rows * width:]]
         self._rows -= rows
         return batch
@@ -120,10 +126,14 @@ def _joined(parts: list, dtype) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
-def _column_values(column, decoded) -> tuple[np.ndarray, Optional[np.ndarray]]:
+def _column_values(column, decoded, group: list["_Record"]
+                   ) -> tuple[np.ndarray, Optional[np.ndarray]]:
     """(values, lengths or None) of one decoded column (a list per row, from
-    `packing.arrow.RowDecoder`, packed or not), in the form `iter_batches` gives."""
+    `packing.arrow.RowDecoder`, packed or not) of `group`'s rows, in the form `iter_batches`
+    gives."""
     offsets = decoded.offsets.to_numpy().astype(np.int64)
+    if column.kind == "pixels":
+        return _pixel_values(column, decoded.values, offsets, group), None
     values = decoded.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])).to_numpy(
         zero_copy_only=False)
     if values.dtype != column.dtype:
@@ -137,6 +147,41 @@ def _column_values(column, decoded) -> tuple[np.ndarray, Optional[np.ndarray]]:
     if column.kind == "fixed":
         return values, None
     return values, lengths
+
+
+def _pixel_values(column: _Column, binary, offsets: np.ndarray, group: list["_Record"]
+                  ) -> np.ndarray:
+    """The rows' raw pixels as one flat uint8 view of the decoded bytes (the rows' values lie
+    back to back in the binary array's data), after checking that each row has one value of
+    h * w * c bytes; a row that does not is named by its record's file and offset."""
+    size = int(np.prod(column.shape))
+    counts = np.diff(offsets)
+    offset_type = np.int64 if str(binary.type) == "large_binary" else np.int32
+    ends = np.frombuffer(binary.buffers()[1], offset_type)[
+        binary.offset + offsets[0]:binary.offset + offsets[-1] + 1].astype(np.int64)
+    bad = np.flatnonzero(counts != 1)
+    if not len(bad) and len(ends) > 1:
+        bad = np.flatnonzero(np.diff(ends) != size)
+    if len(bad):
+        path, offset = _record_of_row(group, int(bad[0]))
+        raise ValueError(
+            f"{path}: record at byte offset {offset}: feature {column.name!r} is tagged raw "
+            f"pixels {'x'.join(map(str, column.shape))} (one value of {size} bytes a row), "
+            f"but holds {int(counts[bad[0]])} value(s)" + (
+                f" of {int(ends[bad[0] + 1] - ends[bad[0]])} bytes" if counts[bad[0]] == 1
+                else ""))
+    data = binary.buffers()[2]
+    return np.frombuffer(data, np.uint8, count=int(ends[-1] - ends[0]), offset=int(ends[0])) \
+        if data is not None else np.zeros(0, np.uint8)
+
+
+def _record_of_row(group: list["_Record"], row: int) -> tuple[str, int]:
+    """(file, byte offset) of the record that holds the group's kept row `row`."""
+    kept = np.cumsum([record.rows - record.skip_head - record.skip_tail for record in group])
+    record = group[int(np.searchsorted(kept, row, side="right"))]
+    offset = record.offset if record.offset >= 0 else \
+        _stream_offset(record.path, -1 - record.offset)
+    return record.path, offset
 
 
 def _file_records(path: str, first: int = 0, end: Optional[int] = None
@@ -348,7 +393,7 @@ def _batches_of(records: Iterator[_Record], decoder: RowDecoder, columns: list[_
         decoded = _decode(decoder, group)
         values, lengths = {}, {}
         for column, array in zip(columns, decoded.columns):
-            values[column.name], found = _column_values(column, array)
+            values[column.name], found = _column_values(column, array, group)
             if found is not None:
                 lengths[column.name] = found
         yield from batcher.add(decoded.num_rows, values, lengths)
@@ -407,6 +452,8 @@ def rows_to_batch(rows: Sequence[dict], schema: schema_pb2.Schema,
         if column.kind == "scalar":
             batch[column.name] = np.array(
                 [value[0] if len(value) else column.default for value in values], column.dtype)
+        elif column.kind == "pixels":
+            batch[column.name] = _row_pixels(column, values)
         elif column.kind == "fixed":
             batch[column.name] = np.stack(values).astype(column.dtype).reshape(
                 len(rows), *column.shape)
@@ -415,6 +462,19 @@ def rows_to_batch(rows: Sequence[dict], schema: schema_pb2.Schema,
                                          column.dtype)
             batch[column.name + LENGTHS_SUFFIX] = np.array([len(v) for v in values], np.int64)
     return batch
+
+
+def _row_pixels(column: _Column, values: list) -> np.ndarray:
+    size = int(np.prod(column.shape))
+    for index, value in enumerate(values):
+        if len(value) != 1 or len(value[0]) != size:
+            raise ValueError(f"row {index} of the batch: feature {column.name!r} is tagged raw "
+                             f"pixels {'x'.join(map(str, column.shape))} (one value of {size} "
+                             f"bytes a row), but holds {len(value)} value(s)")
+    pixels = np.empty((len(values), size), np.uint8)
+    for index, value in enumerate(values):
+        pixels[index] = np.frombuffer(value[0], np.uint8)
+    return pixels.reshape(len(values), *column.shape)
 
 
 class TorchDataset:

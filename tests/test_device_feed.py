@@ -46,6 +46,77 @@ def test_bytes_features_pass_through_the_prefetch_stage():
     assert batch["name"] is names and batch["n"].tolist() == [0, 1]
 
 
+def test_work_on_the_device_runs_ahead_in_its_own_thread_on_every_batch_in_order(
+        airquality_examples):
+    """`on_device` sees each batch once, with its tensors on the device and bytes as they
+    were, in a thread that is never more than `ahead` batches (plus the one it is making)
+    ahead of the batch the caller holds; the caller gets what it returns, in order, for two epochs of a
+    DataLoader with persistent workers."""
+    import threading
+    import time
+
+    files = split_files(airquality_examples)
+    loader = torch.utils.data.DataLoader(
+        numpy_reader.TorchDataset(files, batch_size=16, seed=4), batch_size=None,
+        num_workers=2, persistent_workers=True)
+    caller = threading.get_ident()
+    made, taken, lead = [], [], []
+
+    def on_device(batch):
+        assert isinstance(batch["Ozone"], torch.Tensor)
+        made.append(threading.get_ident())
+        lead.append(len(made) - len(taken))
+        return {"wind_doubled": batch["Wind"] * 2, "rows": len(batch["Wind"])}
+
+    for epoch in range(2):
+        loader.dataset.set_epoch(epoch)
+        direct = list(loader)
+        made.clear()
+        taken.clear()
+        for got in device_feed.prefetch_to_device(loader, "cpu", on_device=on_device,
+                                                  ahead=2):
+            time.sleep(0.01)  # a slow step: the thread runs as far ahead as it may
+            taken.append(got)
+        assert len(taken) == len(direct) > 5
+        for got, batch in zip(taken, direct):
+            assert torch.equal(got["wind_doubled"], batch["Wind"] * 2)
+        assert caller not in made and len(set(made)) == 1
+        # With a slow caller: `ahead` waiting, one being made, one in the caller's hands.
+        assert max(lead) == 2 + 2
+
+
+def test_an_error_ahead_reaches_the_caller_at_its_batch_and_stopping_early_ends_the_thread():
+    import threading
+
+    def failing(batch):
+        if int(batch["n"][0]) == 3:
+            raise KeyError("bad batch 3")
+        return batch
+
+    got = []
+    with pytest.raises(KeyError, match="bad batch 3"):
+        for batch in device_feed.prefetch_to_device(
+                ({"n": np.array([i])} for i in range(10)), "cpu", on_device=failing):
+            got.append(int(batch["n"][0]))
+    assert got == [0, 1, 2]
+
+    read = []
+
+    def endless():
+        while True:
+            read.append(len(read))
+            yield {"n": np.array([len(read)])}
+
+    before = {t.ident for t in threading.enumerate()}
+    stage = device_feed.prefetch_to_device(endless(), "cpu", on_device=lambda b: b, ahead=2)
+    assert [int(next(stage)["n"][0]) for _ in range(3)] == [1, 2, 3]
+    stage.close()
+    assert {t.ident for t in threading.enumerate()} == before
+    assert len(read) <= 3 + 2 + 1
+    with pytest.raises(ValueError, match="ahead=0"):
+        next(device_feed.prefetch_to_device([], "cpu", on_device=lambda b: b, ahead=0))
+
+
 def test_a_resident_dataset_serves_every_row_once_an_epoch_in_a_seeded_order(
         airquality_examples):
     files = split_files(airquality_examples)
@@ -280,7 +351,8 @@ def test_the_raw_twins_hold_the_jpegs_images_centre_cropped(tmp_path):
     (raws,) = numpy_reader.iter_batches(data.raw_files, raw_schema, batch_size=40)
     assert jpegs["label"].tolist() == raws["label"].tolist()
     assert len(set(jpegs["label"].tolist())) > 20  # labels drawn over 1000 classes
-    pixels = gpu_feed.RawPixelsBatch((32, 32, 3))(raws)["image"].astype(np.int16)
+    pixels = raws["image"].astype(np.int16)
+    assert raws["image"].shape == (40, 32, 32, 3) and raws["image"].dtype == np.uint8
     centres = np.stack([np.asarray(Image.open(io.BytesIO(encoded)))[8:40, 8:40]
                         for encoded in jpegs["image"]]).astype(np.int16)
     errors = np.abs(centres[:, None] - pixels[None, :]).mean(axis=(2, 3, 4))
@@ -291,3 +363,32 @@ def test_the_raw_twins_hold_the_jpegs_images_centre_cropped(tmp_path):
     assert data.jpeg_bytes == sum(len(encoded) for encoded in jpegs["image"])
     again = gpu_feed.write_image_data(40, str(tmp_path), size=48, crop=32)
     assert again == data  # reused by its stamp
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the gpu decode runs")
+def test_the_gpu_machine_script_saves_each_run_and_a_failed_one_fails_alone(tmp_path):
+    """`bench/gpu_machine.sh run`, scaled down, on this CPU (whose venv holds every module,
+    so nothing is installed): the machine described, one JSON result per run with its table
+    shown; the GPU decode, which cannot run here, fails on its own and the status says so."""
+    import json
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "SCALE": "400", "MODEL": "small-conv",
+           "DECODES": "gpu raw"}
+    result = subprocess.run(["bash", "bench/gpu_machine.sh", "run", str(out)], cwd=root,
+                            env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert sorted(os.listdir(out)) == ["machine.txt", "mlp-1024x3.json", "mlp-128-64.json",
+                                       "small-conv-raw.json"]
+    assert f"cores: {os.cpu_count()}" in (out / "machine.txt").read_text()
+    reports = {name: json.loads((out / f"{name}.json").read_text())
+               for name in ("mlp-128-64", "mlp-1024x3", "small-conv-raw")}
+    assert {report["device"] for report in reports.values()} == {"cpu"}
+    assert reports["mlp-128-64"]["paths"]["end to end"]["rows"] == 4_000_000 // 400
+    assert reports["small-conv-raw"]["paths"]["end to end (raw)"]["rows"] == 20_000 // 400
+    assert result.stdout.count("device: cpu;") == 3
+    assert "== small-conv-gpu failed" in result.stderr
+    assert "--decode gpu decodes on a CUDA device" in result.stderr

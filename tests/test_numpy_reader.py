@@ -261,6 +261,47 @@ def test_a_damaged_record_is_named_by_file_and_offset(tmp_path, compression):
         list(numpy_reader.iter_batches([path], schema))
 
 
+@pytest.mark.parametrize("compression", ["GZIP", ""])
+def test_a_raw_pixel_row_of_the_wrong_size_is_named_by_file_and_offset(tmp_path, compression):
+    """Raw-pixel features come as uint8 [rows, h, w, c]; a row whose value is not h * w * c
+    bytes (or that has none, or two) is named at its record's offset, gzip or plain."""
+    from components import images
+
+    good = [bytes([i] * 12) for i in range(6)]
+    rows = {"short": good[:2] + [b"\x01" * 11] + good[3:],
+            "missing": good[:4] + [None] + good[5:],
+            "two": good[:1] + [[b"\x00" * 12, b"\x00" * 12]] + good[2:]}
+    schema = images.mark_raw(serializer.schema_from_profile(
+        {"image": (serializer.BYTES, False)}, 6, {"image": 6}, {}), ["image"],
+        images.ImageSpec(2, 2, 3))
+    for case, values in rows.items():
+        path = str(tmp_path / f"{case}.tfrecord")
+        column = pa.array([None if v is None else v if isinstance(v, list) else [v]
+                           for v in values], pa.list_(pa.binary()))
+        records = serializer.encode_examples(pa.RecordBatch.from_arrays([column], ["image"]))
+        with tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type=compression)) \
+                as writer:
+            for record in records:
+                writer.write(record)
+        bad = next(i for i, v in enumerate(values) if v is None or isinstance(v, list)
+                   or len(v) != 12)
+        offset = [offset for offset, _ in tfrecord_io.iter_records(path)][bad]
+        with pytest.raises(ValueError, match=(
+                rf"{case}.tfrecord: record at byte offset {offset}: feature 'image' is tagged "
+                rf"raw pixels 2x2x3 \(one value of 12 bytes a row\), but holds "
+                rf"{ {'short': '1 value.s. of 11 bytes', 'missing': '0', 'two': '2'}[case]}")):
+            list(numpy_reader.iter_batches([path], schema, batch_size=4))
+    path = str(tmp_path / "good.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in serializer.encode_examples(pa.RecordBatch.from_arrays(
+                [pa.array([[v] for v in good], pa.list_(pa.binary()))], ["image"])):
+            writer.write(record)
+    batches = list(numpy_reader.iter_batches([path], schema, batch_size=4))
+    assert [b["image"].shape for b in batches] == [(4, 2, 2, 3), (2, 2, 2, 3)]
+    assert np.concatenate([b["image"] for b in batches]).reshape(6, 12).tolist() == \
+        [list(v) for v in good]
+
+
 def test_reads_stock_csv_example_gen_shards_like_the_tensorflow_input_function(
         stock_taxi_examples):
     """Stock shards write a null as an empty Feature and keep no schema beside them: the

@@ -245,6 +245,31 @@ def test_raw_images_equal_the_encoded_images_decoded_and_resized(raw_digits, dig
         _labelled_pixels(str(out / "examples"), stored, ImageSpec(8, 8, 1))
 
 
+def test_the_tensorflow_free_readers_give_raw_images_as_the_input_function_does(raw_digits):
+    """numpy_reader (and map-style rows through RowCollate) give raw-pixel features as uint8
+    [rows, h, w, c], per-row and packed: the same (label, pixels) rows as the TensorFlow
+    input function."""
+    from components import numpy_reader, random_access
+    from components.images import ImageSpec
+
+    out, _ = raw_digits
+    examples = str(out / "examples")
+    stored = schema_file.load_schema(examples)
+    files = sorted(glob.glob(os.path.join(examples, "Split-*", "*.gz")))
+    batches = list(numpy_reader.iter_batches(files, stored, batch_size=500,
+                                             features=["image", "label"]))
+    assert {(b["image"].shape[1:], b["image"].dtype) for b in batches} == \
+        {(tuple(RAW_SHAPE), np.dtype(np.uint8))}
+    ours = sorted((int(y), x.tobytes()) for b in batches for y, x in zip(b["label"],
+                                                                         b["image"]))
+    assert ours == _labelled_pixels(examples, stored, ImageSpec(*RAW_SHAPE))
+    source = random_access.ExampleSource(files, stored, features=["image", "label"])
+    collate = random_access.RowCollate(source)
+    rows = collate([source[i] for i in range(len(source))])
+    assert sorted((int(y), x.numpy().tobytes()) for y, x in zip(rows["label"],
+                                                                rows["image"])) == ours
+
+
 @pytest.mark.parametrize("raw_digits", [64], ids=["packed"], indirect=True)
 def test_model_trained_on_raw_images_serves_encoded_examples(raw_digits, digits_examples,
                                                              tmp_path):

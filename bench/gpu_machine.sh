@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# `tfrp bench gpu-feed` on a GPU machine that has PyTorch (and torchvision) but no TensorFlow
+# and no package index: the runs docs/USER_GUIDE.md ("Feeding a GPU from PyTorch or JAX")
+# names, each saved as JSON and shown as a table.
+#
+#   bench/gpu_machine.sh fetch [WHEELS]
+#       On a machine with a package index: the four wheels such a machine lacks, for its
+#       Python (PYTHON_VERSION, 3.12 by default) on x86-64 Linux, into WHEELS (.whl).
+#   bench/gpu_machine.sh run OUT
+#       On the GPU machine, from the repository root: installs the wheels (WHEELS, .whl) into
+#       a temporary folder where the modules are missing, then runs the tabular MLPs and
+#       ResNet-50 (each decode), writing machine.txt and <run>.json under OUT (six files) and
+#       each run's table to stdout.
+#       SCALE=N divides the rows and images by N (SCALE=10 checks the path in a minute);
+#       DECODES ("cpu gpu raw") picks the image decodes, each a run of its own, so that one
+#       that fails does not take the others with it (the status says whether any failed);
+#       MODEL (resnet50) the image model.
+set -euo pipefail
+
+PYTHON=${PYTHON:-python3}
+# The versions constraints.txt pins: their Python 3.12 wheels exist and read our shards.
+WHEELS_PINNED=(tensorflow-metadata==1.16.1 google-crc32c==1.9.0 isal==1.7.1)
+# tfx only for the taxi sample the tabular rows are drawn from; its own dependencies are not
+# installed, and its wheel declares Python < 3.11.
+TFX_PINNED=tfx==1.16.0
+
+fetch() {
+    local wheels=${1:-.whl} version=${PYTHON_VERSION:-3.12}
+    mkdir -p "$wheels"
+    "$PYTHON" -m pip download -q --no-deps --only-binary=:all: -d "$wheels" \
+        --python-version "$version" --implementation cp --platform manylinux_2_28_x86_64 \
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 "${WHEELS_PINNED[@]}"
+    "$PYTHON" -m pip download -q --no-deps --only-binary=:all: -d "$wheels" \
+        --python-version 3.10 "$TFX_PINNED"
+    ls -l "$wheels"
+}
+
+run() {
+    local out=$1 wheels=${WHEELS:-.whl} scale=${SCALE:-1}
+    mkdir -p "$out"
+    if ! "$PYTHON" -c "import tensorflow_metadata, google_crc32c, isal, importlib.util as u
+assert u.find_spec('tfx')" 2>/dev/null; then
+        local site
+        site=$(mktemp -d)
+        "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+            --ignore-requires-python --target "$site" "$wheels"/*.whl
+        export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+    fi
+    export PYTHONUNBUFFERED=1
+    {
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
+        echo "cores: $(nproc)"
+        "$PYTHON" -c "import sys, numpy, pyarrow, torch
+print('python', sys.version.split()[0], 'numpy', numpy.__version__, 'pyarrow',
+      pyarrow.__version__, 'torch', torch.__version__)"
+    } > "$out/machine.txt" 2>&1
+    cat "$out/machine.txt"
+    local workers=$(( $(nproc) - 1 )) work failed=0
+    work=$(mktemp -d)
+    one() {
+        local name=$1
+        shift
+        echo "== $name: tfrp bench gpu-feed $*" >&2
+        if ! "$PYTHON" -m pipeline.cli bench gpu-feed --work-dir "$work" --workers "$workers" \
+                "$@" --json > "$out/$name.json"; then
+            echo "== $name failed" >&2
+            rm -f "$out/$name.json"
+            failed=1
+            return
+        fi
+        "$PYTHON" -c "import json, sys
+from bench import display, gpu_feed
+print('\n'.join(display.format_table(gpu_feed.table(json.load(open(sys.argv[1]))))))" \
+            "$out/$name.json"
+    }
+    local rows=$(( 4000000 / scale )) images=$(( 20000 / scale ))
+    one mlp-128-64 --rows "$rows" --batch-size 8192 --hidden 128,64
+    one mlp-1024x3 --rows "$rows" --batch-size 8192 --hidden 1024,1024,1024
+    local decode
+    for decode in ${DECODES:-cpu gpu raw}; do
+        one "${MODEL:-resnet50}-$decode" --workload images --model "${MODEL:-resnet50}" \
+            --decode "$decode" \
+            --images "$images" --image-size 256 --crop 224 --batch-size 256
+    done
+    return "$failed"
+}
+
+case ${1:-} in
+    fetch) shift; fetch "$@" ;;
+    run) [[ $# -eq 2 ]] || { echo "usage: [SCALE=N] [WHEELS=.whl] $0 run OUT" >&2; exit 2; }
+         run "$2" ;;
+    *) echo "usage: $0 fetch [WHEELS] | [SCALE=N] [WHEELS=.whl] $0 run OUT" >&2; exit 2 ;;
+esac
