@@ -32,7 +32,7 @@ device, channels last, images/s reported:
   reader alone  the DataLoader (`--workers`, pinned memory on CUDA) and the decode, for each
                 `--decode`:
                   cpu  PIL decodes each JPEG in the worker that read it
-                       (`TorchDataset(transform=DecodeJpegBatch)`), a random crop x crop
+                       (`TorchDataset(transform=jpeg_crops.JpegCropsOnHost)`), a random crop x crop
                        window, flipped left-right at random;
                   gpu  the workers hand on the JPEG bytes, and a thread of the training
                        process decodes each batch on the device with
@@ -412,101 +412,17 @@ def write_image_data(count: int, folder: str, size: int = 256, crop: int = 224,
     return ImageData(jpeg_files, jpeg_schema, raw_files, raw_schema, count, jpeg_bytes)
 
 
-class DecodeJpegBatch:
-    """A batch's JPEG bytes -> uint8 [rows, crop, crop, 3] with PIL, in the DataLoader worker
-    that read it (`numpy_reader.TorchDataset(transform=...)`): each image cut at a random
-    crop x crop window and flipped left-right at random (the usual training augmentation),
-    drawn from a generator seeded by the worker's torch seed, which the DataLoader makes
-    differ from worker to worker and epoch to epoch."""
+def _device_decode_here(device) -> None:
+    """Nothing, or Unavailable saying why `--decode gpu` cannot run here."""
+    from components import jpeg_crops
 
-    def __init__(self, crop: int):
-        self.crop = crop
-        self._rng = None
-
-    def __call__(self, batch: dict) -> dict:
-        import io
-
-        import numpy as np
-        from PIL import Image
-
-        if self._rng is None:
-            import torch
-
-            self._rng = np.random.default_rng(torch.initial_seed() % 2 ** 32)
-        encoded = batch[IMAGE_FEATURE]
-        crop = self.crop
-        out = np.empty((len(encoded), crop, crop, 3), np.uint8)
-        for index, data in enumerate(encoded):
-            with Image.open(io.BytesIO(data)) as image:
-                pixels = np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
-            top = self._rng.integers(0, pixels.shape[0] - crop + 1)
-            left = self._rng.integers(0, pixels.shape[1] - crop + 1)
-            window = pixels[top:top + crop, left:left + crop]
-            out[index] = window[:, ::-1] if self._rng.random() < 0.5 else window
-        return {IMAGE_FEATURE: out, IMAGE_LABEL: batch[IMAGE_LABEL]}
-
-
-class DeviceJpegDecoder:
-    """A batch of JPEG bytes (the object array the reader gives) -> uint8 [rows, crop, crop, 3]
-    on a CUDA device: `torchvision.io.decode_jpeg` on the whole list at once (nvJPEG's batched
-    decode), then one gather that cuts each image's random crop x crop window, flipped
-    left-right at random, out of the stacked batch. The encoded bytes stay in host memory
-    (nvJPEG reads them from there)."""
-
-    def __init__(self, crop: int, device, seed: int = 0):
-        import warnings
-
-        import torch
-
-        decode_jpeg = self.available(device)
-        # torch.frombuffer over immutable bytes warns once a call; nvJPEG only reads them.
-        warnings.filterwarnings("ignore", message="The given buffer is not writable")
-        self.crop, self.device, self._decode_jpeg = crop, device, decode_jpeg
-        self._generator = torch.Generator(device=device)
-        self._generator.manual_seed(seed)
-
-    @staticmethod
-    def available(device) -> Callable:
-        """torchvision's decode_jpeg, or Unavailable saying why it cannot run here."""
-        if device.type != "cuda":
-            raise Unavailable(f"--decode gpu decodes on a CUDA device; this run's device is "
-                              f"{device}")
-        try:
-            from torchvision.io import decode_jpeg
-        except ImportError as error:
-            raise Unavailable(f"--decode gpu needs torchvision.io.decode_jpeg ({error})") \
-                from None
-        return decode_jpeg
-
-    def __call__(self, encoded) -> "torch.Tensor":
-        import torch
-
-        decoded = self._decode_jpeg([torch.frombuffer(data, dtype=torch.uint8)
-                                     for data in encoded], device=self.device)
-        images = torch.stack(decoded)  # [rows, 3, height, width]: the bench's are one size
-        rows, _, height, width = images.shape
-
-        def draw(high: int):
-            return torch.randint(0, high, (rows,), device=self.device,
-                                 generator=self._generator)
-
-        return crop_windows(images, draw(height - self.crop + 1), draw(width - self.crop + 1),
-                            draw(2).bool(), self.crop)
-
-
-def crop_windows(images, tops, lefts, flips, crop: int) -> "torch.Tensor":
-    """uint8 [rows, channels, height, width] -> [rows, crop, crop, channels]: row i's window
-    at (tops[i], lefts[i]), flipped left-right where flips[i], all cut by one gather on the
-    images' device rather than a kernel an image."""
-    import torch
-
-    steps = torch.arange(crop, device=images.device)
-    ys = tops[:, None] + steps
-    xs = torch.where(flips[:, None], lefts[:, None] + (crop - 1) - steps, lefts[:, None] + steps)
-    rows = torch.arange(len(images), device=images.device)
-    # Indices on dims 0, 2 and 3 around the channel slice: the result is [rows, crop, crop,
-    # channels], channels last like the other paths' batches.
-    return images[rows[:, None, None], :, ys[:, :, None], xs[:, None, :]]
+    try:
+        jpeg_crops.device_jpeg_decoder(device)
+    except ValueError:
+        raise Unavailable(f"--decode gpu decodes on a CUDA device; this run's device is "
+                          f"{device}") from None
+    except ImportError as error:
+        raise Unavailable(f"--decode gpu needs torchvision.io.decode_jpeg ({error})") from None
 
 
 def _image_model(model_name: str):
@@ -562,7 +478,7 @@ def run_image_benchmark(images: int, work_root: str, batch_size: int = 256, work
     device images, then for each of `decodes` the reader alone and end to end."""
     import torch
 
-    from components import device_feed
+    from components import device_feed, jpeg_crops
 
     unknown = sorted(set(decodes) - set(DECODES))
     if unknown:
@@ -574,12 +490,13 @@ def run_image_benchmark(images: int, work_root: str, batch_size: int = 256, work
     # (by forked processes) before the device is first used.
     network = _image_model(model)
     if "gpu" in decodes:
-        DeviceJpegDecoder.available(on)
+        _device_decode_here(on)
     data = write_image_data(images, os.path.join(
         work_root, f"gpu-feed-images-{images}-{image_size}-{crop}"), image_size, crop)
     torch.backends.cudnn.benchmark = True
     step = _image_model_and_step(network, on)
-    device_decoder = DeviceJpegDecoder(crop, on) if "gpu" in decodes else None
+    device_crops = jpeg_crops.JpegCropsOnDevice(IMAGE_FEATURE, crop, on) \
+        if "gpu" in decodes else None
 
     log(f"model alone on {_device_name(on)}: {model}")
     synthetic = torch.randint(0, 256, (batch_size, crop, crop, 3), dtype=torch.uint8,
@@ -591,16 +508,13 @@ def run_image_benchmark(images: int, work_root: str, batch_size: int = 256, work
     for decode in decodes:
         files, schema_path = (data.raw_files, data.raw_schema) if decode == "raw" else \
             (data.jpeg_files, data.jpeg_schema)
-        transform = DecodeJpegBatch(crop) if decode == "cpu" else None
-
-        def decoded_on_device(batch: dict) -> dict:
-            return {IMAGE_FEATURE: device_decoder(batch[IMAGE_FEATURE]),
-                    IMAGE_LABEL: batch[IMAGE_LABEL]}
+        transform = jpeg_crops.JpegCropsOnHost(IMAGE_FEATURE, crop) if decode == "cpu" \
+            else None
 
         def staged(loader):
             """The loader's batches on the device; a GPU decode runs ahead in its thread."""
             return device_feed.prefetch_to_device(
-                loader, on, on_device=decoded_on_device if decode == "gpu" else None)
+                loader, on, on_device=device_crops if decode == "gpu" else None)
 
         def read_only(loader) -> dict:
             # The GPU decode is the reader's work, even on the device.

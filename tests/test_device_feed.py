@@ -216,7 +216,7 @@ def test_large_records_are_decoded_a_few_megabytes_at_a_time():
 
 
 def test_the_device_crop_cuts_each_images_window_in_one_gather():
-    from bench.gpu_feed import crop_windows
+    from components.jpeg_crops import crop_windows
 
     images = torch.randint(0, 256, (5, 3, 10, 12), dtype=torch.uint8)
     tops, lefts = torch.tensor([0, 1, 2, 3, 4]), torch.tensor([0, 2, 4, 6, 1])
@@ -299,23 +299,88 @@ def test_bench_gpu_feed_images_says_in_one_line_what_the_machine_lacks(tmp_path)
     assert not os.listdir(tmp_path)  # refused before any image was written
 
 
-def test_the_gpu_decode_path_runs_here_with_pil_standing_in_for_nvjpeg(tmp_path, monkeypatch):
-    """`--decode gpu` needs torchvision and CUDA; its wiring (JPEG bytes through the workers
-    and the device stage, decoded and cropped in the training process) runs here with a PIL
-    function in place of `torchvision.io.decode_jpeg`, same arguments and results."""
+def pil_decode_jpeg(tensors: list, device) -> list:
+    """What `jpeg_crops.device_jpeg_decoder` gives on CUDA (torchvision's batched
+    decode_jpeg, RGB), made with PIL: same arguments, same results."""
     import io
 
     from PIL import Image
 
+    return [torch.from_numpy(np.array(Image.open(io.BytesIO(t.numpy().tobytes()))
+                                      .convert("RGB"))).permute(2, 0, 1).to(device)
+            for t in tensors]
+
+
+def jpeg(pixels: np.ndarray) -> bytes:
+    import io
+
+    from PIL import Image
+
+    encoded = io.BytesIO()
+    Image.fromarray(pixels).save(encoded, "JPEG", quality=95)
+    return encoded.getvalue()
+
+
+def is_window(crop: np.ndarray, image: np.ndarray) -> bool:
+    """Whether `crop` is a window of `image`, as it is or flipped left-right."""
+    size = crop.shape[0]
+    return any(np.array_equal(crop, window) or np.array_equal(crop, window[:, ::-1])
+               for top in range(image.shape[0] - size + 1)
+               for left in range(image.shape[1] - size + 1)
+               for window in [image[top:top + size, left:left + size]])
+
+
+@pytest.mark.parametrize("side", ["host", "device"])
+def test_jpeg_crops_are_windows_of_each_image_in_colour_other_features_kept(side,
+                                                                            monkeypatch):
+    """Both sides of `jpeg_crops` on a batch of JPEGs of two sizes, one of them grey (the
+    device side with PIL standing in for nvJPEG): each crop is a window of its own image
+    decoded as RGB, flipped or not; the label passes as it came; an image smaller than the
+    crop is named by its row and size."""
+    import io
+
+    from PIL import Image
+
+    from components import jpeg_crops
+
+    monkeypatch.setattr(jpeg_crops, "device_jpeg_decoder", lambda device: pil_decode_jpeg)
+    rng = np.random.default_rng(5)
+    images = [rng.integers(0, 256, (12, 10, 3), np.uint8),
+              rng.integers(0, 256, (9, 11), np.uint8),
+              rng.integers(0, 256, (12, 10, 3), np.uint8)]
+    encoded = np.array([jpeg(image) for image in images], dtype=object)
+    decoded = [np.asarray(Image.open(io.BytesIO(data)).convert("RGB")) for data in encoded]
+    labels = np.array([7, 8, 9])
+    crops = jpeg_crops.JpegCropsOnHost("image", 6) if side == "host" else         jpeg_crops.JpegCropsOnDevice("image", 6, "cpu", seed=1)
+    flipped = set()
+    for _ in range(4):
+        batch = crops({"image": encoded, "label": labels})
+        assert batch["label"] is labels
+        cut = np.asarray(batch["image"])
+        assert cut.shape == (3, 6, 6, 3) and cut.dtype == np.uint8
+        for row in range(3):
+            assert is_window(cut[row], decoded[row]), row
+            flipped.add(any(np.array_equal(cut[row], decoded[row][t:t + 6, l:l + 6])
+                            for t in range(decoded[row].shape[0] - 5)
+                            for l in range(decoded[row].shape[1] - 5)))
+    assert flipped == {True, False}  # windows drawn both ways round over 12 crops
+    same_size = crops({"image": encoded[[0, 2]]})["image"]  # one gather on the device side
+    assert all(is_window(np.asarray(same_size)[i], decoded[i * 2]) for i in range(2))
+    with pytest.raises(ValueError, match=r"'image': the image in row 1 of the batch is 9x11, "
+                                         r"smaller than the 10x10 crop"):
+        (jpeg_crops.JpegCropsOnHost("image", 10) if side == "host" else
+         jpeg_crops.JpegCropsOnDevice("image", 10, "cpu"))({"image": encoded})
+
+
+def test_the_gpu_decode_path_runs_here_with_pil_standing_in_for_nvjpeg(tmp_path, monkeypatch):
+    """`--decode gpu` needs torchvision and CUDA; its wiring (JPEG bytes through the workers
+    and the device stage, decoded and cropped in the training process) runs here with a PIL
+    function in place of `torchvision.io.decode_jpeg`, same arguments and results."""
     from bench import gpu_feed
+    from components import jpeg_crops
     from components.codec import schema_file
 
-    def pil_decode_jpeg(tensors: list, device) -> list:
-        return [torch.from_numpy(np.array(Image.open(io.BytesIO(t.numpy().tobytes()))))
-                .permute(2, 0, 1).to(device) for t in tensors]
-
-    monkeypatch.setattr(gpu_feed.DeviceJpegDecoder, "available",
-                        staticmethod(lambda device: pil_decode_jpeg))
+    monkeypatch.setattr(jpeg_crops, "device_jpeg_decoder", lambda device: pil_decode_jpeg)
     report = gpu_feed.run_image_benchmark(70, str(tmp_path), batch_size=16, workers=2,
                                           decodes=["gpu"], image_size=48, crop=40,
                                           device="cpu", log=lambda line: None)
@@ -323,11 +388,11 @@ def test_the_gpu_decode_path_runs_here_with_pil_standing_in_for_nvjpeg(tmp_path,
     assert paths["reader alone (gpu)"]["rows"] == paths["end to end (gpu)"]["rows"] == 70
     assert paths["reader alone (gpu)"]["batch_sizes"] == [70 % 16, 16]
     assert 0 <= paths["end to end (gpu)"]["waiting_fraction"] < 1
-    decoder = gpu_feed.DeviceJpegDecoder(40, torch.device("cpu"))
+    decoder = jpeg_crops.JpegCropsOnDevice("image", 40, "cpu")
     data = gpu_feed.write_image_data(70, str(tmp_path / "again"), 48, 40)
     batch = next(iter(numpy_reader.iter_batches(
         data.jpeg_files, schema_file.load_schema(data.jpeg_schema), batch_size=5)))
-    images = decoder(batch["image"])
+    images = decoder(batch)["image"]
     assert images.shape == (5, 40, 40, 3) and images.dtype == torch.uint8
 
 
