@@ -7,15 +7,21 @@ with Adam on MSE to `tips`:
 
   model alone   the training step on synthetic tensors already on the device: the rate the
                 device allows, with no input at all
-  reader alone  `numpy_reader.TorchDataset` in a `DataLoader` (batch_size=None, `--workers`
-                processes, pinned memory on CUDA), one epoch, nothing done with the batches
-  end to end    the same loader through `device_feed.prefetch_to_device` into the step; the
-                time spent waiting for the next batch, as a share of the epoch's wall time
+  reader alone, a tensor per feature
+                `numpy_reader.TorchDataset` in a `DataLoader` (batch_size=None, `--workers`
+                processes, pinned memory on CUDA), one epoch, nothing done with the batches:
+                each feature its own array, as the reader gives them
+  reader alone  the same with the features stacked into one float32 matrix in the workers
+                (`numpy_reader.StackFeatures`): one array a batch through the DataLoader's
+                shared memory instead of one a feature
+  end to end    the stacked loader through `device_feed.prefetch_to_device` into the step;
+                the time spent waiting for the next batch, as a share of the epoch's wall
+                time
 
 Each loader's first epoch (workers starting, page cache filling) is not timed; the second
 is. On CUDA the step runs under bf16 autocast with `cudnn.benchmark` on, and the clock stops
-after a device synchronise. The device it ran on is part of the result; on a CPU the figures
-say only that the path works. Everything runs in this process: imports only torch, numpy,
+after a device synchronise. The device it ran on is part of the result; on a CPU the model
+figures say only that the path works, while the two reader rows measure the host's work. Everything runs in this process: imports only torch, numpy,
 pyarrow and our TensorFlow-free modules.
 
 Images (`--workload images`): `--images` synthetic photographs (smooth random colour fields
@@ -64,6 +70,7 @@ if TYPE_CHECKING:  # annotations only; torch is imported when the bench runs
     import torch
 
 LABEL = "tips"
+INPUTS = "features"  # the numeric features stacked into one matrix in the workers
 NUM_FILES = 8
 PACKED_ROWS = 1024
 
@@ -208,16 +215,13 @@ def run_benchmark(rows: int, work_root: str, batch_size: int = 8192, workers: in
                   log: Callable[[str], None] = print) -> dict:
     import torch
 
-    from components import device_feed
+    from components import device_feed, numpy_reader
 
     on = _device(device)
     torch.backends.cudnn.benchmark = True
     files, schema_path, names = write_data(rows, os.path.join(work_root, f"gpu-feed-{rows}"))
     step = _model_and_step(len(names), hidden, on)
-
-    def to_inputs(batch):
-        inputs = torch.stack([batch[name].float() for name in names], 1)
-        return inputs, batch[LABEL].float()
+    stacked = numpy_reader.StackFeatures(names, into=INPUTS)
 
     log(f"model alone on {_device_name(on)}")
     synthetic = torch.randn(batch_size, len(names), device=on)
@@ -229,9 +233,12 @@ def run_benchmark(rows: int, work_root: str, batch_size: int = 8192, workers: in
         sizes = [len(batch[LABEL]) for batch in loader]
         return {"rows": sum(sizes), "batch_sizes": sorted(set(sizes))}
 
+    log(f"reader alone, a tensor per feature, {workers} workers")
+    per_feature = _timed_epochs(*_loader(files, schema_path, names + [LABEL], batch_size,
+                                         workers, on), epochs, read_only)
     log(f"reader alone, {workers} workers")
     reader = _timed_epochs(*_loader(files, schema_path, names + [LABEL], batch_size, workers,
-                                    on), epochs, read_only)
+                                    on, stacked), epochs, read_only)
 
     def train(loader) -> dict:
         seen, waited = 0, 0.0
@@ -242,23 +249,23 @@ def run_benchmark(rows: int, work_root: str, batch_size: int = 8192, workers: in
             waited += time.perf_counter() - asked
             if batch is None:
                 break
-            step(*to_inputs(batch))
+            step(batch[INPUTS], batch[LABEL].float())
             seen += len(batch[LABEL])
         _synchronise(on)
         return {"rows": seen, "waited_seconds": waited}
 
     log("end to end")
     end_to_end = _timed_epochs(*_loader(files, schema_path, names + [LABEL], batch_size,
-                                        workers, on), epochs, train)
+                                        workers, on, stacked), epochs, train)
     end_to_end["waiting_fraction"] = end_to_end["waited_seconds"] / end_to_end["seconds"]
-    for result in (alone, reader, end_to_end):
+    for result in (alone, per_feature, reader, end_to_end):
         result["vs_model_alone"] = result["rows_per_second"] / alone["rows_per_second"]
     return {"workload": "tabular", "device": _device_name(on), "torch": torch.__version__,
             "cores": os.cpu_count(), "workers": workers, "batch_size": batch_size,
             "hidden": list(hidden),
             "rows": rows, "features": len(names),
-            "paths": {"model alone": alone, "reader alone": reader,
-                      "end to end": end_to_end}}
+            "paths": {"model alone": alone, "reader alone, a tensor per feature": per_feature,
+                      "reader alone": reader, "end to end": end_to_end}}
 
 
 def table(result: dict) -> Table:

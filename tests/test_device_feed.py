@@ -175,10 +175,13 @@ def test_bench_gpu_feed_runs_here_without_tensorflow_and_names_its_device(tmp_pa
     assert report["device"] == ("cpu" if not torch.cuda.is_available()
                                 else torch.cuda.get_device_name())
     paths = report["paths"]
-    assert set(paths) == {"model alone", "reader alone", "end to end"}
+    per_feature = "reader alone, a tensor per feature"
+    assert set(paths) == {"model alone", per_feature, "reader alone", "end to end"}
     assert all(path["rows_per_second"] > 0 for path in paths.values())
-    assert paths["reader alone"]["rows"] == paths["end to end"]["rows"] == 20000
-    assert paths["reader alone"]["batch_sizes"] == [20000 % 2048, 2048]
+    assert paths["reader alone"]["rows"] == paths["end to end"]["rows"] == \
+        paths[per_feature]["rows"] == 20000
+    assert paths["reader alone"]["batch_sizes"] == paths[per_feature]["batch_sizes"] == \
+        [20000 % 2048, 2048]
     assert 0 <= paths["end to end"]["waiting_fraction"] < 1
     table = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
                            text=True)
@@ -206,6 +209,39 @@ def test_a_transform_runs_on_each_batch_in_the_workers_and_keeps_its_size(
     sizes = [len(b["worker"]) for b in batches]
     assert sorted(set(sizes)) == sorted({16, len(all_ids) % 16} - {0})
     assert sizes.count(len(all_ids) % 16) <= 1
+
+
+def test_stacked_features_are_one_matrix_of_the_readers_values_every_row_once(
+        airquality_examples):
+    """`StackFeatures` in two DataLoader workers: the named features (missing values filled
+    as the reader fills them) as one float32 [rows, columns] matrix in the order named, the
+    other features kept; every row once. Features of several values a row, bytes and names
+    not in the batch are refused in one line."""
+    files = split_files(airquality_examples)
+    names = ["Ozone", "Wind", "Temp"]
+    direct = list(numpy_reader.iter_batches(files, batch_size=1000))
+    assert len(direct) == 1
+    by_id = {int(i): row for i, row in zip(direct[0]["column_1"], np.stack(
+        [direct[0][name].astype(np.float32) for name in names], 1))}
+    dataset = numpy_reader.TorchDataset(files, batch_size=16, seed=2,
+                                        transform=numpy_reader.StackFeatures(names))
+    batches = list(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2))
+    ids = [int(i) for batch in batches for i in batch["column_1"]]
+    assert sorted(ids) == sorted(by_id)
+    for batch in batches:
+        assert batch["features"].dtype == torch.float32 and batch["features"].shape[1] == 3
+        assert not set(names) & set(batch) and "Solar.R" in batch
+        for i, row in zip(batch["column_1"], batch["features"]):
+            assert row.numpy().tolist() == by_id[int(i)].tolist()
+    stack = numpy_reader.StackFeatures(["a", "b"], into="x", dtype=np.float64)
+    fixed = stack({"a": np.arange(4).reshape(2, 2), "b": np.array([0.5, 1.5], np.float32)})
+    assert fixed["x"].tolist() == [[0, 1, 0.5], [2, 3, 1.5]] and fixed["x"].dtype == np.float64
+    with pytest.raises(ValueError, match="'a' has several values a row"):
+        stack({"a": np.arange(3), "a__lengths": np.array([3]), "b": np.array([1.0])})
+    with pytest.raises(ValueError, match="'b' is bytes"):
+        stack({"a": np.array([1]), "b": np.array([b"x"], dtype=object)})
+    with pytest.raises(KeyError, match=r"features \['b'\] are not in the batch"):
+        stack({"a": np.array([1])})
 
 
 def test_large_records_are_decoded_a_few_megabytes_at_a_time():
