@@ -428,7 +428,7 @@ def _device_decode_here(device) -> None:
     except ValueError:
         raise Unavailable(f"--decode gpu decodes on a CUDA device; this run's device is "
                           f"{device}") from None
-    except ImportError as error:
+    except (ImportError, RuntimeError) as error:  # RuntimeError: a build for another torch
         raise Unavailable(f"--decode gpu needs torchvision.io.decode_jpeg ({error})") from None
 
 
@@ -439,7 +439,7 @@ def _image_model(model_name: str):
     if model_name == "resnet50":
         try:
             from torchvision.models import resnet50
-        except ImportError as error:
+        except (ImportError, RuntimeError) as error:  # RuntimeError: a build for another torch
             raise Unavailable(f"--model resnet50 needs torchvision ({error}); --model "
                               f"small-conv needs none") from None
         return resnet50(num_classes=CLASSES)

@@ -130,7 +130,7 @@ def _ahead_in_thread(batches: Iterable, device, on_device: Callable, ahead: int)
         try:
             for batch in batches:
                 if cuda:
-                    with torch.cuda.stream(side):
+                    with torch.cuda.device(device), torch.cuda.stream(side):
                         made = on_device(_map_arrays(batch, to_device))
                         done = torch.cuda.Event()
                         done.record(side)
