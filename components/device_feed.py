@@ -174,7 +174,8 @@ class DeviceResident:
     each epoch then yields batches of `batch_size` rows cut from a permutation drawn on the
     device (seeded by `seed` and the epoch set by `set_epoch`; row order without a seed).
     Every batch is full but the last, which `drop_last` drops. Features of several values a
-    row (values plus `__lengths`) and bytes features have no place here and are refused."""
+    row (values plus `__lengths`) and bytes features have no place here and are refused;
+    raw-pixel images, which the readers give as uint8 [rows, h, w, c], are kept."""
 
     def __init__(self, batches: Iterable[dict], device="cuda", batch_size: int = 1024,
                  seed: Optional[int] = None, drop_last: bool = False):

@@ -48,10 +48,10 @@ def test_bytes_features_pass_through_the_prefetch_stage():
 
 def test_work_on_the_device_runs_ahead_in_its_own_thread_on_every_batch_in_order(
         airquality_examples):
-    """`on_device` sees each batch once, with its tensors on the device and bytes as they
-    were, in a thread that is never more than `ahead` batches (plus the one it is making)
-    ahead of the batch the caller holds; the caller gets what it returns, in order, for two epochs of a
-    DataLoader with persistent workers."""
+    """`on_device` sees each batch once, with its tensors on the device, in a thread that is
+    never more than `ahead` batches (plus the one it is making) ahead of the batch the caller
+    holds; the caller gets what it returns, in order, for two epochs of a DataLoader with
+    persistent workers."""
     import threading
     import time
 
@@ -146,6 +146,27 @@ def test_a_resident_dataset_serves_every_row_once_an_epoch_in_a_seeded_order(
                                          batch_size=16, seed=9, drop_last=True)
     assert {len(b["Ozone"]) for b in dropped} == {16}
     assert len(dropped) == len(all_ids) // 16
+
+
+def test_a_resident_dataset_keeps_raw_images_and_serves_each_once_an_epoch(tmp_path):
+    """Raw-pixel records read as uint8 [rows, h, w, c] can live on the device: every image
+    once an epoch, pixels and label together."""
+    from bench import gpu_feed
+    from components.codec import schema_file
+
+    data = gpu_feed.write_image_data(30, str(tmp_path), size=20, crop=16, processes=1)
+    batches = list(numpy_reader.iter_batches(data.raw_files,
+                                             schema_file.load_schema(data.raw_schema), 8))
+    by_pixels = {b.tobytes(): int(y) for batch in batches
+                 for b, y in zip(batch["image"], batch["label"])}
+    assert len(by_pixels) == 30
+    resident = device_feed.DeviceResident(batches, "cpu", batch_size=8, seed=1)
+    for epoch in range(2):
+        resident.set_epoch(epoch)
+        served = [(image.numpy().tobytes(), int(label)) for batch in resident
+                  for image, label in zip(batch["image"], batch["label"])]
+        assert sorted(served) == sorted(by_pixels.items())
+        assert all(batch["image"].dtype == torch.uint8 for batch in resident)
 
 
 def test_a_resident_dataset_refuses_features_it_cannot_index_by_row():
