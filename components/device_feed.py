@@ -38,6 +38,24 @@ def _map_arrays(batch, convert: Callable):
     return batch
 
 
+def _to_device(batch, device):
+    """`batch` with its tensors on `device`: on CUDA pinned (unless the DataLoader pinned
+    them) and copied without blocking, on the caller's current stream."""
+    if device.type != "cuda":
+        return _map_arrays(batch, lambda tensor: tensor.to(device))
+    return _map_arrays(batch, lambda tensor: (
+        tensor if tensor.is_pinned() else tensor.pin_memory()).to(device, non_blocking=True))
+
+
+def _used_on(batch, stream):
+    """`batch`, its tensors made on a side stream and now used on `stream`: the caching
+    allocator must not hand their memory out again before `stream` is done with them."""
+    def record(tensor):
+        tensor.record_stream(stream)
+        return tensor
+    return _map_arrays(batch, record)
+
+
 def prefetch_to_device(batches: Iterable, device="cuda",
                        on_device: Optional[Callable] = None, ahead: int = 2) -> Iterator:
     """The batches of `batches` with their tensors (and numeric numpy arrays) on `device`,
@@ -65,34 +83,22 @@ def prefetch_to_device(batches: Iterable, device="cuda",
         return
     if device.type != "cuda":
         for batch in batches:
-            yield _map_arrays(batch, lambda tensor: tensor.to(device))
+            yield _to_device(batch, device)
         return
     side = torch.cuda.Stream(device)
     current = torch.cuda.current_stream(device)
-
-    def start_copy(batch):
-        with torch.cuda.stream(side):
-            return _map_arrays(batch, lambda tensor: (
-                tensor if tensor.is_pinned() else tensor.pin_memory()).to(
-                device, non_blocking=True))
-
-    def used_on_current(tensor):
-        # Made on the side stream, used on the current one: the caching allocator must not
-        # hand its memory out again before the current stream is done with it.
-        tensor.record_stream(current)
-        return tensor
-
     iterator = iter(batches)
 
     def copy_next():
         for batch in iterator:
-            return start_copy(batch)
+            with torch.cuda.stream(side):
+                return _to_device(batch, device)
         return None
 
     ahead = copy_next()
     while ahead is not None:
         current.wait_stream(side)
-        batch = _map_arrays(ahead, used_on_current)
+        batch = _used_on(ahead, current)
         ahead = copy_next()
         yield batch
 
@@ -119,23 +125,16 @@ def _ahead_in_thread(batches: Iterable, device, on_device: Callable, ahead: int)
                 pass
         return False
 
-    def on_host(tensor):
-        return tensor.to(device)
-
-    def to_device(tensor):
-        return (tensor if tensor.is_pinned() else tensor.pin_memory()).to(
-            device, non_blocking=True)
-
     def produce() -> None:
         try:
             for batch in batches:
                 if cuda:
                     with torch.cuda.device(device), torch.cuda.stream(side):
-                        made = on_device(_map_arrays(batch, to_device))
+                        made = on_device(_to_device(batch, device))
                         done = torch.cuda.Event()
                         done.record(side)
                 else:
-                    made, done = on_device(_map_arrays(batch, on_host)), None
+                    made, done = on_device(_to_device(batch, device)), None
                 if not hand_over((made, done, None)):
                     return
             hand_over((_END, None, None))
@@ -145,11 +144,6 @@ def _ahead_in_thread(batches: Iterable, device, on_device: Callable, ahead: int)
     worker = threading.Thread(target=produce, name="prefetch_to_device", daemon=True)
     worker.start()
     current = torch.cuda.current_stream(device) if cuda else None
-
-    def used_on_current(tensor):
-        tensor.record_stream(current)
-        return tensor
-
     try:
         while True:
             made, done, error = ready.get()
@@ -159,7 +153,7 @@ def _ahead_in_thread(batches: Iterable, device, on_device: Callable, ahead: int)
                 return
             if cuda:
                 current.wait_event(done)
-                made = _map_arrays(made, used_on_current)
+                made = _used_on(made, current)
             yield made
     finally:
         stopped.set()
