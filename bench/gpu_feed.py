@@ -21,8 +21,9 @@ with Adam on MSE to `tips`:
 Each loader's first epoch (workers starting, page cache filling) is not timed; the second
 is. On CUDA the step runs under bf16 autocast with `cudnn.benchmark` on, and the clock stops
 after a device synchronise. The device it ran on is part of the result; on a CPU the model
-figures say only that the path works, while the two reader rows measure the host's work. Everything runs in this process: imports only torch, numpy,
-pyarrow and our TensorFlow-free modules.
+figures say only that the path works, while the two reader rows measure the host's work.
+Everything runs in this process: imports only torch, numpy, pyarrow and our TensorFlow-free
+modules.
 
 Images (`--workload images`): `--images` synthetic photographs (smooth random colour fields
 plus noise, fixed seed, `--image-size` square, JPEG quality 90), one Example each with the

@@ -163,25 +163,31 @@ def _pixel_values(column: _Column, binary, offsets: np.ndarray, group: list["_Re
     if not len(bad) and len(ends) > 1:
         bad = np.flatnonzero(np.diff(ends) != size)
     if len(bad):
-        path, offset = _record_of_row(group, int(bad[0]))
-        raise ValueError(
-            f"{path}: record at byte offset {offset}: feature {column.name!r} is tagged raw "
-            f"pixels {'x'.join(map(str, column.shape))} (one value of {size} bytes a row), "
-            f"but holds {int(counts[bad[0]])} value(s)" + (
-                f" of {int(ends[bad[0] + 1] - ends[bad[0]])} bytes" if counts[bad[0]] == 1
-                else ""))
+        row = int(bad[0])
+        path, offset = _record_of_row(group, row)
+        # With one value a row, value i is row i's.
+        raise ValueError(f"{path}: record at byte offset {offset}: " + _not_pixels(
+            column, int(counts[row]),
+            int(ends[row + 1] - ends[row]) if counts[row] == 1 else 0))
     data = binary.buffers()[2]
     return np.frombuffer(data, np.uint8, count=int(ends[-1] - ends[0]), offset=int(ends[0])) \
         if data is not None else np.zeros(0, np.uint8)
+
+
+def _not_pixels(column: _Column, values: int, size: int) -> str:
+    """What is wrong with a row of `values` values (of `size` bytes, when one) in a raw-pixel
+    feature."""
+    shape = "x".join(map(str, column.shape))
+    return (f"feature {column.name!r} is tagged raw pixels {shape} (one value of "
+            f"{int(np.prod(column.shape))} bytes a row), but holds {values} value(s)"
+            + (f" of {size} bytes" if values == 1 else ""))
 
 
 def _record_of_row(group: list["_Record"], row: int) -> tuple[str, int]:
     """(file, byte offset) of the record that holds the group's kept row `row`."""
     kept = np.cumsum([record.rows - record.skip_head - record.skip_tail for record in group])
     record = group[int(np.searchsorted(kept, row, side="right"))]
-    offset = record.offset if record.offset >= 0 else \
-        _stream_offset(record.path, -1 - record.offset)
-    return record.path, offset
+    return record.path, record.stream_offset()
 
 
 def _file_records(path: str, first: int = 0, end: Optional[int] = None
@@ -256,6 +262,11 @@ class _Record:
     skip_head: int = 0
     skip_tail: int = 0
 
+    def stream_offset(self) -> int:
+        """Its framing offset in the file's uncompressed stream; for a record read from a
+        gzip member on (offset `-1 - record number`), found by reading up to it."""
+        return self.offset if self.offset >= 0 else _stream_offset(self.path, -1 - self.offset)
+
 
 def _decode(decoder: RowDecoder, group: list[_Record]):
     """The group's records decoded together, less the rows they do not keep; when one is
@@ -272,8 +283,7 @@ def _decode(decoder: RowDecoder, group: list[_Record]):
                 if record.offset >= 0:
                     raise
                 decoder.decode(tfrecord_io.RecordBlock.of_records(
-                    record.path, _stream_offset(record.path, -1 - record.offset),
-                    [record.data]))
+                    record.path, record.stream_offset(), [record.data]))
                 raise
         raise
     if not any(record.skip_head or record.skip_tail for record in group):
@@ -466,13 +476,11 @@ def rows_to_batch(rows: Sequence[dict], schema: schema_pb2.Schema,
 
 def _row_pixels(column: _Column, values: list) -> np.ndarray:
     size = int(np.prod(column.shape))
-    for index, value in enumerate(values):
-        if len(value) != 1 or len(value[0]) != size:
-            raise ValueError(f"row {index} of the batch: feature {column.name!r} is tagged raw "
-                             f"pixels {'x'.join(map(str, column.shape))} (one value of {size} "
-                             f"bytes a row), but holds {len(value)} value(s)")
     pixels = np.empty((len(values), size), np.uint8)
     for index, value in enumerate(values):
+        if len(value) != 1 or len(value[0]) != size:
+            raise ValueError(f"row {index} of the batch: " + _not_pixels(
+                column, len(value), len(value[0]) if len(value) == 1 else 0))
         pixels[index] = np.frombuffer(value[0], np.uint8)
     return pixels.reshape(len(values), *column.shape)
 
@@ -484,8 +492,8 @@ class StackFeatures:
 
     A DataLoader hands each array from a worker to the training process through a shared
     memory segment of its own, and that per-array cost, not the decode, bounds a reader with
-    workers on narrow rows: one matrix instead of 15 features more than doubled the rows a
-    second here (`tfrp bench gpu-feed`'s two reader rows)."""
+    workers on narrow rows: one matrix instead of 15 features tripled the rows a second here
+    (`tfrp bench gpu-feed`'s two reader rows, bench/RESULTS.md)."""
 
     def __init__(self, names: Sequence[str], into: str = "features", dtype=np.float32):
         if not names:
@@ -534,8 +542,9 @@ class TorchDataset:
     worker), and what it returns is what the loader yields: work on whole batches that should
     run in the workers beside the reading, such as decoding images
     (`jpeg_crops.JpegCropsOnHost`) or stacking a numeric model's features into one matrix
-    (`StackFeatures`, which a reader with workers needs to keep up with a GPU on narrow rows). It sees batches already cut,
-    so their sizes stay as above as long as it keeps one output per row. With worker
+    (`StackFeatures`, which a reader with workers needs to keep up with a GPU on narrow
+    rows). It sees batches already cut, so their sizes stay as above as long as it keeps one
+    output per row. With worker
     processes started by spawn or forkserver it is pickled: a module-level function or an
     instance of a module-level class."""
 

@@ -408,7 +408,8 @@ def test_jpeg_crops_are_windows_of_each_image_in_colour_other_features_kept(side
     encoded = np.array([jpeg(image) for image in images], dtype=object)
     decoded = [np.asarray(Image.open(io.BytesIO(data)).convert("RGB")) for data in encoded]
     labels = np.array([7, 8, 9])
-    crops = jpeg_crops.JpegCropsOnHost("image", 6) if side == "host" else         jpeg_crops.JpegCropsOnDevice("image", 6, "cpu", seed=1)
+    crops = jpeg_crops.JpegCropsOnHost("image", 6) if side == "host" else \
+        jpeg_crops.JpegCropsOnDevice("image", 6, "cpu", seed=1)
     flipped = set()
     for _ in range(4):
         batch = crops({"image": encoded, "label": labels})
