@@ -6,10 +6,12 @@ import logging
 import os
 import posixpath
 import tempfile
+from typing import Any
 
 from tfx import v1 as tfx
 
-from pipeline import datasets, task_entrypoint
+from components.options import OPTIONS_KEY
+from pipeline import datasets, run_settings, task_entrypoint
 from pipeline.configs import PipelineConfig
 from pipeline.pipeline import PRODUCTION_MODEL, create_pipeline
 
@@ -65,6 +67,7 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> str:
     production = spec["root"]["dag"]["tasks"].get(PRODUCTION_MODEL)
     if production:
         production["cachingOptions"] = {"enableCache": False}
+    add_run_settings(spec, config)
     for executor in spec["deploymentSpec"]["executors"].values():
         container = executor.get("container", {})
         if container.get("command") == ["python", "-m", task_entrypoint.TFX_ENTRYPOINT]:
@@ -74,3 +77,71 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> str:
         json.dump(spec, f, indent=2, sort_keys=True)
     os.replace(partial, output_path)
     return output_path
+
+
+
+def runtime_defaults(spec: dict, config: PipelineConfig) -> dict[str, Any]:
+    """The runtime parameters this spec takes (`run_settings.RUNTIME_PARAMETERS` that reach a
+    task of it: a threshold only where the eval config has one), each defaulting to the
+    value it was compiled with."""
+    tasks = spec["root"]["dag"]["tasks"]
+    example_gen = tasks[run_settings.EXAMPLE_GEN]["inputs"]["parameters"][OPTIONS_KEY]
+    compiled = {"data_root": json.loads(example_gen["runtimeValue"]["constant"])["source"]}
+    defaults = {}
+    for parameter in run_settings.RUNTIME_PARAMETERS:
+        value = compiled.get(parameter.name, getattr(config, parameter.name, None))
+        if value is None:
+            continue
+        for (task, key), apply in parameter.targets.items():
+            template = tasks.get(task, {}).get("inputs", {}).get("parameters", {}).get(key)
+            if template is None:
+                continue
+            before = json.loads(template["runtimeValue"]["constant"])
+            # A parameter applies where setting it to another value changes the task's.
+            if apply(json.loads(json.dumps(before)), _other(value)) != before:
+                defaults[parameter.name] = value
+    return defaults
+
+
+def _other(value: Any) -> Any:
+    return f"{value}-other" if isinstance(value, str) else value + 1
+
+
+def add_run_settings(spec: dict, config: PipelineConfig) -> None:
+    """Puts the `run-settings` task (`pipeline/run_settings.py`) first: it runs every time,
+    never from the cache, and hands each task whose parameters a runtime parameter changes
+    (and ExampleGen, its inputs settled then) the values of this run. The root declares the
+    runtime parameters, with the compiled values as defaults."""
+    tasks = spec["root"]["dag"]["tasks"]
+    defaults = runtime_defaults(spec, config)
+    kinds = {p.name: p.parameter_type for p in run_settings.RUNTIME_PARAMETERS}
+    spec["root"]["inputDefinitions"] = {"parameters": {
+        name: {"parameterType": kinds[name], "defaultValue": value}
+        for name, value in defaults.items()}}
+    targets = {(run_settings.EXAMPLE_GEN, OPTIONS_KEY)} | {
+        target for p in run_settings.RUNTIME_PARAMETERS if p.name in defaults
+        for target in p.targets if target[0] in tasks}
+    settled = {run_settings.output_name(task, key): (task, key) for task, key in sorted(targets)}
+    task_name = run_settings.TASK
+    executor = f"{task_name}_executor"
+    strings = {name: {"parameterType": "STRING"} for name in settled}
+    spec["components"][task_name] = {
+        "executorLabel": executor,
+        "inputDefinitions": {"parameters": {
+            **{name: {"parameterType": kinds[name]} for name in defaults}, **strings}},
+        "outputDefinitions": {"parameters": strings}}
+    spec["deploymentSpec"]["executors"][executor] = {"container": {
+        "image": config.image_uri, "command": ["python", "-m", task_entrypoint.__name__],
+        "args": run_settings.ARGS}}
+    tasks[task_name] = {
+        "cachingOptions": {"enableCache": False}, "componentRef": {"name": task_name},
+        "inputs": {"parameters": {
+            **{name: {"componentInputParameter": name} for name in defaults},
+            **{name: tasks[task]["inputs"]["parameters"][key]
+               for name, (task, key) in settled.items()}}},
+        "taskInfo": {"name": task_name}}
+    for name, (task, key) in settled.items():
+        tasks[task]["inputs"]["parameters"][key] = {"taskOutputParameter": {
+            "producerTask": task_name, "outputParameterKey": name}}
+        tasks[task]["dependentTasks"] = sorted({*tasks[task].get("dependentTasks", []),
+                                                task_name})

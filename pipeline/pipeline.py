@@ -146,13 +146,16 @@ def create_pipeline(
     default the configured data_root or the dataset's bundled data. `local`: built for a run
     now, on this machine, which can look at the serving folder; a compiled pipeline runs
     later, elsewhere."""
+    example_gen_options = config.example_gen_options(source or datasets.source_for(config))
     # Spans and pre-split inputs are resolved first: the checks below read the first file.
-    resolved = resolve_inputs(config.example_gen_options(
-        source or datasets.source_for(config)))
+    resolved = resolve_inputs(example_gen_options)
     first_input = resolved.input_patterns()[0][1]
     check_data_fits_dataset(config, first_input)
     config = settle_task(config, first_input)
-    example_gen = ShardedExampleGen(resolved)
+    # A compiled pipeline runs later and again, on whatever the source holds then: its
+    # driver task settles the spans and the fingerprint at each run, not this build.
+    example_gen = ShardedExampleGen(resolved, settle=True) if local else \
+        ShardedExampleGen(example_gen_options, settle=False)
     statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
     if config.schema_file:
         schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_file)

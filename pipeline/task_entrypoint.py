@@ -1,20 +1,58 @@
-"""The command of every task of a compiled pipeline (Kubeflow Pipelines, Vertex AI): TFX's
-Kubeflow v2 executor entrypoint, run after tf.io.gfile has been given s3:// for the URIs the
-task's arguments name (stock components write their artifacts through it) and with the
-process ending on the task's own exit status (components/tf_filesystems.py)."""
+"""The command of every task of a compiled pipeline (Kubeflow Pipelines, Vertex AI): the
+run's settings (`run_settings.py`) when its first argument is that task's flag, else TFX's
+Kubeflow v2 executor entrypoint, run
+
+- with each input artifact's type taken from the task's own input definitions (the spec's
+  `--json_serialized_inputs_spec_args`) where the executor input carries none: open-source
+  Kubeflow Pipelines' driver rebuilds input artifacts from ML Metadata with an empty type
+  (`Schema: ""`), and TFX's entrypoint cannot find the artifact's class without it
+  (tensorflow/tfx#7768); Vertex passes the types on, and they are then left as they are;
+- after tf.io.gfile has been given s3:// for the URIs the task's arguments name (stock
+  components write their artifacts through it), and with the process ending on the task's
+  own exit status (components/tf_filesystems.py).
+"""
 from __future__ import annotations
 
+import json
 import runpy
 import sys
 
 from components import tf_filesystems
+from pipeline import run_settings
 
 TFX_ENTRYPOINT = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
+INVOCATION_FLAG = "--json_serialized_invocation_args"
+INPUTS_SPEC_FLAG = "--json_serialized_inputs_spec_args"
+
+
+def with_input_types(args: list[str]) -> list[str]:
+    """`args` with every untyped input artifact of the executor input given the type its
+    task's input definitions declare."""
+    if INVOCATION_FLAG not in args or INPUTS_SPEC_FLAG not in args:
+        return args
+    at, spec_at = args.index(INVOCATION_FLAG) + 1, args.index(INPUTS_SPEC_FLAG) + 1
+    invocation = json.loads(args[at])
+    declared = json.loads(args[spec_at]).get("artifacts", {})
+    changed = False
+    for name, listed in invocation.get("inputs", {}).get("artifacts", {}).items():
+        artifact_type = declared.get(name, {}).get("artifactType")
+        for artifact in listed.get("artifacts", []):
+            if artifact_type and not (artifact.get("type") or {}).get(
+                    "instanceSchema", (artifact.get("type") or {}).get("schemaTitle")):
+                artifact["type"] = artifact_type
+                changed = True
+    if not changed:
+        return args
+    return [*args[:at], json.dumps(invocation), *args[at + 1:]]
 
 
 def main() -> None:
-    tf_filesystems.register_for_arguments(sys.argv[1:])
-    sys.argv[0] = TFX_ENTRYPOINT
+    if sys.argv[1:2] == [run_settings.FLAG]:
+        run_settings.main(sys.argv[2:])
+        return
+    args = with_input_types(sys.argv[1:])
+    tf_filesystems.register_for_arguments(args)
+    sys.argv = [TFX_ENTRYPOINT, *args]
     runpy.run_module(TFX_ENTRYPOINT, run_name="__main__", alter_sys=True)
 
 

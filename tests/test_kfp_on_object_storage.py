@@ -44,7 +44,7 @@ def test_the_compiled_pipeline_runs_on_s3_task_by_task_and_pushes_to_the_bucket(
                                     outputs_dir=str(tmp_path / "outputs"))
     except kfp_launch.TaskFailed as failed:
         raise AssertionError(f"{failed}\n{''.join(failures)}") from None
-    assert len(tasks) == 9 and all(t.startswith(f"{bucket}/root/") for t in tasks.values())
+    assert len(tasks) == 10 and all(t.startswith(f"{bucket}/root/") for t in tasks.values())
     listed = object_stores.run([sys.executable, "-c", LISTING, bucket], cwd=ROOT, env=QUIET,
                                timeout=300)
     objects = json.loads(listed.stdout)

@@ -330,28 +330,45 @@ def test_a_folder_of_images_on_gcs_trains_like_the_local_one(object_stores, tmp_
 
 
 @pytest.mark.parametrize("scheme", ["gs", "s3"])
-def test_a_compiled_pipeline_fingerprints_its_bucket_source(object_stores, taxi_slice_dir,
-                                                            tmp_path, scheme):
-    """The spec compiled for Kubeflow or Vertex carries the bucket source's fingerprint, so
-    a pipeline compiled again after the file changed is not served from Vertex's cache."""
+def test_the_compiled_run_settings_task_fingerprints_the_bucket_source_at_each_run(
+        object_stores, taxi_slice_dir, tmp_path, scheme):
+    """A spec compiled once settles its source when it runs (`pipeline/run_settings.py`):
+    run again after the bucket's file was replaced at the same path, the task hands
+    ExampleGen another fingerprint, so KFP's and Vertex's cache cannot serve the old rows."""
     bucket = object_stores.make_bucket(scheme, "tfrp-compile")
     python(object_stores, UPLOAD, taxi_slice_dir, f"{bucket}/data")
+    output = tmp_path / "pipeline.json"
+    tfrp(object_stores, "compile", "--target", "kubeflow", "--output", str(output),
+         "--data-root", f"{bucket}/data", "--pipeline-root", f"{bucket}/root",
+         cwd=str(tmp_path))
+    spec = json.loads(output.read_text())
+    task = spec["root"]["dag"]["tasks"]["run-settings"]
+    compiled = task["inputs"]["parameters"]["ShardedExampleGen-options_json"]
+    assert json.loads(compiled["runtimeValue"]["constant"])["source_fingerprint"] is None
+    defaults = spec["root"]["inputDefinitions"]["parameters"]
+    values = {name: value["runtimeValue"]["constant"] if "runtimeValue" in value
+              else defaults[value["componentInputParameter"]]["defaultValue"]
+              for name, value in task["inputs"]["parameters"].items()}
 
-    def fingerprint() -> str:
-        output = tmp_path / "pipeline.json"
-        tfrp(object_stores, "compile", "--target", "kubeflow", "--output", str(output),
-             "--data-root", f"{bucket}/data", "--pipeline-root", f"{bucket}/root",
-             cwd=str(tmp_path))
-        found = re.findall(r'\\"source_fingerprint\\": \\"([0-9a-f]+)\\"', output.read_text())
-        assert len(set(found)) == 1, output.read_text()[:2000]
-        return found[0]
+    def fingerprint(run: str) -> str:
+        executor_input = {"inputs": {"parameterValues": values},
+                          "outputs": {"outputFile": str(tmp_path / run / "output.json")}}
+        settled = object_stores.run(
+            [sys.executable, "-m", "pipeline.task_entrypoint", "--run-settings",
+             "--executor-input", json.dumps(executor_input)], cwd=ROOT, env=QUIET, timeout=300)
+        assert settled.returncode == 0, settled.stderr[-3000:]
+        written = json.loads((tmp_path / run / "output.json").read_text())
+        options = json.loads(written["parameterValues"]["ShardedExampleGen-options_json"])
+        assert options["source"] == f"{bucket}/data"
+        return options["source_fingerprint"]
 
-    first = fingerprint()
+    first = fingerprint("first")
+    assert first and fingerprint("again") == first
     (tmp_path / "changed").mkdir()
     with open(os.path.join(taxi_slice_dir, "data.csv"), encoding="utf-8") as f:
         (tmp_path / "changed" / "data.csv").write_text("".join(f.readlines()[:1001]))
     python(object_stores, UPLOAD, str(tmp_path / "changed"), f"{bucket}/data")
-    assert fingerprint() != first
+    assert fingerprint("replaced") != first
 
 
 def test_a_store_that_cannot_be_used_is_named_in_one_line_with_the_cause(object_stores,

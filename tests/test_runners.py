@@ -20,6 +20,8 @@ from pipeline.configs import (CONTAINER_WORKDIR, DEFAULT_IMAGE, DEFAULT_IMAGE_TA
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPONENTS = {"ShardedExampleGen", "StatisticsGen", "ImportSchemaGen", "ExampleValidator",
               "ShardedTransform", "production_model", "Trainer", "Evaluator", "Pusher"}
+# The compiled pipeline's own first task: each run's settings (pipeline/run_settings.py).
+RUN_SETTINGS = "run-settings"
 BEAM_ARGS = ["--runner=DataflowRunner", "--project=test-project", "--region=europe-west4",
              "--temp_location=gs://test-bucket/tmp", "--machine_type=n2-standard-4",
              "--max_num_workers=7"]
@@ -122,7 +124,7 @@ def test_compiled_json_loads_with_kfp_and_names_every_component(compiled):
 
     pipeline = components.load_component_from_file(str(compiled))
     assert pipeline.name == "tfrp-taxi"
-    assert set(pipeline.pipeline_spec.root.dag.tasks) == COMPONENTS
+    assert set(pipeline.pipeline_spec.root.dag.tasks) == COMPONENTS | {RUN_SETTINGS}
     assert pipeline.pipeline_spec.default_pipeline_root == "gs://test-bucket/root"
 
 
@@ -139,8 +141,8 @@ def test_compiled_json_is_a_pipeline_spec_under_a_strict_parse(compiled):
     executors = json.loads(compiled.read_text())["deploymentSpec"]["executors"]
     assert all(list(executor) == ["container"] for executor in executors.values()), executors
     assert "constantValue" not in compiled.read_text()
-    production = spec.root.dag.tasks["production_model"]
-    assert production.caching_options.enable_cache is False
+    for never_cached in ("production_model", RUN_SETTINGS):
+        assert spec.root.dag.tasks[never_cached].caching_options.enable_cache is False
 
 
 def test_a_window_of_spans_is_refused_by_the_kubeflow_compile_in_one_line(tmp_path):
@@ -157,10 +159,13 @@ def test_a_window_of_spans_is_refused_by_the_kubeflow_compile_in_one_line(tmp_pa
 def test_every_component_runs_the_configured_image_with_beam_args(compiled):
     spec = json.loads(compiled.read_text())
     executors = spec["deploymentSpec"]["executors"]
-    assert {name.removesuffix("_executor") for name in executors} == COMPONENTS
+    assert {name.removesuffix("_executor") for name in executors} == \
+        COMPONENTS | {RUN_SETTINGS}
     for name, executor in executors.items():
         container = executor["container"]
         assert container["image"] == f"{DEFAULT_IMAGE}:7.7.7", name
+        if name == f"{RUN_SETTINGS}_executor":
+            continue  # no Beam in it
         for arg in BEAM_ARGS + [f"--sdk_container_image={DEFAULT_IMAGE}:7.7.7"]:
             assert arg in container["args"], (name, arg)
 

@@ -435,20 +435,10 @@ def test_the_kubeflow_compile_carries_the_spark_engine(tmp_path):
     output = tmp_path / "pipeline.json"
     tfrp("compile", "--target", "kubeflow", "--output", str(output), "--config", str(settings))
     spec = json.loads(output.read_text())
-    options = {}
-
-    def find(node, task=None):
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key == "options_json" and task:
-                    options[task] = json.loads(value["runtimeValue"]["constant"])
-                find(value, key if key in spec["root"]["dag"]["tasks"] else task)
-        elif isinstance(node, list):
-            for value in node:
-                find(value, task)
-
-    find(spec["root"]["dag"]["tasks"])
-    example_gen = options["ShardedExampleGen"]
+    # ExampleGen's options reach it through the run-settings task, which settles them.
+    compiled = spec["root"]["dag"]["tasks"]["run-settings"]["inputs"]["parameters"][
+        "ShardedExampleGen-options_json"]
+    example_gen = json.loads(compiled["runtimeValue"]["constant"])
     assert example_gen["engine"] == "spark"
     assert example_gen["spark_master"] == "spark://sparkhost:7077"
     assert example_gen["spark_conf"] == {"spark.executor.memory": "4g"}

@@ -1,7 +1,6 @@
 """The ShardedExampleGen TFX component: its spec and parameters."""
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Optional
 
 from tfx.dsl.components.base import base_beam_component, executor_spec
@@ -10,8 +9,7 @@ from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionP
 
 from components.example_gen import executor
 from components.example_gen.options import ExampleGenOptions
-from components.example_gen.inputs import resolve_inputs
-from components.example_gen.sources import locate
+from components.example_gen.inputs import settle_inputs
 from components.options import OPTIONS_KEY, options_or_settings
 
 
@@ -33,15 +31,17 @@ class ShardedExampleGen(base_beam_component.BaseBeamComponent):
     SPEC_CLASS = ShardedExampleGenSpec
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
-    def __init__(self, options: Optional[ExampleGenOptions] = None, **settings: Any):
+    def __init__(self, options: Optional[ExampleGenOptions] = None, settle: bool = True,
+                 **settings: Any):
         """Stock's `input_config` (an `example_gen_pb2.Input`) and `range_config` (a
         `range_config_pb2.RangeConfig`) are taken as they are, so a stock pipeline's carry
-        over."""
+        over. `settle`: resolve the spans and fingerprint the source now, for a run that
+        starts now (LocalDagRunner); a compiled pipeline leaves them to its driver task,
+        which settles them each time the pipeline runs."""
         settings = {name: _from_proto(name, value) for name, value in settings.items()}
-        options = resolve_inputs(options_or_settings(ExampleGenOptions, options, settings))
-        if options.source_fingerprint is None:
-            options = dataclasses.replace(
-                options, source_fingerprint=locate.source_fingerprint(options.source))
+        options = options_or_settings(ExampleGenOptions, options, settings)
+        if settle:
+            options = settle_inputs(options)
         super().__init__(spec=ShardedExampleGenSpec(
             examples=channel_utils.as_channel([standard_artifacts.Examples()]),
             **{OPTIONS_KEY: options.to_json()}))

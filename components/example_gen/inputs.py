@@ -85,6 +85,21 @@ def resolve_inputs(options: ExampleGenOptions) -> ExampleGenOptions:
                                resolved_spans=spans, source_fingerprint=fingerprint)
 
 
+def settle_inputs(options: ExampleGenOptions) -> ExampleGenOptions:
+    """What a run of `options` reads, settled now: the spans and patterns resolved
+    (`resolve_inputs`) and a fingerprint of the files (`locate.source_fingerprint`), so a
+    replaced source never comes from the cache. A local run settles them when its pipeline
+    is built, just before it runs; a compiled pipeline's first task settles them each time
+    it runs (`pipeline/example_gen_driver.py`), as stock ExampleGen's driver does."""
+    from components.example_gen.sources import locate
+
+    options = resolve_inputs(options)
+    if options.source_fingerprint is None:
+        options = dataclasses.replace(
+            options, source_fingerprint=locate.source_fingerprint(options.source))
+    return options
+
+
 def needs_resolving(options: ExampleGenOptions) -> bool:
     """Whether `options` name patterns still to resolve (and are not resolved yet)."""
     return not options.resolved_inputs and (
