@@ -501,6 +501,23 @@ def check_output_dir(output_dir: str) -> None:
                           f"({delete}) or write to an empty one")
 
 
+def clear_earlier_attempt(output_dir: str) -> None:
+    """Removes what an earlier attempt of the same task left in `output_dir` and the staging
+    folders beside it (a commit stopped half-way, a job killed before it): an orchestrator
+    retries a task into the URIs it gave the first attempt, and the retry must write whole.
+    For executors only, whose output folder is their task's alone; `staged_output` itself
+    refuses a folder that is not empty, which keeps a user's own folder safe."""
+    output_dir = output_dir.rstrip("/")
+    parent = fileio.dirname(output_dir)
+    prefix = f"{STAGING_PREFIX}{fileio.basename(output_dir)}-"
+    if fileio.isdir(parent):
+        for name in fileio.listdir(parent):
+            if name.rstrip("/").startswith(prefix):
+                fileio.rmtree(fileio.join(parent, name.rstrip("/")))
+    if fileio.isdir(output_dir) and fileio.listdir(output_dir):
+        fileio.rmtree(output_dir)
+
+
 def new_staging_dir(output_dir: str) -> str:
     """A fresh staging folder beside `output_dir`, never inside it: nothing of a run in
     progress is below the folder a reader lists, on a disk or a bucket."""

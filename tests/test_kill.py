@@ -169,3 +169,37 @@ def test_spark_writer_killed_at_random_moments(tmp_path_factory, tmp_path):
     manifest = shards.read_manifest(fresh)
     assert manifest["rows_in"] == manifest["rows_written"] == 60_000
     check_killed_runs(command, tmp_path, full, 60_000)
+
+
+EXECUTOR_ATTEMPT = """
+import sys
+from tfx.types import standard_artifacts
+from components.example_gen.executor import Executor
+from components.example_gen.options import ExampleGenOptions
+from components.options import OPTIONS_KEY
+from components.shards import ShardingOptions
+examples = standard_artifacts.Examples()
+examples.uri = sys.argv[2]
+options = ExampleGenOptions(source=sys.argv[1], sharding=ShardingOptions(num_shards=3))
+Executor().Do({}, {"examples": [examples]}, {OPTIONS_KEY: options.to_json()})
+"""
+
+
+def test_a_retried_task_writes_whole_into_the_folder_its_killed_attempt_left(
+        taxi_slice_dir, tmp_path):
+    """An orchestrator retries a task into the URIs it gave the first attempt: the retry of
+    an ExampleGen task SIGKILLed in the middle of its commit (after its second move) writes
+    a whole output there, and nothing of the first attempt is left beside it."""
+    from components import faults
+
+    output = tmp_path / "task" / "examples"
+    output.mkdir(parents=True)  # as LocalDagRunner and KFP's launcher give it
+    attempt = [sys.executable, "-c", EXECUTOR_ATTEMPT, taxi_slice_dir, str(output)]
+    killed = subprocess.run(attempt, capture_output=True, text=True, env={
+        **child_env(), faults.ENVIRONMENT: f"{faults.KILL_IN_COMMIT}=2"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert os.path.exists(output / shards.COMMITTING_FILE) and not looks_complete(str(output))
+    retried = subprocess.run(attempt, capture_output=True, text=True, env=child_env())
+    assert retried.returncode == 0, retried.stderr[-3000:]
+    assert is_whole(str(output), 2000)
+    assert sorted(os.listdir(tmp_path / "task")) == ["examples"]  # no staging folder left

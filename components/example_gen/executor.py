@@ -21,6 +21,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
            exec_properties: dict[str, Any]) -> None:
         options = ExampleGenOptions.from_json(exec_properties[OPTIONS_KEY])
         examples = artifact_utils.get_single_instance(output_dict["examples"])
+        shards.clear_earlier_attempt(examples.uri)
         manifest = engine.run(options, examples.uri, make_pipeline=self._make_beam_pipeline)
         tfx_artifacts.set_examples_properties(examples, shards.split_names(manifest),
                                               options.span, options.version)
