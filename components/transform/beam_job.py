@@ -11,13 +11,9 @@ before it packs anything. Everything is staged and committed at the end, manifes
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import importlib
-import importlib.util
-import inspect as pyinspect
 import logging
 import random
-from typing import Callable, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 import apache_beam as beam
 import tensorflow as tf
@@ -29,67 +25,13 @@ from tfx_bsl.public import tfxio
 from components import beam_shards, fileio, images, packing, shards, tfrecord_io
 from components.codec import parser, schema_file, serializer
 from components.packing.write import pack_batch
-from components.transform.defaults import default_preprocessing_fn, dense_scalar
+from components.transform import columnar_job
+from components.transform.inputs import dataset_key, split_files
 from components.transform.options import TransformOptions
+from components.transform.preprocessing import load_preprocessing_fn, raw_image_names
 
 # The tagged output of _EncodeChunks that carries (split, rows, records) counts.
 ROW_COUNTS = "row_counts"
-
-
-def load_preprocessing_fn(options: TransformOptions, raw_schema: schema_pb2.Schema
-                          ) -> Callable[[dict], dict]:
-    """The user's preprocessing_fn, or the schema-derived default. A user function may take
-    `(inputs, custom_config)`, as in TFX; custom_config carries the raw schema."""
-    if options.module_file:
-        spec = importlib.util.spec_from_file_location("user_preprocessing", options.module_file)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        fn = module.preprocessing_fn
-    elif options.preprocessing_fn:
-        module_name, _, name = options.preprocessing_fn.rpartition(".")
-        fn = getattr(importlib.import_module(module_name), name)
-    else:
-        return with_image_storage(default_preprocessing_fn(raw_schema, options.label_key,
-                                                           options.task),
-                                  raw_schema, options)
-    if len(pyinspect.signature(fn).parameters) >= 2:
-        user_fn = fn
-        fn = lambda inputs: user_fn(inputs, {"raw_schema": raw_schema})  # noqa: E731
-    return with_image_storage(fn, raw_schema, options)
-
-
-def raw_image_names(raw_schema: schema_pb2.Schema, options: TransformOptions) -> list[str]:
-    """The image features Transform stores as raw pixels: with image_storage=raw, every
-    feature the raw schema marks as an encoded image."""
-    if options.image_storage != "raw":
-        return []
-    return [f.name for f in raw_schema.feature if f.HasField("image_domain")]
-
-
-def with_image_storage(preprocessing_fn: Callable[[dict], dict], raw_schema: schema_pb2.Schema,
-                       options: TransformOptions) -> Callable[[dict], dict]:
-    """`preprocessing_fn`, then, with image_storage=raw, each image feature it outputs under
-    its own name as bytes (a pass-through, the default's way) decoded and resized to
-    image_shape, as raw pixels."""
-    names = raw_image_names(raw_schema, options)
-    if not names:
-        return preprocessing_fn
-    spec = images.ImageSpec(*options.image_shape)
-    features = parser.feature_by_name(raw_schema)
-
-    def preprocessing_fn_with_raw_images(inputs: dict) -> dict:
-        outputs = dict(preprocessing_fn(inputs))
-        for name in names:
-            if name in outputs and outputs[name].dtype == tf.string:
-                outputs[name] = images.raw_pixels(
-                    dense_scalar(outputs[name], features[name]), spec)
-        return outputs
-
-    return preprocessing_fn_with_raw_images
-
-
-def split_files(examples_dir: str, split: str) -> str:
-    return fileio.join(examples_dir, f"Split-{split}", "*")
 
 
 def _raw_source(examples_dir: str, split: str, schema: schema_pb2.Schema):
@@ -152,12 +94,6 @@ class _EncodeChunks(beam.DoFn):
             (self._split, self._rows, self._records)))
 
 
-def dataset_key(examples_dir: str) -> str:
-    """The analyzer cache's name for one input's analysis: stable for the same Examples
-    artifact (its folder), so a span seen in an earlier window is found again."""
-    return "examples-" + hashlib.sha256(examples_dir.rstrip("/").encode()).hexdigest()[:16]
-
-
 def copy_cache(source: str, destination: str, keys: Optional[Sequence[str]] = None) -> None:
     """Copies analyzer cache entries (one folder per input, `dataset_key`) that `destination`
     lacks: all of `source`'s, or those of `keys`."""
@@ -170,15 +106,14 @@ def copy_cache(source: str, destination: str, keys: Optional[Sequence[str]] = No
             fileio.copy_tree(fileio.join(source, key), fileio.join(destination, key))
 
 
-def _analyze(make_pipeline, options, examples_dirs, raw_schema, graph_dir, temp_dir
-             ) -> dict[str, list[str]]:
-    """Analyses the analyze split of every input; writes the transform function. With an
-    analyzer cache folder, each input's analysis is read from it when it is there (keyed by
-    `dataset_key`), and only the others are read and analysed, their results added to the
-    cache. Returns the inputs analysed and those taken from the cache."""
+def _analyze(make_pipeline, options, examples_dirs, raw_schema, preprocessing_fn, graph_dir,
+             temp_dir) -> dict[str, list[str]]:
+    """Analyses the analyze split of every input with tf.Transform; writes the transform
+    function. With an analyzer cache folder, each input's analysis is read from it when it is
+    there (keyed by `dataset_key`), and only the others are read and analysed, their results
+    added to the cache. Returns the inputs analysed and those taken from the cache."""
     from tensorflow_transform.beam import analysis_graph_builder, analyzer_cache
 
-    preprocessing_fn = load_preprocessing_fn(options, raw_schema)
     sources = {analyzer_cache.DatasetKey(dataset_key(d)): _raw_source(
         d, options.analyze_split, raw_schema) for d in examples_dirs}
     names = {key: d for key, d in zip(sources, examples_dirs)}
@@ -214,16 +149,22 @@ def _analyze(make_pipeline, options, examples_dirs, raw_schema, graph_dir, temp_
 
 
 def _transform(make_pipeline, options, examples_dirs, splits, raw_schema, schema,
-               graph_dir, temp_dir, staging) -> list:
+               graph_dir, temp_dir, staging, columnar: bool) -> list:
     with make_pipeline() as pipeline, tft_beam.Context(temp_dir=temp_dir):
-        transform_fn = pipeline | "ReadTransformFn" >> tft_beam.ReadTransformFn(graph_dir)
+        transform_fn = None if columnar else \
+            pipeline | "ReadTransformFn" >> tft_beam.ReadTransformFn(graph_dir)
         outputs = []
         for split in splits:
-            sources = [_raw_source(d, split, raw_schema) for d in examples_dirs]
-            raw = [pipeline | f"Read[{split}][{i}]" >> source.BeamSource()
-                   for i, source in enumerate(sources)] | f"All[{split}]" >> beam.Flatten()
-            transformed, _ = ((raw, sources[0].TensorAdapterConfig()), transform_fn) | \
-                f"Transform[{split}]" >> tft_beam.TransformDataset(output_record_batches=True)
+            if columnar:
+                transformed = columnar_job.transformed_batches(pipeline, split, examples_dirs,
+                                                               raw_schema, graph_dir)
+            else:
+                sources = [_raw_source(d, split, raw_schema) for d in examples_dirs]
+                raw = [pipeline | f"Read[{split}][{i}]" >> source.BeamSource()
+                       for i, source in enumerate(sources)] | f"All[{split}]" >> beam.Flatten()
+                transformed, _ = ((raw, sources[0].TensorAdapterConfig()), transform_fn) | \
+                    f"Transform[{split}]" >> tft_beam.TransformDataset(
+                        output_record_batches=True)
             outputs.append(transformed | f"Encode[{split}]" >> beam.ParDo(_EncodeChunks(
                 split, schema, staging, options.sharding)).with_outputs(ROW_COUNTS, main="chunks"))
         chunks = [o.chunks for o in outputs] | "AllChunks" >> beam.Flatten()
@@ -233,6 +174,7 @@ def _transform(make_pipeline, options, examples_dirs, splits, raw_schema, schema
         _ = (pipeline | "Once" >> beam.Create([None]) | "Collect" >> beam.Map(
             _write_result, result_path, written=beam.pvalue.AsList(written),
             counts=beam.pvalue.AsList(counts)))
+    columnar_job.release(graph_dir)
     return fileio.read_json(result_path)
 
 
@@ -262,11 +204,18 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
                                if d.startswith("Split-")))
     if options.analyze_split not in splits:
         raise ValueError(f"analyze split {options.analyze_split!r} is not among {splits}")
+    columnar = columnar_job.columnar_inputs(options, raw_schema) \
+        if options.analysis == "columnar" else None
     with shards.staged_output(output_dir) as staging:
         graph_staging = fileio.join(staging, "_graph")
         temp_dir = fileio.join(staging, "_tft_tmp")
-        analysis = _analyze(make_pipeline, options, examples_dirs, raw_schema, graph_staging,
-                            temp_dir)
+        if columnar:
+            analysis = columnar_job.analyze(make_pipeline, options, examples_dirs, raw_schema,
+                                            columnar, graph_staging, temp_dir)
+        else:
+            analysis = _analyze(make_pipeline, options, examples_dirs, raw_schema,
+                                load_preprocessing_fn(options, raw_schema), graph_staging,
+                                temp_dir)
         # Stock TFX writes the raw schema into the graph too; raw_feature_spec() reads it.
         from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io
 
@@ -277,7 +226,7 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
         schema = stored_schema(row_schema, options, raw_image_names(raw_schema, options))
         # The encoder is given the schema stored beside the blocks, so they say the same.
         result = _transform(make_pipeline, options, examples_dirs, splits, raw_schema,
-                            schema, graph_staging, temp_dir, staging)
+                            schema, graph_staging, temp_dir, staging, columnar is not None)
         written = [shards.Shard(**s) for s in result["shards"]]
         manifest = shards.build_manifest(written, [], options.sharding.compression, 0,
                                          schema=schema_file.SCHEMA_FILE, inputs=examples_dirs,
@@ -288,9 +237,10 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
         schema_file.write_schema(schema, fileio.join(staging, schema_file.SCHEMA_FILE))
         shards.write_manifest(staging, manifest)
         fileio.copy_tree(graph_staging, graph_dir)
-    logging.info("Transformed %d rows into %s (%s)", manifest["rows_written"], output_dir,
+    logging.info("Transformed %d rows into %s (%s; %s analysis)", manifest["rows_written"],
+                 output_dir,
                  f"packed {options.packed_rows} rows per Example" if options.packed_rows
-                 else "one Example per row")
+                 else "one Example per row", "columnar" if columnar else "tf.Transform")
     return manifest
 
 

@@ -30,6 +30,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from components import names
 from components.codec import parser
 from components.codec.serializer import TIME_TAG
+from components.transform import analyzers
 from components.trainer.tasks import MULTICLASS, REGRESSION
 
 OOV_BUCKETS = 1
@@ -78,13 +79,13 @@ def transform_features(inputs: dict, schema: schema_pb2.Schema,
         elif feature.HasField("image_domain") or _is_flag(feature):
             outputs[name] = dense
         elif feature.type == schema_pb2.BYTES:
-            outputs[name] = tft.compute_and_apply_vocabulary(
+            outputs[name] = analyzers.current().vocabulary_ids(
                 dense, top_k=MAX_VOCABULARY, num_oov_buckets=OOV_BUCKETS,
                 vocab_filename=vocabulary_name(name))
         else:
             outputs.update(_number(name, value, feature))
             if ID_NAME.search(name):
-                outputs[f"{name}__id"] = tft.compute_and_apply_vocabulary(
+                outputs[f"{name}__id"] = analyzers.current().vocabulary_ids(
                     tf.strings.as_string(dense), top_k=MAX_VOCABULARY,
                     frequency_threshold=ID_MIN_COUNT, num_oov_buckets=OOV_BUCKETS,
                     vocab_filename=vocabulary_name(f"{name}__id"))
@@ -104,16 +105,17 @@ def _number(name: str, value, feature: schema_pb2.Feature) -> dict:
     is one phase: tf.Transform's analyzer cache then spares an input seen before (a span of
     a rolling window) from being read again. A missing value is imputed with the mean, so it
     z-scores to 0 and falls in the mean's bucket."""
+    statistics = analyzers.current()
     present = _present(value)
     raw = dense_scalar(value, feature)
     numbers = tf.cast(raw, tf.float32)
     kept = tf.boolean_mask(numbers, present)
-    mean = tf.cast(tft.mean(kept), tf.float32)
+    mean = tf.cast(statistics.mean(kept), tf.float32)
     filled = tf.where(present, numbers, mean)
     # The derived names are `names.DERIVED_SUFFIXES`: the Trainer leaves out what is derived
     # from a feature it is told to leave out.
-    boundaries = tft.quantiles(kept, NUM_BUCKETS, epsilon=min(1.0 / NUM_BUCKETS, 0.01))
-    out = {name: _z_score(filled, mean, tft.var(kept)),
+    boundaries = statistics.quantiles(kept, NUM_BUCKETS, epsilon=min(1.0 / NUM_BUCKETS, 0.01))
+    out = {name: _z_score(filled, mean, statistics.var(kept)),
            f"{name}__bucket": tft.apply_buckets(filled, boundaries)}
     if not (feature.HasField("presence") and feature.presence.min_fraction >= 1.0):
         out[f"{name}__missing"] = tf.cast(tf.logical_not(present), tf.float32)
@@ -123,9 +125,9 @@ def _number(name: str, value, feature: schema_pb2.Feature) -> dict:
         year, month, weekday, hour = _calendar(seconds)
         years = tf.cast(year, tf.float32)
         present_years = tf.boolean_mask(years, present)
-        year_mean = tf.cast(tft.mean(present_years), tf.float32)
+        year_mean = tf.cast(statistics.mean(present_years), tf.float32)
         out[f"{name}__year"] = _z_score(tf.where(present, years, year_mean), year_mean,
-                                        tft.var(present_years))
+                                        statistics.var(present_years))
         for part, values, count in (("month", month - 1, 12), ("weekday", weekday, 7),
                                     ("hour", hour, 24)):
             out[f"{name}__{part}"] = tft.apply_buckets(
@@ -173,8 +175,8 @@ def _calendar(seconds: tf.Tensor) -> tuple:
 def _label(dense: tf.Tensor, feature: schema_pb2.Feature, task: Optional[str],
            name: str) -> tf.Tensor:
     if feature.type == schema_pb2.BYTES:
-        return tft.compute_and_apply_vocabulary(dense, num_oov_buckets=0,
-                                                vocab_filename=vocabulary_name(name))
+        return analyzers.current().vocabulary_ids(dense, num_oov_buckets=0,
+                                                  vocab_filename=vocabulary_name(name))
     if task == REGRESSION and feature.type == schema_pb2.INT:
         return tf.cast(dense, tf.float32)
     if task == MULTICLASS and feature.type == schema_pb2.INT:
@@ -182,7 +184,8 @@ def _label(dense: tf.Tensor, feature: schema_pb2.Feature, task: Optional[str],
         # largest id in all the training rows, which is where the Trainer counts classes.
         labels = tf.identity(tf.cast(dense, tf.int64))
         schema_inference.set_tensor_schema_override(
-            labels, tf.constant(0, tf.int64), tf.cast(tft.max(labels), tf.int64))
+            labels, tf.constant(0, tf.int64), tf.cast(analyzers.current().max(labels),
+                                                      tf.int64))
         return labels
     return dense
 

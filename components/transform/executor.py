@@ -8,10 +8,11 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
-from components import fileio, tfx_artifacts
+from components import fileio, shards, tfx_artifacts
 from components.codec import schema_file
 from components.options import OPTIONS_KEY
 from components.transform import beam_job
+from components.transform.inputs import dataset_key
 from components.transform.options import TransformOptions
 
 
@@ -50,6 +51,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         graph = artifact_utils.get_single_instance(output_dict["transform_graph"])
         transformed = artifact_utils.get_single_instance(output_dict["transformed_examples"])
         cache = artifact_utils.get_single_uri(output_dict["updated_analyzer_cache"])
+        post_schema = artifact_utils.get_single_uri(output_dict["post_transform_schema"])
+        for output in (graph.uri, transformed.uri, post_schema):
+            shards.clear_earlier_attempt(output)
         for given in input_dict.get("analyzer_cache") or []:
             beam_job.copy_cache(given.uri, options.analyzer_cache_dir or cache)
         splits = artifact_utils.decode_split_names(window[0].split_names)
@@ -59,7 +63,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             make_pipeline=self._make_beam_pipeline, splits=splits)
         if options.analyzer_cache_dir:  # the kept folder: this window's entries, as stock
             beam_job.copy_cache(options.analyzer_cache_dir, cache,
-                                [beam_job.dataset_key(a.uri) for a in window])
+                                [dataset_key(a.uri) for a in window])
         # The transformed rows are the inputs' spans: stock's properties hold the last.
         tfx_artifacts.set_examples_properties(transformed, list(manifest["splits"]),
                                               window[-1].span, window[-1].version)
@@ -71,7 +75,6 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             tfx_artifacts.set_spans(transformed, name, [span_of[u] for u in uris])
         transformed.set_int_custom_property("rows_written", manifest["rows_written"])
         # The post-transform Schema is the schema stored beside the transformed shards.
-        post_schema = artifact_utils.get_single_uri(output_dict["post_transform_schema"])
         fileio.makedirs(post_schema)  # only LocalDagRunner makes output folders beforehand
         schema_file.write_schema(schema_file.load_schema(transformed.uri),
                                  fileio.join(post_schema, schema_file.SCHEMA_FILE))

@@ -6,6 +6,8 @@ import dataclasses
 from typing import Optional
 
 from components.images import STORAGES
+
+ANALYSES = ("columnar", "tft")
 from components.options import JsonOptions, SettingError, setting
 from components.shards import ShardingOptions
 
@@ -25,6 +27,12 @@ class TransformOptions(JsonOptions):
     # the layout stock components read.
     packed_rows: int = 1024
     analyze_split: str = "train"
+    # How the preprocessing_fn's statistics are computed. "columnar": one vectorized pass
+    # over decoded columns, and the graph applied to large batches, for a preprocessing_fn
+    # that takes its statistics through components/transform/analyzers.py (the schema-derived
+    # default and the taxi Transform; any other keeps tf.Transform's path); "tft":
+    # tf.Transform's Beam analysis and transform for every preprocessing_fn.
+    analysis: str = setting("columnar", choices=ANALYSES)
     # With ExampleValidator's anomalies wired in, any anomaly stops the run before Transform.
     fail_on_anomalies: bool = True
     # "raw": image features are decoded and resized to image_shape ([height, width, channels])

@@ -1,0 +1,283 @@
+"""ShardedTransform's columnar path: the statistics of a preprocessing_fn that takes them
+through `analyzers.current()` (our schema-derived default, the taxi Transform) computed in one
+vectorized pass, and the transform applied to large batches by the finished graph. It
+imports no TFX; `beam_job.run` picks it (`TransformOptions.analysis`), and any other
+preprocessing_fn keeps tf.Transform's general path.
+
+1. Trace the preprocessing_fn once with `CollectAnalyzers`: a function from a batch of raw
+   tensors to every analyzer's input (`AnalyzerInputs`).
+2. Analyse (a Beam job, one element per file of the analyze split): decode each file's
+   records to Arrow with the codec's compiled decoder, make tensors as tf.Transform's own
+   adapter makes them (`inputs.py`), run the function, add each batch to the numpy accumulators
+   (`statistics.Analysis`); merge the files' and inputs' analyses. With an analyzer cache,
+   each input's analysis is kept (by `inputs.dataset_key` and the function's fingerprint)
+   and an input seen before is not read again.
+3. Trace the preprocessing_fn again with `ConstantAnalyzers` and write it with tf.Transform's
+   own writer (`impl_helper.trace_and_write_v2_saved_model`): a standard TransformGraph
+   (`transform_fn/` with its vocabularies as assets, `transformed_metadata/`), which the
+   stock Trainer, TFMA and TF Serving load as they load tf.Transform's.
+4. Transform (a Beam job, one element per file of every split): the graph from step 3
+   applied to decoded batches of about 64k rows, its outputs converted to Arrow by
+   tf.Transform's converter, then packed and written by the same encoder and sharding
+   writer as the general path.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Callable, Optional, Sequence
+
+import apache_beam as beam
+import numpy as np
+import tensorflow as tf
+from tensorflow_metadata.proto.v0 import schema_pb2
+
+from components import fileio
+from components.transform import analyzers
+from components.transform.inputs import (
+    dataset_key, record_batches, split_paths, tensor_adapter_config)
+from components.transform.options import TransformOptions
+from components.transform.preprocessing import load_preprocessing_fn
+from components.transform.statistics import Analysis, AnalyzerSpec, merged
+
+# What the analyzer cache's entries depend on besides the function: bump when the
+# accumulators change.
+CACHE_VERSION = "columnar-1"
+ANALYSIS_FILE = "columnar_analysis.pkl"
+
+
+class AnalyzerInputs:
+    """The preprocessing_fn traced once with `CollectAnalyzers`: `specs` (the statistics it
+    asks for, in order) and `__call__`, a batch of raw tensors -> each analyzer's input."""
+
+    def __init__(self, preprocessing_fn: Callable[[dict], dict], type_specs: dict):
+        self.preprocessing_fn = preprocessing_fn
+        collect = analyzers.CollectAnalyzers()
+
+        def analyzer_inputs(inputs):
+            with analyzers.using(collect):
+                preprocessing_fn(dict(inputs))
+            return {key: dict(parts) for key, parts in collect.inputs.items()}
+
+        self._function = tf.function(analyzer_inputs, autograph=False).get_concrete_function(
+            dict(type_specs))
+        if analyzers.uses_tft_analyzers(self._function.graph):
+            raise NotColumnar("the preprocessing_fn calls tf.Transform's analyzers itself")
+        self.specs: list[AnalyzerSpec] = collect.specs
+
+    def __call__(self, tensors: dict) -> dict[str, dict[str, np.ndarray]]:
+        if not self.specs:
+            return {}
+        return {key: {name: value.numpy() for name, value in parts.items()}
+                for key, parts in self._function(tensors).items()}
+
+    def fingerprint(self) -> str:
+        """Of the computation from raw tensors to analyzer inputs, and the statistics asked
+        for: an analyzer cache entry is for this function and no other."""
+        digest = hashlib.sha256(CACHE_VERSION.encode())
+        digest.update(self._function.graph.as_graph_def().SerializeToString(deterministic=True))
+        digest.update(repr(self.specs).encode())
+        return digest.hexdigest()[:16]
+
+
+class NotColumnar(ValueError):
+    """The preprocessing_fn needs tf.Transform's general path."""
+
+
+# Traced functions and loaded graphs, by what they were made from: a Beam worker in the
+# process that planned the job (DirectRunner's default) reuses them instead of tracing the
+# preprocessing_fn or loading the graph again, each costing seconds.
+_traced: dict[tuple[str, bytes], AnalyzerInputs] = {}
+_loaded: dict[str, tuple] = {}
+
+
+def analyzer_inputs(options: TransformOptions, raw_schema: schema_pb2.Schema
+                    ) -> AnalyzerInputs:
+    """The run's preprocessing_fn traced for its analyzer inputs (raises NotColumnar when
+    it calls tf.Transform's analyzers itself)."""
+    from tfx_bsl.tfxio import tensor_adapter
+
+    key = (options.to_json(), raw_schema.SerializeToString(deterministic=True))
+    if key not in _traced:
+        specs = tensor_adapter.TensorAdapter(tensor_adapter_config(raw_schema)).TypeSpecs()
+        _traced[key] = AnalyzerInputs(load_preprocessing_fn(options, raw_schema), specs)
+    return _traced[key]
+
+
+def columnar_inputs(options: TransformOptions, raw_schema: schema_pb2.Schema
+                    ) -> Optional[AnalyzerInputs]:
+    """The run's analyzer inputs when the columnar path can analyse its preprocessing_fn,
+    else None (tf.Transform's general path)."""
+    try:
+        return analyzer_inputs(options, raw_schema)
+    except NotColumnar as reason:
+        logging.info("Transform takes tf.Transform's general path: %s", reason)
+        return None
+
+
+class _AnalyzeFile(beam.DoFn):
+    """A file of the analyze split -> its `Analysis`."""
+
+    def __init__(self, options: TransformOptions, raw_schema: schema_pb2.Schema):
+        self._options, self._raw_schema = options, raw_schema
+
+    def setup(self):
+        from tfx_bsl.tfxio import tensor_adapter
+
+        self._adapter = tensor_adapter.TensorAdapter(tensor_adapter_config(self._raw_schema))
+        self._inputs = analyzer_inputs(self._options, self._raw_schema)
+
+    def process(self, path: str):
+        analysis = Analysis(self._inputs.specs)
+        for batch in record_batches(path, self._raw_schema):
+            analysis.add(batch.num_rows, self._inputs(
+                self._adapter.ToBatchTensors(batch, produce_eager_tensors=True)))
+        yield analysis.to_bytes()
+
+
+class _MergeAnalyses(beam.CombineFn):
+    def __init__(self, specs: list[AnalyzerSpec]):
+        self._specs = specs
+
+    def create_accumulator(self):
+        return Analysis(self._specs)
+
+    def add_input(self, accumulator, element):
+        return accumulator.merge(Analysis.from_bytes(element))
+
+    def merge_accumulators(self, accumulators):
+        return merged(accumulators, self._specs)
+
+    def extract_output(self, accumulator):
+        return accumulator.to_bytes()
+
+
+def _analyse_inputs(make_pipeline, options: TransformOptions, inputs: dict[str, str],
+                    raw_schema: schema_pb2.Schema, specs: list[AnalyzerSpec], temp_dir: str
+                    ) -> dict[str, Analysis]:
+    """{key: the analysis of that Examples folder's analyze split}, one Beam job for all."""
+    if not inputs:
+        return {}
+    fileio.makedirs(temp_dir)
+    results = {key: fileio.join(temp_dir, f"analysis-{key}.pkl") for key in inputs}
+    with make_pipeline() as pipeline:
+        for key, examples_dir in inputs.items():
+            files = split_paths(examples_dir, options.analyze_split)
+            _ = (pipeline | f"Files[{key}]" >> beam.Create(files)
+                 | f"Analyze[{key}]" >> beam.ParDo(_AnalyzeFile(options, raw_schema))
+                 | f"Merge[{key}]" >> beam.CombineGlobally(_MergeAnalyses(specs))
+                 | f"Keep[{key}]" >> beam.Map(lambda data, path: fileio.write_bytes(path, data),
+                                              results[key]))
+    return {key: Analysis.from_bytes(fileio.read_bytes(path)) for key, path in results.items()}
+
+
+def analyze(make_pipeline, options: TransformOptions, examples_dirs: Sequence[str],
+            raw_schema: schema_pb2.Schema, inputs_fn: AnalyzerInputs, graph_dir: str,
+            temp_dir: str) -> dict[str, list[str]]:
+    """Analyses the analyze split of every input (or takes an input's analysis from the
+    analyzer cache) and writes the transform graph into `graph_dir`. Returns the inputs
+    analysed and those taken from the cache."""
+    cache_dir, fingerprint = options.analyzer_cache_dir, inputs_fn.fingerprint()
+
+    def cached_path(examples_dir: str) -> Optional[str]:
+        if not cache_dir:
+            return None
+        return fileio.join(cache_dir, dataset_key(examples_dir), fingerprint, ANALYSIS_FILE)
+
+    from_cache = {d: Analysis.from_bytes(fileio.read_bytes(cached_path(d)))
+                  for d in examples_dirs if cached_path(d) and fileio.exists(cached_path(d))}
+    to_read = {dataset_key(d): d for d in examples_dirs if d not in from_cache}
+    read = _analyse_inputs(make_pipeline, options, to_read, raw_schema, inputs_fn.specs,
+                           temp_dir)
+    for key, analysis in read.items():
+        if cache_dir:
+            fileio.makedirs(fileio.dirname(cached_path(to_read[key])))
+            fileio.write_bytes(cached_path(to_read[key]), analysis.to_bytes())
+    total = merged([*from_cache.values(), *read.values()], inputs_fn.specs)
+    write_transform_graph(inputs_fn.preprocessing_fn, raw_schema, inputs_fn.specs,
+                          total.values(), graph_dir, temp_dir)
+    return {"analysed": [d for d in examples_dirs if d not in from_cache],
+            "from_cache": [d for d in examples_dirs if d in from_cache]}
+
+
+def write_transform_graph(preprocessing_fn: Callable[[dict], dict],
+                          raw_schema: schema_pb2.Schema, specs: list[AnalyzerSpec],
+                          values: dict, graph_dir: str, temp_dir: str) -> None:
+    """The preprocessing_fn with its statistics as constants, written as tf.Transform writes
+    a finished transform graph: `transform_fn/` (SavedModel, vocabularies as assets) and
+    `transformed_metadata/` (the output schema, its domains from the graph's annotations,
+    and the asset map)."""
+    from tensorflow_transform import impl_helper
+    from tensorflow_transform.tf_metadata import metadata_io
+    from tfx_bsl.tfxio import tensor_adapter
+
+    type_specs = tensor_adapter.TensorAdapter(tensor_adapter_config(raw_schema)).TypeSpecs()
+    # The asset's file name is the vocabulary's name: a folder of their own.
+    vocabulary_dir = fileio.join(temp_dir, "vocabularies")
+    fileio.makedirs(vocabulary_dir)
+
+    def preprocessing_fn_with_constants(inputs: dict) -> dict:
+        # Traced more than once (the function, then its schema): each trace asks anew.
+        constants = analyzers.ConstantAnalyzers(specs, values, vocabulary_dir)
+        with analyzers.using(constants):
+            outputs = preprocessing_fn(inputs)
+        constants.check_all_asked()
+        return outputs
+
+    transform_fn = fileio.join(graph_dir, "transform_fn")
+    impl_helper.trace_and_write_v2_saved_model(
+        transform_fn, preprocessing_fn_with_constants, dict(type_specs), temp_dir,
+        baseline_analyzers_fingerprint={}, tensor_replacement_map=None,
+        output_keys_to_name_map=None, save_options=None)
+    # tf.Transform's writer leaves the output schema inside the SavedModel's folder; its
+    # Beam job publishes it beside the SavedModel instead, where TFTransformOutput reads it.
+    inner = fileio.join(transform_fn, impl_helper.METADATA_DIR_NAME)
+    metadata = metadata_io.read_metadata(inner)
+    fileio.rmtree(inner)
+    transformed = fileio.join(graph_dir, "transformed_metadata")
+    metadata_io.write_metadata(metadata, transformed)
+    vocabularies = [s.vocab_filename or s.key for s in specs if s.kind == "vocabulary"]
+    if vocabularies:
+        fileio.write_text(fileio.join(transformed, "asset_map"),
+                          json.dumps({name: name for name in vocabularies}))
+
+
+class _TransformFile(beam.DoFn):
+    """A file of one split -> its rows transformed, as Arrow record batches (the general
+    path's TransformDataset gives the same)."""
+
+    def __init__(self, raw_schema: schema_pb2.Schema, graph_dir: str):
+        self._raw_schema, self._graph_dir = raw_schema, graph_dir
+
+    def setup(self):
+        import tensorflow_transform as tft
+        from tensorflow_transform import impl_helper
+        from tfx_bsl.tfxio import tensor_adapter
+
+        self._adapter = tensor_adapter.TensorAdapter(tensor_adapter_config(self._raw_schema))
+        if self._graph_dir not in _loaded:
+            output = tft.TFTransformOutput(self._graph_dir)
+            _loaded[self._graph_dir] = (output.transform_features_layer(),
+                                        impl_helper.make_tensor_to_arrow_converter(
+                                            output.transformed_metadata.schema))
+        self._layer, self._converter = _loaded[self._graph_dir]
+
+    def process(self, path: str):
+        for batch in record_batches(path, self._raw_schema):
+            transformed = self._layer(self._adapter.ToBatchTensors(
+                batch, produce_eager_tensors=True))
+            yield self._converter.convert(transformed)
+
+
+def release(graph_dir: str) -> None:
+    """Forgets the graph this process loaded from `graph_dir` (once its job is done)."""
+    _loaded.pop(graph_dir, None)
+
+
+def transformed_batches(pipeline, split: str, examples_dirs: Sequence[str],
+                        raw_schema: schema_pb2.Schema, graph_dir: str):
+    """A PCollection of one split's rows of every input, transformed."""
+    files = [path for d in examples_dirs for path in split_paths(d, split)]
+    return (pipeline | f"Files[{split}]" >> beam.Create(files)
+            | f"Transform[{split}]" >> beam.ParDo(_TransformFile(raw_schema, graph_dir)))

@@ -1,0 +1,102 @@
+"""The Examples a Transform reads: each split's files, each input's key in the analyzer cache,
+and their rows as Arrow batches (the codec's compiled decoder) and tensors (tf.Transform's own
+adapter for tf.Examples)."""
+from __future__ import annotations
+
+import hashlib
+from typing import Iterator
+
+from tensorflow_metadata.proto.v0 import schema_pb2
+
+from components import fileio, tfrecord_io
+from components.codec import parser
+
+# Rows a batch holds at most: large enough that TensorFlow's per-call cost vanishes, small
+# enough that a wide schema's batch stays in tens of MB.
+BATCH_ROWS = 1 << 16
+
+
+def split_files(examples_dir: str, split: str) -> str:
+    return fileio.join(examples_dir, f"Split-{split}", "*")
+
+
+def split_paths(examples_dir: str, split: str) -> list[str]:
+    return sorted(fileio.glob(split_files(examples_dir, split)))
+
+
+def dataset_key(examples_dir: str) -> str:
+    """The analyzer cache's name for one input's analysis: stable for the same Examples
+    artifact (its folder), so a span seen in an earlier window is found again."""
+    return "examples-" + hashlib.sha256(examples_dir.rstrip("/").encode()).hexdigest()[:16]
+
+
+def tensor_adapter_config(raw_schema: schema_pb2.Schema):
+    """How raw examples become tensors: tfx_bsl's TFXIO for tf.Examples, whose adapter
+    tf.Transform's own analysis uses."""
+    from tfx_bsl.public import tfxio
+
+    return tfxio.TFExampleRecord(file_pattern="unused", schema=raw_schema,
+                                 telemetry_descriptors=["tfrp", "transform"]
+                                 ).TensorAdapterConfig()
+
+
+def record_batches(path: str, raw_schema: schema_pb2.Schema) -> Iterator:
+    """A file's tf.Examples as Arrow record batches of at most BATCH_ROWS rows, decoded by the
+    codec's compiled decoder in a thread of their own, a batch or two ahead of the caller:
+    inflating, unframing and decoding release the GIL, as the caller's TensorFlow graph
+    does, so the two share the cores."""
+    per_decode = min(BATCH_ROWS, parser.records_per_decode(raw_schema))
+
+    def decoded() -> Iterator:
+        for block in tfrecord_io.iter_record_blocks(path):
+            for part in block.parts(per_decode):
+                yield parser.decode_record_block(part, raw_schema)
+
+    return read_ahead(decoded(), READ_AHEAD)
+
+
+READ_AHEAD = 2
+
+
+def read_ahead(items: Iterator, depth: int) -> Iterator:
+    """`items`, made by a thread of its own at most `depth` ahead of the caller; an error is
+    raised where the item it stopped would have been. Closing the iterator early ends the
+    thread."""
+    import queue
+    import threading
+
+    done = object()
+    slots: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(entry: tuple) -> bool:
+        while not stop.is_set():
+            try:
+                slots.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def fill() -> None:
+        try:
+            for item in items:
+                if not put((item, None)):
+                    return
+            put((done, None))
+        except BaseException as error:  # noqa: BLE001 - handed to the caller
+            put((done, error))
+
+    thread = threading.Thread(target=fill, name="read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = slots.get()
+            if error is not None:
+                raise error
+            if item is done:
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
