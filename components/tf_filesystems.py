@@ -17,11 +17,8 @@ through fileio, on exact keys.
 """
 from __future__ import annotations
 
-import atexit
-import ctypes
 import os
 import re
-import sys
 from typing import Optional, Sequence
 
 from components import fileio
@@ -36,8 +33,8 @@ def needs_tensorflow_io(*uris: Optional[str]) -> bool:
 def register_for(*uris: Optional[str]) -> bool:
     """Makes tf.io.gfile able to open the URIs given (None and other schemes are skipped);
     True when tensorflow-io was loaded for them. Call it before the first s3:// access.
-    The process then ends with its own exit status, not tensorflow-io's abort
-    (`end_without_native_teardown`)."""
+    Once its S3 client has connected, tensorflow-io aborts the process's exit in C++: the
+    process entry points end the process first (pipeline/process_exit.py)."""
     if not needs_tensorflow_io(*uris):
         return False
     endpoint = fileio.s3_endpoint()
@@ -52,8 +49,6 @@ def register_for(*uris: Optional[str]) -> bool:
         raise fileio.StorageError(
             first, "TensorFlow reaches s3:// only through tensorflow-io, which is not "
             "installed here (pip install the tensorflow-io of constraints.txt)", str(e)) from e
-
-    end_without_native_teardown()
     return True
 
 
@@ -61,28 +56,3 @@ def register_for_arguments(arguments: Sequence[str]) -> bool:
     """`register_for` the s3:// URIs named anywhere in a command's arguments (a Kubeflow
     task's executor input is JSON in one argument)."""
     return register_for(*re.findall(r"s3://[^\s\"'\\]+", " ".join(arguments)))
-
-
-_guarded = False
-
-
-def end_without_native_teardown() -> None:
-    """Once tensorflow-io's S3 client has connected, a process aborts in C++ after Python has
-    finished exiting (tensorflow-io 0.37.1 with TensorFlow 2.16: the AWS SDK's static EC2
-    metadata client is destroyed after the SDK's logger; "pure virtual method called",
-    SIGABRT, exit status 134), whatever status Python was exiting with, so an orchestrator
-    sees a finished task as failed. This makes C's exit(), which Python calls with its status
-    after its own finalization (exit handlers run, output flushed), call `_exit` with that
-    status first: glibc's `on_exit` hands the handler the status, and a handler registered
-    last runs first, so it is registered at Python's exit, after whatever the S3 client
-    registered when it connected. What is skipped is the native libraries' static
-    destructors."""
-    global _guarded
-    if not _guarded and sys.platform.startswith("linux"):
-        atexit.register(_register_exit_handler)
-        _guarded = True
-
-
-def _register_exit_handler() -> None:
-    libc = ctypes.CDLL(None)
-    libc.on_exit(ctypes.cast(libc._exit, ctypes.c_void_p), None)

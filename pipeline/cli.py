@@ -1,12 +1,9 @@
 """`tfrp`: a thin command line over the runners and components."""
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import socket
-import sys
-import threading
 import time
 import warnings
 
@@ -17,6 +14,7 @@ import click  # noqa: E402
 from components import fileio, listening  # noqa: E402
 from components.example_gen.options import ExampleGenOptions  # noqa: E402
 from components.trainer.options import DATA_SERVICE_PORT  # noqa: E402
+from pipeline import process_exit  # noqa: E402
 from pipeline.cli_options import given_settings, setting_options, usage_error  # noqa: E402
 
 # Libraries whose INFO and WARNING lines are about their own internals (TFX's metadata queries,
@@ -167,30 +165,41 @@ def compile_command(config_file, assignments, target, output, **named) -> None:
 
 @main.command()
 @click.option("--template", default="build/pipeline.json", show_default=True,
-              type=click.Path(dir_okay=False), help="The output of `tfrp compile`.")
+              help="The output of `tfrp compile` (a path, or gs://...).")
 @click.option("--project", required=True, help="Google Cloud project.")
 @click.option("--region", required=True, help="Vertex AI region, e.g. us-central1.")
 @click.option("--pipeline-root", required=True,
-              help="gs:// folder for this run's artifacts. The serving folder was fixed at "
-                   "compile time.")
+              help="gs:// folder for this run's artifacts.")
 @click.option("--service-account", default=None, help="Run the pipeline as this account.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="A runtime parameter of this run (data_root, train_steps, eval_steps, "
+                   "serving_dir, the blessing thresholds); repeat for several.")
 @click.option("--dry-run", is_flag=True,
               help="Print the job instead: no credentials, no network.")
-def submit(template, project, region, pipeline_root, service_account, dry_run) -> None:
+def submit(template, project, region, pipeline_root, service_account, params,
+           dry_run) -> None:
     """Submit the compiled pipeline to Vertex AI Pipelines."""
     import json
 
     from pipeline import vertex_runner
 
-    if not fileio.exists(template):
-        raise click.ClickException(f"no compiled pipeline at {template}; run `tfrp compile` "
-                                   f"first")
+    given = {}
+    for param in params:
+        key, found, value = param.partition("=")
+        if not found or not key:
+            raise click.ClickException(f"--param {param}: give KEY=VALUE")
+        given[key] = value
+    try:
+        parameters = vertex_runner.parameter_values(template, given)
+    except (vertex_runner.ParameterError, FileNotFoundError) as error:
+        raise click.ClickException(str(error))
     if dry_run:
-        job = vertex_runner.dry_run_job(template, project, region, pipeline_root)
+        job = vertex_runner.dry_run_job(template, project, region, pipeline_root, parameters)
         click.echo(json.dumps(vertex_runner.describe(job, service_account), indent=2,
                               sort_keys=True))
         return
-    job = vertex_runner.build_job(template, project, region, pipeline_root)
+    job = vertex_runner.build_job(template, project, region, pipeline_root,
+                                  parameters=parameters)
     click.echo(f"Submitted {vertex_runner.submit(job, service_account)}")
 
 
@@ -685,39 +694,10 @@ def bench_accuracy(seeds, train_steps, work_dir, as_json) -> None:
 
 
 def entry_point() -> None:
-    """`tfrp` as a process: the command's own exit status, without C++ static teardown.
-
-    Arrow's thread pools, whose workers outlive the interpreter, can abort the process in
-    static destructors at exit ("terminate called without an active exception", exit -6:
-    apache/arrow#34314, #39862), after a command has finished and said so. A finished command
-    therefore ends here: non-daemon threads joined, Python's exit handlers run (logging,
-    temporary folders, multiprocessing), output flushed, and then `os._exit` with its status.
-    An exception click does not handle takes Python's ordinary exit path."""
-    try:
-        main(standalone_mode=True)
-        status = 0
-    except SystemExit as finished:
-        status = _exit_status(finished.code)
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(status)
-
-
-def _exit_status(code) -> int:
-    """What Python's own exit makes of `SystemExit(code)`: None is 0, a message is 1."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
+    """`tfrp` as a process, ending with the command's own exit status whatever native
+    libraries do at exit (pipeline/process_exit.py)."""
+    process_exit.keep_exit_status()
+    main()
 
 
 if __name__ == "__main__":

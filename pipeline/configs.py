@@ -25,6 +25,7 @@ from components.shards import ShardingOptions
 from components.trainer import tasks
 from components.trainer.options import DEFAULT_SEED, InputConfig, TrainerOptions
 from components.transform.options import TransformOptions
+from pipeline.resources import TaskResources
 
 DEFAULT_ROOT = "tfrp_runs"
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -84,6 +85,9 @@ class PipelineConfig:
     # Shards of ExampleGen and Transform: num_shards, shard_size_mb, compression,
     # compression_level (components/shards.py).
     sharding: ShardingOptions = dataclasses.field(default_factory=ShardingOptions)
+    # What each heavy task of a compiled pipeline asks its cluster for: trainer_cpu,
+    # trainer_memory, trainer_accelerator, transform_cpu, ... (pipeline/resources.py).
+    resources: TaskResources = dataclasses.field(default_factory=TaskResources)
     on_bad_record: str = ExampleGenOptions.on_bad_record
     # ExampleGen's engine: "beam" (beam_runner and the Beam flags below) or "spark"
     # (spark_master, e.g. spark://host:7077 or yarn; unset: local[*]). The other components

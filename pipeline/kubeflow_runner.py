@@ -10,8 +10,9 @@ from typing import Any
 
 from tfx import v1 as tfx
 
+from components import fileio
 from components.options import OPTIONS_KEY
-from pipeline import datasets, run_settings, task_entrypoint
+from pipeline import datasets, resources, run_settings, task_entrypoint
 from pipeline.configs import PipelineConfig
 from pipeline.pipeline import PRODUCTION_MODEL, create_pipeline
 
@@ -49,8 +50,10 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> str:
                          "compiler cannot compile; run it on LocalDagRunner, or set spans=1 "
                          "(the latest span) for Kubeflow and Vertex")
     config = container_config(config)
-    output_path = os.path.abspath(output_path)
-    os.makedirs(os.path.dirname(output_path), exist_ok=True)
+    warn_without_registry(config.image_uri)
+    output_path = fileio.absolute(output_path)
+    # TFX's runner writes its job file on this machine; the spec goes to output_path, which
+    # may be a bucket's URI.
     with tempfile.TemporaryDirectory() as workdir:
         runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
             config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
@@ -68,15 +71,30 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> str:
     if production:
         production["cachingOptions"] = {"enableCache": False}
     add_run_settings(spec, config)
+    resources.apply(spec, config.resources)
     for executor in spec["deploymentSpec"]["executors"].values():
         container = executor.get("container", {})
         if container.get("command") == ["python", "-m", task_entrypoint.TFX_ENTRYPOINT]:
             container["command"] = ["python", "-m", task_entrypoint.__name__]
-    partial = output_path + ".partial"  # a failed write never leaves a plausible file
-    with open(partial, "w", encoding="utf-8") as f:
-        json.dump(spec, f, indent=2, sort_keys=True)
-    os.replace(partial, output_path)
+    text = json.dumps(spec, indent=2, sort_keys=True)
+    if fileio.is_remote(output_path):
+        fileio.write_text(output_path, text)  # an object appears whole or not at all
+    else:
+        fileio.makedirs(fileio.dirname(output_path))
+        partial = output_path + ".partial"  # a failed write never leaves a plausible file
+        fileio.write_text(partial, text)
+        fileio.rename(partial, output_path)
     return output_path
+
+
+def warn_without_registry(image: str) -> None:
+    """One line when the image names no registry host: a cluster would pull it from Docker
+    Hub, where it is not."""
+    first = image.split("/")[0]
+    if "/" not in image or not ("." in first or ":" in first or first == "localhost"):
+        logging.warning("image %s names no registry host, so a cluster would pull it from "
+                        "Docker Hub; push it to your registry and compile with --set "
+                        "image=REGISTRY/PROJECT/%s", image, image.split(":")[0].split("/")[-1])
 
 
 

@@ -8,8 +8,8 @@ Kubeflow v2 executor entrypoint, run
   (`Schema: ""`), and TFX's entrypoint cannot find the artifact's class without it
   (tensorflow/tfx#7768); Vertex passes the types on, and they are then left as they are;
 - after tf.io.gfile has been given s3:// for the URIs the task's arguments name (stock
-  components write their artifacts through it), and with the process ending on the task's
-  own exit status (components/tf_filesystems.py).
+  components write their artifacts through it, components/tf_filesystems.py), with the
+  process ending on the task's own exit status (pipeline/process_exit.py).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import runpy
 import sys
 
 from components import tf_filesystems
-from pipeline import run_settings
+from pipeline import process_exit, run_settings
 
 TFX_ENTRYPOINT = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
 INVOCATION_FLAG = "--json_serialized_invocation_args"
@@ -47,6 +47,7 @@ def with_input_types(args: list[str]) -> list[str]:
 
 
 def main() -> None:
+    process_exit.keep_exit_status()
     if sys.argv[1:2] == [run_settings.FLAG]:
         run_settings.main(sys.argv[2:])
         return

@@ -1,30 +1,88 @@
-"""Submits a compiled pipeline to Vertex AI Pipelines as an `aiplatform.PipelineJob`."""
+"""Submits a compiled pipeline to Vertex AI Pipelines as an `aiplatform.PipelineJob`, its
+runtime parameters set (`pipeline/run_settings.py` lists them; the spec's root declares them
+with their compiled defaults)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+import tempfile
+from typing import Any, Mapping, Optional
+
+from components import fileio
+
+
+_KIND_NAMES = {"NUMBER_INTEGER": "an integer", "NUMBER_DOUBLE": "a number",
+               "BOOLEAN": "true or false", "STRING": "a string"}
+
+
+class ParameterError(ValueError):
+    """A --param the compiled pipeline does not take, or a value of the wrong type."""
+
+
+def runtime_parameters(template_path: str) -> dict[str, dict]:
+    """{name: its definition (parameterType, defaultValue)} of the spec's runtime
+    parameters."""
+    spec = _spec(template_path)
+    return dict(spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {}))
+
+
+def parameter_values(template_path: str, given: Mapping[str, str]) -> dict[str, Any]:
+    """`KEY=VALUE` strings typed as the spec declares each parameter (an integer, a number,
+    a string); an unknown name or a value of the wrong type is a ParameterError naming it."""
+    declared = runtime_parameters(template_path)
+    values = {}
+    for name, text in given.items():
+        if name not in declared:
+            raise ParameterError(f"{template_path} takes no runtime parameter {name!r}; it "
+                                 f"takes {', '.join(sorted(declared)) or 'none'}")
+        kind = declared[name].get("parameterType", "STRING")
+        try:
+            values[name] = {"NUMBER_INTEGER": int, "NUMBER_DOUBLE": float,
+                            "BOOLEAN": _boolean}.get(kind, str)(text)
+        except ValueError:
+            raise ParameterError(f"--param {name}={text}: {name} is "
+                                 f"{_KIND_NAMES.get(kind, kind.lower())}") from None
+    return values
+
+
+def _boolean(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ValueError(text)
+    return text.lower() == "true"
+
+
+def _spec(template_path: str) -> dict:
+    if not fileio.exists(template_path):
+        raise FileNotFoundError(f"no compiled pipeline at {template_path}; run `tfrp "
+                                f"compile` first")
+    return json.loads(fileio.read_text(template_path))
 
 
 def build_job(template_path: str, project: str, region: str, pipeline_root: str,
-              credentials: Any = None, enable_caching: Optional[bool] = None):
-    """The PipelineJob for the compiled JSON at `template_path`. Building it reads only the
-    file: with explicit `credentials` nothing touches the network until `.submit()`."""
+              credentials: Any = None, enable_caching: Optional[bool] = None,
+              parameters: Optional[Mapping[str, Any]] = None):
+    """The PipelineJob for the compiled JSON at `template_path` (a path or a bucket's URI),
+    with `parameters` set. Building it reads only the file: with explicit `credentials`
+    nothing else touches the network until `.submit()`."""
     from google.cloud import aiplatform
 
-    with open(template_path, encoding="utf-8") as f:
-        display_name = json.load(f)["pipelineInfo"]["name"]
+    spec = _spec(template_path)
+    # aiplatform reads a local file or gs:// with its own client; ours reads any store.
+    local = fileio.join(tempfile.mkdtemp(prefix="tfrp-submit-"), "pipeline.json")
+    fileio.write_text(local, json.dumps(spec))
     return aiplatform.PipelineJob(
-        display_name=display_name, template_path=template_path,
+        display_name=spec["pipelineInfo"]["name"], template_path=local,
         pipeline_root=pipeline_root, project=project, location=region,
-        credentials=credentials, enable_caching=enable_caching)
+        credentials=credentials, enable_caching=enable_caching,
+        parameter_values=dict(parameters or {}))
 
 
-def dry_run_job(template_path: str, project: str, region: str, pipeline_root: str):
+def dry_run_job(template_path: str, project: str, region: str, pipeline_root: str,
+                parameters: Optional[Mapping[str, Any]] = None):
     """The job as it would be submitted, built with anonymous credentials."""
     from google.auth.credentials import AnonymousCredentials
 
     return build_job(template_path, project, region, pipeline_root,
-                     credentials=AnonymousCredentials())
+                     credentials=AnonymousCredentials(), parameters=parameters)
 
 
 def describe(job, service_account: Optional[str] = None) -> dict:

@@ -28,6 +28,14 @@ if [ -z "${ENGINE:-}" ]; then
     if command -v podman >/dev/null; then ENGINE=podman; else ENGINE=docker; fi
 fi
 say() { echo "build-image: $*" >&2; }
+if ! command -v "$ENGINE" >/dev/null; then
+    say "neither podman nor docker is installed: apt-get install podman buildah mmdebstrap runc (docs/DEPLOYMENT.md)"
+    exit 1
+fi
+if [ "$ENGINE" = docker ] && ! docker info >/dev/null 2>&1; then
+    say "docker is installed but no Docker daemon answers: start it (sudo systemctl start docker), or build with podman, which needs no daemon: apt-get install podman buildah mmdebstrap runc (docs/DEPLOYMENT.md)"
+    exit 1
+fi
 
 build_args=()
 if [ "$ENGINE" = podman ]; then

@@ -30,10 +30,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
-import itertools
 import json
 import os
 import posixpath
+import uuid
 from typing import Callable, Optional
 
 from google.protobuf import json_format, struct_pb2
@@ -75,24 +75,23 @@ class Run:
         return self.folders.values()
 
 
-_artifact_ids = itertools.count(1)
-
-
 def run_spec(spec_file: str, pipeline_root: str,
              execute: Callable[[list[str], str], int],
              outputs_dir: Optional[str] = None, mode: str = VERTEX,
              parameters: Optional[dict] = None, cache_dir: Optional[str] = None,
-             pod_root: Optional[str] = None) -> Run:
+             pod_root: Optional[str] = None,
+             copy: Optional[Callable[[str, str], None]] = None) -> Run:
     """Runs every task of the PipelineSpec in `spec_file` in dependency order, writing under
     `pipeline_root/<pipeline>-<time>/<task>/` (a folder, or a bucket's URI). `execute(command,
     image)` runs one task and returns its exit status. Each task's executor output is a local
     file, as KFP's launcher gives it: under `outputs_dir` (default: the pipeline root), in
     `<pipeline>-<time>/<task>/`. `parameters` set the spec's runtime parameters; `cache_dir`
     turns KFP's cache on (kept there, across runs); `pod_root` is where `KFP_OSS` puts the
-    launcher's local copies (default: beside the executor outputs). Raises TaskFailed at the
-    first task that fails, as KFP stops a run."""
+    launcher's local copies (default: beside the executor outputs), made by `copy(source,
+    destination)`. Raises TaskFailed at the first task that fails, as KFP stops a run."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: one of {MODES}")
+    copy = copy or _copy_existing
     with open(spec_file, encoding="utf-8") as f:
         spec = json_format.ParseDict(json.load(f), pipeline_spec_pb2.PipelineSpec())
     executors = json_format.MessageToDict(spec.deployment_spec)["executors"]
@@ -148,12 +147,12 @@ def run_spec(spec_file: str, pipeline_root: str,
             pipeline_root=pipeline_root, unique_pipeline_id=run_name)
         pod = pod_root or os.path.join(local_root, "pod")
         if mode == KFP_OSS:
-            _download_inputs(executor_input, pod)
+            _download_inputs(executor_input, pod, copy)
         status = execute(command, container["image"])
         if status != 0:
             raise TaskFailed(f"task {name} exited with status {status}")
         if mode == KFP_OSS:
-            _upload_outputs(executor_input, pod)
+            _upload_outputs(executor_input, pod, copy)
         produced[name], produced_parameters[name] = _outputs_after(executor_input)
         run.folders[name] = task_root
         if key:
@@ -265,15 +264,22 @@ def local_path(uri: str, pod_root: str) -> Optional[str]:
     return None
 
 
-def _download_inputs(executor_input: pipeline_spec_pb2.ExecutorInput, pod_root: str) -> None:
+def _copy_existing(source: str, destination: str) -> None:
+    if fileio.exists(source):  # an artifact may hold nothing (no production model yet)
+        fileio.copy_tree(source, destination)
+
+
+def _download_inputs(executor_input: pipeline_spec_pb2.ExecutorInput, pod_root: str,
+                     copy: Callable[[str, str], None]) -> None:
     for artifacts in executor_input.inputs.artifacts.values():
         for artifact in artifacts.artifacts[:1]:  # the launcher copies the first
             path = local_path(artifact.uri, pod_root)
-            if path and fileio.exists(artifact.uri) and not os.path.exists(path):
-                fileio.copy_tree(artifact.uri, path)
+            if path and not os.path.exists(path):
+                copy(artifact.uri, path)
 
 
-def _upload_outputs(executor_input: pipeline_spec_pb2.ExecutorInput, pod_root: str) -> None:
+def _upload_outputs(executor_input: pipeline_spec_pb2.ExecutorInput, pod_root: str,
+                    copy: Callable[[str, str], None]) -> None:
     """Output artifacts the task wrote to their local path, copied to their URIs; a task
     that wrote to the URI itself (as TFX's executors do) leaves no local path, and the
     launcher logs that and goes on."""
@@ -281,7 +287,7 @@ def _upload_outputs(executor_input: pipeline_spec_pb2.ExecutorInput, pod_root: s
         for artifact in artifacts.artifacts:
             path = local_path(artifact.uri, pod_root)
             if path and os.path.exists(path):
-                fileio.copy_tree(path, artifact.uri)
+                copy(path, artifact.uri)
 
 
 def run_twice(folder: str, execute: Callable[[list[str], str], int], *settings: str,
@@ -348,7 +354,7 @@ def _outputs_after(executor_input: pipeline_spec_pb2.ExecutorInput
         outputs[key] = artifacts
     for artifacts in outputs.values():
         for artifact in artifacts.artifacts:
-            artifact.name = str(next(_artifact_ids) + os.getpid() * 1_000_000)
+            artifact.name = str(uuid.uuid4().int >> 80)  # ML Metadata's id, unique
     parameters = dict(written.parameter_values)
     for key, output in executor_input.outputs.parameters.items():
         if key not in parameters and os.path.exists(output.output_file):

@@ -213,3 +213,16 @@ def test_the_process_ends_with_the_commands_status_after_exit_handlers_and_threa
     assert result.returncode == status, result.stderr
     assert result.stdout.splitlines()[-2:] == ["thread finished", "exit handler ran"]
     assert "not reached" not in result.stdout
+
+
+def test_without_glibc_on_exit_the_exit_is_left_as_it_is(monkeypatch):
+    """A C library without `on_exit` (musl): nothing is installed and nothing fails."""
+    from pipeline import process_exit
+
+    class Musl:  # what ctypes finds in a libc without on_exit: no such attribute
+        pass
+
+    monkeypatch.setattr(process_exit, "_libc", Musl)
+    monkeypatch.setattr(process_exit, "_installed", False)
+    assert process_exit.keep_exit_status() is False
+    assert process_exit._installed is False

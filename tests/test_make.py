@@ -50,3 +50,35 @@ def test_nothing_is_done_when_the_packages_are_there(tmp_path):
     result = subprocess.run([shutil.which("bash"), SCRIPT], capture_output=True, text=True,
                             env={"PATH": path}, timeout=60)
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+BUILD_IMAGE = os.path.join(os.path.dirname(__file__), "..", "scripts", "build-image.sh")
+
+
+def _docker_daemon_answers() -> bool:
+    return subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(shutil.which("docker") is None or _docker_daemon_answers(),
+                    reason="needs the docker command with no daemon behind it")
+def test_make_image_with_docker_and_no_daemon_names_both_ways_out(tmp_path):
+    """`make image` where the docker CLI is installed but no daemon runs: one line that says
+    so and names both ways out, before docker's own "Cannot connect" would."""
+    path = _path_with(tmp_path / "bin", ["bash", "dirname", "docker"])
+    result = subprocess.run([shutil.which("bash"), BUILD_IMAGE], capture_output=True,
+                            text=True, env={"PATH": path, "ENGINE": "docker"}, timeout=60)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "build-image: docker is installed but no Docker daemon answers: start it (sudo "
+        "systemctl start docker), or build with podman, which needs no daemon: apt-get "
+        "install podman buildah mmdebstrap runc (docs/DEPLOYMENT.md)"]
+
+
+def test_make_image_with_neither_engine_names_the_packages(tmp_path):
+    path = _path_with(tmp_path / "bin", ["bash", "dirname"])
+    result = subprocess.run([shutil.which("bash"), BUILD_IMAGE], capture_output=True,
+                            text=True, env={"PATH": path}, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "build-image: neither podman nor docker is installed: apt-get install podman buildah "
+        "mmdebstrap runc (docs/DEPLOYMENT.md)"]

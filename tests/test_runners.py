@@ -8,9 +8,12 @@ import json
 import os
 import re
 import socket
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
+import yaml
 
 from conftest import tfrp, tfrp_concurrently
 from pipeline import local_runner, vertex_runner
@@ -201,6 +204,111 @@ def test_dry_run_job_needs_no_network_and_no_credentials(compiled, monkeypatch):
                                     "gs://test-bucket/run-2")
     assert job.credentials.__class__.__name__ == "AnonymousCredentials"
     assert vertex_runner.describe(job)["pipelineSpec"] == json.loads(compiled.read_text())
+
+
+def test_submit_sets_runtime_parameters_typed_as_the_spec_declares_them(compiled):
+    """`tfrp submit --param` sets the root's runtime parameters on the job, each typed as the
+    compiled spec declares it, which the compile gave the compiled values as defaults."""
+    result = tfrp("submit", "--template", str(compiled), "--project", "test-project",
+                  "--region", "europe-west4", "--pipeline-root", "gs://test-bucket/run-3",
+                  "--dry-run", "--param", "train_steps=7", "--param", "data_root=gs://x/y")
+    job = json.loads(result.stdout)
+    assert job["runtimeConfig"]["parameterValues"] == {"train_steps": 7, "data_root": "gs://x/y"}
+    declared = job["pipelineSpec"]["root"]["inputDefinitions"]["parameters"]
+    assert declared["train_steps"] == {"parameterType": "NUMBER_INTEGER", "defaultValue": 1000}
+    assert declared["data_root"] == {"parameterType": "STRING", "defaultValue": "bundled:taxi"}
+    assert declared["serving_dir"]["defaultValue"] == "gs://test-bucket/root/serving"
+    assert {"eval_steps", "min_accuracy", "min_auc", "baseline_tolerance"} <= set(declared)
+    wrong = tfrp("submit", "--template", str(compiled), "--project", "p", "--region", "r",
+                 "--pipeline-root", "gs://b/r", "--dry-run", "--param", "train_stpes=7",
+                 check=False)
+    assert wrong.returncode != 0
+    assert wrong.stderr.strip().splitlines()[-1] == (
+        f"Error: {compiled} takes no runtime parameter 'train_stpes'; it takes "
+        "baseline_tolerance, data_root, eval_steps, min_accuracy, min_auc, serving_dir, "
+        "train_steps")
+    typed = tfrp("submit", "--template", str(compiled), "--project", "p", "--region", "r",
+                 "--pipeline-root", "gs://b/r", "--dry-run", "--param", "train_steps=many",
+                 check=False)
+    assert typed.stderr.strip().splitlines()[-1] == \
+        "Error: --param train_steps=many: train_steps is an integer"
+
+
+def test_runtime_parameters_reach_the_tasks_through_the_run_settings_task(compiled, tmp_path):
+    """The run-settings task applies a run's parameters to the tasks that use them, as KFP
+    hands them to it (its executor input), and settles ExampleGen's source."""
+    spec = json.loads(compiled.read_text())
+    task = spec["root"]["dag"]["tasks"][RUN_SETTINGS]
+    values = {name: value["runtimeValue"]["constant"]
+              for name, value in task["inputs"]["parameters"].items() if "runtimeValue" in value}
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "trips.csv").write_text("a,b\n1,2\n")
+    values.update(train_steps=7, min_accuracy=0.9, baseline_tolerance=0.05,
+                  serving_dir="gs://elsewhere/serving", data_root=str(data))
+    executor_input = {"inputs": {"parameterValues": values},
+                      "outputs": {"outputFile": str(tmp_path / "out" / "output.json")}}
+    subprocess.run([sys.executable, "-m", "pipeline.task_entrypoint", "--run-settings",
+                    "--executor-input", json.dumps(executor_input)], check=True, cwd=ROOT)
+    settled = json.loads((tmp_path / "out" / "output.json").read_text())["parameterValues"]
+    assert json.loads(settled["Trainer-train_args"]) == {"num_steps": 7}
+    metrics = {m["class_name"]: m.get("threshold", {}) for m in json.loads(
+        settled["Evaluator-eval_config"])["metrics_specs"][0]["metrics"]}
+    assert metrics["BinaryAccuracy"]["value_threshold"]["lower_bound"] == 0.9
+    assert metrics["BinaryAccuracy"]["change_threshold"]["absolute"] == -0.05
+    assert metrics["AUC"]["value_threshold"]["lower_bound"] == 0.85  # left as compiled
+    destination = json.loads(settled["Pusher-push_destination"])
+    assert destination["filesystem"]["base_directory"] == "gs://elsewhere/serving"
+    assert json.loads(settled["production_model-options_json"])["serving_dir"] == \
+        "gs://elsewhere/serving"
+    example_gen = json.loads(settled["ShardedExampleGen-options_json"])
+    assert example_gen["source"] == str(data) and example_gen["source_fingerprint"]
+
+
+def test_resources_go_on_the_tasks_containers_as_kfp_writes_them(tmp_path):
+    """Per-component resources land in the executors' container resources, in the units
+    kfp's own set_memory_limit/set_cpu_limit/set_accelerator_* write, and kfp reads the file;
+    the default image, with no registry host, is warned about in one line."""
+    from kfp import compiler, components, dsl
+
+    output = tmp_path / "pipeline.json"
+    result = tfrp("compile", "--output", str(output), "--pipeline-root", "gs://b/r",
+                  "--set", "trainer_accelerator=NVIDIA_TESLA_T4:1",
+                  "--set", "trainer_memory=32G", "--set", "transform_cpu=500m",
+                  "--set", "evaluator_memory=512Mi")
+    warned = [line for line in result.stderr.splitlines() if "registry host" in line]
+    assert len(warned) == 1 and "Docker Hub" in warned[0], result.stderr
+    spec = components.load_component_from_file(str(output)).pipeline_spec
+    executors = json.loads(output.read_text())["deploymentSpec"]["executors"]
+    assert spec.deployment_spec["executors"]["Trainer_executor"]["container"]["resources"]
+
+    @dsl.container_component
+    def reference():
+        return dsl.ContainerSpec(image="alpine")
+
+    @dsl.pipeline
+    def expected():
+        reference().set_accelerator_type("NVIDIA_TESLA_T4").set_accelerator_limit(1) \
+            .set_memory_limit("32G").set_cpu_limit("500m")
+
+    reference_file = tmp_path / "reference.json"
+    compiler.Compiler().compile(expected, str(reference_file))
+    kfp_resources = next(iter(yaml.safe_load(reference_file.read_text())["deploymentSpec"][
+        "executors"].values()))["container"]["resources"]
+    ours = executors["Trainer_executor"]["container"]["resources"]
+    assert ours["accelerator"] == kfp_resources["accelerator"]
+    assert ours["memoryLimit"] == kfp_resources["memoryLimit"]
+    assert executors["ShardedTransform_executor"]["container"]["resources"] == \
+        {"cpuLimit": kfp_resources["cpuLimit"]}
+    assert executors["Evaluator_executor"]["container"]["resources"] == \
+        {"memoryLimit": 512 * 2 ** 20 / 1e9}
+    assert "resources" not in executors["StatisticsGen_executor"]["container"]
+    refused = tfrp("compile", "--output", str(tmp_path / "no.json"),
+                   "--set", "trainer_accelerator=NVIDIA_TESLA_T4:two", check=False)
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "Error: trainer_accelerator is TYPE or TYPE:COUNT (NVIDIA_TESLA_T4:1), not "
+        "'NVIDIA_TESLA_T4:two'")
+    assert not (tmp_path / "no.json").exists()
 
 
 def test_submit_without_compiled_pipeline_is_a_clear_error(tmp_path):

@@ -120,8 +120,7 @@ LOCAL_ONLY = {
     "components/example_gen/fuzz.py": "mutated inputs in a local scratch folder",
     "pipeline/configs.py": "the repository's schemas folder and the YAML config file",
     "pipeline/datasets.py": "writes the bundled digits images to a local folder",
-    "pipeline/kubeflow_runner.py": "the compiled JSON written on this machine",
-    "pipeline/vertex_runner.py": "the compiled JSON read on this machine",
+    "pipeline/kubeflow_runner.py": "the job file TFX's compiler writes in a temporary folder",
     "pipeline/progress.py": "ML Metadata's SQLite file, local by rule (local_runner)",
 }
 _OS_FILE_CALLS = {"listdir", "makedirs", "remove", "rename", "replace", "walk", "stat",
