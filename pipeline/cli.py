@@ -693,6 +693,36 @@ def bench_accuracy(seeds, train_steps, work_dir, as_json) -> None:
     _show(result, bench_lib.table(result), as_json)
 
 
+@bench.command("pipeline")
+@click.option("--rows", multiple=True, type=int, default=[300_000], show_default=True,
+              help="Rows of taxi-like data; repeat for several sizes (two or more give "
+                   "marginal rows/s per stage).")
+@click.option("--sides", default="stock,ours", show_default=True,
+              help="stock: TFX's taxi_pipeline_native_keras example; ours: tfrp run.")
+@click.option("--train-steps", type=int, default=None,
+              help="Training steps on both sides (default: the stock example's, 1,000).")
+@click.option("--repeats", default=1, show_default=True, type=int)
+@click.option("--work-dir", default="tfrp_runs/bench", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--plot", default=None, metavar="FILE.png",
+              help="Also draw each run's seconds per stage, stacked, a panel per size (PNG).")
+def bench_pipeline(rows, sides, train_steps, repeats, work_dir, as_json, plot) -> None:
+    """The whole pipeline stage by stage, each side a whole process on the same taxi-like
+    CSV: seconds per component from each run's ML Metadata, stock's over ours, and each
+    model's quality on its eval split."""
+    from bench import pipeline as bench_lib
+
+    chosen = [side.strip() for side in sides.split(",") if side.strip()]
+    if not chosen or set(chosen) - set(bench_lib.SIDES):
+        raise click.BadParameter(f"{sides!r}: name one or both of "
+                                 f"{', '.join(bench_lib.SIDES)}", param_hint="--sides")
+    result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), repeats, chosen,
+                                     train_steps, log=_log)
+    if plot:
+        _log(f"Chart: {bench_lib.chart(result, plot)}")
+    _show(result, bench_lib.table(result), as_json)
+
+
 def entry_point() -> None:
     """`tfrp` as a process, ending with the command's own exit status whatever native
     libraries do at exit (pipeline/process_exit.py)."""
