@@ -97,8 +97,9 @@ COPY components ./components
 COPY pipeline ./pipeline
 COPY schemas ./schemas
 COPY bench ./bench
+COPY testsupport ./testsupport
 RUN pip install --no-deps --no-build-isolation --no-index --use-pep517 -e . \
-    && python -m compileall -q components pipeline bench
+    && python -m compileall -q components pipeline bench testsupport
 # Compile the encoder's and the framing's loops into the image (numba caches the machine code
 # beside components/codec/wire.py), so a container on the same kind of CPU loads them instead
 # of compiling them (about 6 s) in every step that writes examples.

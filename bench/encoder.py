@@ -24,7 +24,7 @@ BATCH_ROWS = 65_536
 
 def _child(encoder: str, rows: int) -> dict:
     processes.pin_to_one_core()
-    from bench import data
+    from testsupport import data
     from components.codec import serializer
 
     table = data.taxi_like_table(rows)

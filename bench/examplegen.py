@@ -101,7 +101,7 @@ def _child(impl: str, data_dir: str, work_dir: str, beam_args: list[str]) -> dic
 def run_benchmark(rows: int, work_root: str, repeats: int = 3,
                   beam_args: list[str] | None = None, impls=IMPLEMENTATIONS,
                   log: Callable[[str], None] = print) -> dict:
-    from bench import data
+    from testsupport import data
 
     data_dir = os.path.join(work_root, f"taxi-{rows}")
     data.write_taxi_csv(rows, data_dir)

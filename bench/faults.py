@@ -5,7 +5,7 @@ tests, at a size of your choosing. Writes: rows with a unique id (fixed seed) wr
 `write_examples` on a local Spark standalone cluster (two workers, on 127.0.0.1 and
 127.0.0.2) and by ExampleGen on Beam's bundle-retrying BundleBasedDirectRunner, once clean
 and once per fault, each a whole process; the output is read back and every id counted. The
-Trainer's faults are in `bench/trainer_faults.py`. Rows lost (ids missing) and duplicates
+Trainer's faults are in `testsupport/trainer_faults.py`. Rows lost (ids missing) and duplicates
 (ids seen more than once) are counted, not assumed. Time is the whole run against the clean
 run's on the same engine.
 """
@@ -119,7 +119,7 @@ def _beam_run(parts: str, out: str, fault: Optional[str]) -> float:
 def run_benchmark(rows: int, work_dir: str, train_rows: int = 30_000,
                   engines: tuple[str, ...] = ENGINES, log: Callable[[str], None] = print
                   ) -> dict:
-    from bench import trainer_faults
+    from testsupport import trainer_faults
     from components import faults
     from components.spark.cluster import LocalCluster
 

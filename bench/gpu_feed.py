@@ -1,6 +1,6 @@
 """`tfrp bench gpu-feed`: does our TensorFlow-free reader keep an accelerator busy?
 
-Tabular (`--workload tabular`, the default): on taxi-like rows (`bench.data`, fixed seed),
+Tabular (`--workload tabular`, the default): on taxi-like rows (`testsupport.data`, fixed seed),
 every numeric feature dense and packed PACKED_ROWS rows to a block in NUM_FILES plain files,
 written with no TensorFlow, a tabular MLP (`--hidden`, e.g. 128,64 or 1024,1024,1024) trained
 with Adam on MSE to `tips`:
@@ -83,7 +83,7 @@ def write_data(rows: int, folder: str) -> tuple[list[str], str, list[str]]:
     import pyarrow.compute as pc
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    from bench import data
+    from testsupport import data
     from components import packing, record_index, tfrecord_io
     from components.codec import parser, schema_file
     from components.packing.write import pack_batch

@@ -52,7 +52,7 @@ def write_data(rows: int, folder: str) -> dict:
     import pyarrow.csv as pacsv
     import tensorflow as tf
 
-    from bench import data
+    from testsupport import data
     from components.codec import serializer
 
     os.makedirs(folder, exist_ok=True)

@@ -1,6 +1,6 @@
 """`tfrp bench pipeline`: the whole pipeline, stage by stage, ours against TFX's own taxi
 pipeline, each side timed as a user waits for it: a whole fresh child process, imports
-included, on the same seeded taxi-like CSV (`bench.data.taxi_like_table`, one file with a
+included, on the same seeded taxi-like CSV (`testsupport.data.taxi_like_table`, one file with a
 bare header line in a folder of its own).
 
 - `stock`: TFX's `taxi_pipeline_native_keras` example from the installed tfx wheel, built by
@@ -80,33 +80,6 @@ ROW_BASIS = {"ExampleGen": "all", "StatisticsGen": "all", "Transform": "all",
              "Evaluator": "eval"}
 # The metrics the table shows, of those the Evaluator wrote.
 QUALITY = ("binary_accuracy", "auc")
-
-
-def write_bare_csv(rows: int, folder: str, seed: Optional[int] = None) -> str:
-    """`folder`/data.csv: `taxi_like_table(rows)` with a bare header line. Stock CsvExampleGen
-    splits its header line on commas and keeps quotes in the column names, and pyarrow 10's
-    `write_csv` quotes every name (it has no quoting option), so the header is written here
-    and pyarrow writes the rows. Written once per (rows, seed); the stamp sits beside the
-    folder, since both ExampleGens read every file inside it."""
-    import pyarrow.csv as pacsv
-
-    from bench import data
-
-    seed = data.SEED if seed is None else seed
-    path = fileio.join(folder, "data.csv")
-    stamp = folder.rstrip("/") + ".stamp"
-    wanted = f"{rows}:{seed}:bare-header"
-    if fileio.exists(path) and fileio.exists(stamp) and fileio.read_text(stamp) == wanted:
-        return path
-    fileio.makedirs(folder)
-    table = data.taxi_like_table(rows, seed)
-    staging = folder.rstrip("/") + ".csv.partial"
-    with fileio.open_file(staging, "wb") as out:
-        out.write((",".join(table.column_names) + "\n").encode())
-        pacsv.write_csv(table, out, pacsv.WriteOptions(include_header=False))
-    fileio.rename(staging, path)
-    fileio.write_text(stamp, wanted)
-    return path
 
 
 def stock_pipeline(data_dir: str, run_dir: str, train_steps: int = STOCK_TRAIN_STEPS):
@@ -322,11 +295,13 @@ def run_benchmark(sizes: Sequence[int], work_dir: str, repeats: int = 1,
     if unknown or not sides:
         raise ValueError(f"sides {', '.join(unknown) or '(none)'}: choose from "
                          f"{', '.join(SIDES)}")
+    from testsupport import data
+
     train_steps = STOCK_TRAIN_STEPS if train_steps is None else train_steps
     samples: dict[str, dict[str, list]] = {side: {} for side in sides}
     for rows in sorted(set(sizes)):
         data_dir = fileio.join(work_dir, "pipeline-data", f"taxi-{rows}")
-        write_bare_csv(rows, data_dir)
+        data.write_taxi_csv(rows, data_dir)
         for repeat in range(repeats):
             for side in sides:
                 run_dir = fileio.join(work_dir, "pipeline-runs", side)

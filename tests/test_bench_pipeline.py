@@ -12,7 +12,8 @@ import pyarrow.csv as pacsv
 import pytest
 from conftest import tfrp
 
-from bench import data, display
+from bench import display
+from testsupport import data
 from bench import pipeline as bench_pipeline
 
 
@@ -27,7 +28,7 @@ def test_the_bare_header_is_what_stock_csv_example_gen_names_its_features(tmp_pa
 
     rows = 300
     folder = str(tmp_path / "csv")
-    path = bench_pipeline.write_bare_csv(rows, folder)
+    path = data.write_taxi_csv(rows, folder)
     table = data.taxi_like_table(rows)
     assert io_utils.load_csv_column_names(path) == table.column_names
     assert pacsv.read_csv(path).equals(pacsv.read_csv(_written_by_pyarrow(table, tmp_path)))
@@ -50,7 +51,7 @@ def test_the_bare_header_is_what_stock_csv_example_gen_names_its_features(tmp_pa
         assert_that(examples, has_the_tables_features)
 
     stamp_before = os.stat(path).st_mtime_ns
-    assert bench_pipeline.write_bare_csv(rows, folder) == path
+    assert data.write_taxi_csv(rows, folder) == path
     assert os.stat(path).st_mtime_ns == stamp_before  # written once per (rows, seed)
 
 

@@ -34,10 +34,10 @@ def test_examplegen_and_inspect_import_neither_tensorflow_nor_tfx(taxi_slice_dir
     out = str(tmp_path / "out")
     script = (
         "import sys\n"
-        "from pipeline import cli\n"
-        f"cli.main(['examplegen', {os.path.join(taxi_slice_dir, 'data.csv')!r}, {out!r}, "
+        "from pipeline.cli import tfrp\n"
+        f"tfrp.main(['examplegen', {os.path.join(taxi_slice_dir, 'data.csv')!r}, {out!r}, "
         "'--compression-level', '6'], standalone_mode=False)\n"
-        f"cli.main(['inspect', {out!r}, '--limit', '2000', '--format', 'json'], "
+        f"tfrp.main(['inspect', {out!r}, '--limit', '2000', '--format', 'json'], "
         "standalone_mode=False)\n"
         "heavy = [m for m in ('tensorflow', 'tfx', 'tensorflow_model_analysis', "
         "'tensorflow_transform', 'keras') if m in sys.modules]\n"
@@ -203,11 +203,11 @@ def test_the_process_ends_with_the_commands_status_after_exit_handlers_and_threa
     flushed, and the status is the command's."""
     script = (
         "import atexit, sys, threading, time\n"
-        "from pipeline import cli\n"
+        "from pipeline.cli import tfrp\n"
         "atexit.register(lambda: print('exit handler ran'))\n"
         "threading.Thread(target=lambda: (time.sleep(0.5), print('thread finished'))).start()\n"
         f"sys.argv = ['tfrp', *{argv!r}]\n"
-        "cli.entry_point()\n"
+        "tfrp.entry_point()\n"
         "print('not reached')\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == status, result.stderr

@@ -186,7 +186,7 @@ def test_bench_gpu_feed_runs_here_without_tensorflow_and_names_its_device(tmp_pa
     import sys
 
     code = ("import sys; sys.modules['tensorflow'] = None; sys.argv[0] = 'tfrp'\n"
-            "from pipeline.cli import main; main()")
+            "from pipeline.cli.tfrp import main; main()")
     args = ["bench", "gpu-feed", "--rows", "20000", "--batch-size", "2048", "--workers", "2",
             "--hidden", "32,16", "--work-dir", str(tmp_path)]
     result = subprocess.run([sys.executable, "-c", code, *args, "--json"],
@@ -293,7 +293,7 @@ def run_tfrp_without_tensorflow(*args: str):
     import sys
 
     code = ("import sys; sys.modules['tensorflow'] = None; sys.argv[0] = 'tfrp'\n"
-            "from pipeline.cli import main\n"
+            "from pipeline.cli.tfrp import main\n"
             "try:\n"
             "    main()\n"
             "finally:\n"

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 import tensorflow as tf
 
-from bench.trainer_faults import data_service_run, start_data_service, stop, write_row_ids
+from testsupport.trainer_faults import data_service_run, start_data_service, stop, write_row_ids
 from components import taxi
 from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions

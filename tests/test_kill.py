@@ -101,7 +101,7 @@ def check_killed_runs(make_command, tmp_path, full_seconds: float, rows: int) ->
 
 @pytest.fixture(scope="module")
 def big_csv(tmp_path_factory) -> str:
-    from bench.data import write_taxi_csv
+    from testsupport.data import write_taxi_csv
 
     return write_taxi_csv(200_000, str(tmp_path_factory.mktemp("kill") / "csv"))
 
@@ -157,7 +157,7 @@ write_examples(spark.read.csv(source, header=True, inferSchema=True), out, num_s
 def test_spark_writer_killed_at_random_moments(tmp_path_factory, tmp_path):
     """SIGKILL takes the driver and, with its process group, Spark's JVM and Python workers:
     a preempted driver machine."""
-    from bench.data import write_taxi_csv
+    from testsupport.data import write_taxi_csv
 
     source = write_taxi_csv(60_000, str(tmp_path_factory.mktemp("kill_spark") / "csv"))
 

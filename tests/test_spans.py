@@ -11,7 +11,7 @@ import os
 import pytest
 from tfx import v1 as tfx
 
-from bench import corpus
+from testsupport import corpus
 from components.example_gen.component import ShardedExampleGen
 from components.example_gen.inputs import resolve_inputs
 from components.example_gen.options import ExampleGenOptions

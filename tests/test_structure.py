@@ -7,7 +7,7 @@ import ast
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("components", "pipeline", "bench")
+PACKAGES = ("components", "pipeline", "bench", "testsupport")
 
 
 def _modules() -> dict[str, str]:
@@ -102,11 +102,21 @@ def test_the_checker_finds_a_cycle_through_a_lazy_import():
     assert cycles(graph) == [["a", "b", "c"]]
 
 
-def test_components_and_bench_import_no_pipeline():
+def test_components_bench_and_testsupport_import_no_pipeline():
     graph = import_graph()
     wrong = sorted((name, target) for name, targets in graph.items()
-                   if name.startswith(("components", "bench")) for target in targets
-                   if target.split(".")[0] == "pipeline")
+                   if name.startswith(("components", "bench", "testsupport"))
+                   for target in targets if target.split(".")[0] == "pipeline")
+    assert wrong == []
+
+
+def test_only_the_bench_commands_import_bench():
+    """The benchmarks may change without breaking what the tests and the product use: of our
+    code outside bench/, only `tfrp bench`'s commands import it."""
+    graph = import_graph()
+    wrong = sorted((name, target) for name, targets in graph.items()
+                   if name.split(".")[0] != "bench" and name != "pipeline.cli.bench"
+                   for target in targets if target.split(".")[0] == "bench")
     assert wrong == []
 
 

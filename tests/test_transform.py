@@ -302,7 +302,7 @@ def test_a_column_named_as_an_id_also_becomes_ids_of_the_keys_seen_twice(tmp_pat
     import pandas as pd
     import tensorflow_transform as tft
 
-    from bench import corpus
+    from testsupport import corpus
     from components import example_rows
     from components.example_gen import beam_job as example_gen
     from components.example_gen.options import ExampleGenOptions
@@ -405,7 +405,7 @@ def test_the_columnar_path_gives_tf_transforms_default_on_movielens_and_writes_i
     path wrote, packed, are its own graph applied to the raw rows, row for row."""
     import pandas as pd
 
-    from bench import corpus
+    from testsupport import corpus
     from components import example_rows
     from components.example_gen import beam_job as example_gen
     from components.example_gen.options import ExampleGenOptions

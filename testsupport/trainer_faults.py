@@ -10,7 +10,7 @@
   restores the chief's last checkpoint and input position.
 
 Every batch's row ids are logged as it is fetched, so what was read is counted from the rows
-themselves, not assumed. Run as `python -m bench.trainer_faults ARGS`, this module is one
+themselves, not assumed. Run as `python -m testsupport.trainer_faults ARGS`, this module is one
 worker of such a job (TF_CONFIG from the environment).
 """
 from __future__ import annotations
@@ -155,7 +155,7 @@ def start_cluster(examples: str, out: str, workers: int, *, steps: int, batch_si
 
     addresses = [f"127.0.0.1:{port}" for port in free_ports(workers)]
     return [subprocess.Popen(
-        [sys.executable, "-W", "ignore", "-m", "bench.trainer_faults", examples, out,
+        [sys.executable, "-W", "ignore", "-m", "testsupport.trainer_faults", examples, out,
          str(steps), str(batch_size), str(checkpoint_every), str(kill_after), str(kill_worker)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env=process_env(TF_CONFIG=json.dumps({"cluster": {"worker": addresses},

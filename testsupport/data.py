@@ -29,14 +29,23 @@ def taxi_like_table(rows: int, seed: int = SEED) -> pa.Table:
 
 
 def write_taxi_csv(rows: int, folder: str, seed: int = SEED) -> str:
-    """Writes `folder`/data.csv once per (rows, seed) and returns its path."""
+    """`folder`/data.csv: `taxi_like_table(rows, seed)` with a bare header line, written once
+    per (rows, seed). Stock CsvExampleGen splits its header line on commas and keeps quotes in
+    the column names, and pyarrow 10's `write_csv` quotes every name (it has no quoting
+    option), so the header is written here and pyarrow writes the rows. The stamp sits beside
+    the folder, since ExampleGens read every file inside it."""
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "data.csv")
-    stamp = folder.rstrip("/") + ".stamp"  # beside, not inside: readers glob the folder
-    if os.path.exists(path) and os.path.exists(stamp) and \
-            open(stamp).read() == f"{rows}:{seed}":
+    stamp = folder.rstrip("/") + ".stamp"
+    wanted = f"{rows}:{seed}:bare-header"
+    if os.path.exists(path) and os.path.exists(stamp) and open(stamp).read() == wanted:
         return path
-    pacsv.write_csv(taxi_like_table(rows, seed), path)
+    table = taxi_like_table(rows, seed)
+    partial = folder.rstrip("/") + ".csv.partial"
+    with open(partial, "wb") as out:
+        out.write((",".join(table.column_names) + "\n").encode())
+        pacsv.write_csv(table, out, pacsv.WriteOptions(include_header=False))
+    os.replace(partial, path)
     with open(stamp, "w") as f:
-        f.write(f"{rows}:{seed}")
+        f.write(wanted)
     return path

@@ -1,0 +1,3 @@
+from pipeline.cli.tfrp import entry_point
+
+entry_point()
