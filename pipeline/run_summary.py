@@ -57,10 +57,14 @@ class RunSummary:
     analysed_spans: tuple[int, ...] = ()
     cached_spans: tuple[int, ...] = ()
 
-    def format(self) -> str:
+    def format(self, components: bool = True) -> str:
+        """The run as text; `components=False` leaves out the line per component, for a run
+        whose progress already printed one per component as each finished."""
         lines = [f"Run {self.run_id}"]
-        lines += [f"  {node:<{NODE_WIDTH}} {state}" for node, state in self.components.items()]
-        lines += [f"  {node:<{NODE_WIDTH}} resolved" for node in self.resolvers]
+        if components:
+            lines += [f"  {node:<{NODE_WIDTH}} {state}"
+                      for node, state in self.components.items()]
+            lines += [f"  {node:<{NODE_WIDTH}} resolved" for node in self.resolvers]
         cached = list(self.components.values()).count("cached")
         lines.append(f"Reused from cache: {cached} of {len(self.components)} components")
         rows = ", ".join(f"{s}={n:,}" for s, n in self.rows_per_split.items()) or "unknown"

@@ -226,3 +226,47 @@ def test_without_glibc_on_exit_the_exit_is_left_as_it_is(monkeypatch):
     monkeypatch.setattr(process_exit, "_installed", False)
     assert process_exit.keep_exit_status() is False
     assert process_exit._installed is False
+
+
+def _bad_csv(folder, problem: str) -> str:
+    """A CSV of 3,000 good rows (a label of three classes) with one bad row in it: a quote
+    that is never closed near its end, or a row with one field too many."""
+    path = os.path.join(folder, f"{problem}.csv")
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        f.write("a,b,c,label\n")
+        for i in range(3000):
+            if problem == "too-many-fields" and i == 100:
+                f.write("100,x,y,1,extra\n")
+            f.write(f"{i},x,y,{i % 3}\n")
+        if problem == "unterminated-quote":
+            f.write('3000,"never closed,y,1\n')
+            f.writelines(f"{3001 + i},x,y,2\n" for i in range(5))
+    return path
+
+
+BAD_ROWS = {"unterminated-quote": "row 3002: a quote opened in this row is never closed, so "
+                                  "its cell runs on to the end of the file (expected 4 fields, "
+                                  "got 2)",
+            "too-many-fields": "row 102: expected 4 fields, got 5: 1 more than the header has "
+                               "(a delimiter inside an unquoted value?)"}
+
+
+@pytest.mark.parametrize("problem", sorted(BAD_ROWS))
+def test_a_bad_csv_row_is_one_line_naming_the_file_row_and_cause(problem, tmp_path):
+    """Found inside the Beam job: no Beam log line or traceback, only ours (both with -v)."""
+    source = _bad_csv(str(tmp_path), problem)
+    result = tfrp("examplegen", source, str(tmp_path / "out"), check=False, as_user=True)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [f"Error: {source}: {BAD_ROWS[problem]}"]
+    verbose = tfrp("-v", "examplegen", source, str(tmp_path / "out-v"), check=False)
+    assert "Traceback" in verbose.stderr and "apache_beam" in verbose.stderr
+
+
+@pytest.mark.parametrize("problem", sorted(BAD_ROWS))
+def test_a_bad_csv_row_stops_tfrp_run_in_one_line(problem, tmp_path):
+    source = _bad_csv(str(tmp_path), problem)
+    result = tfrp("run", "--dataset", "table", "--data-root", source, "--set", "label_key=label",
+                  "--output-root", str(tmp_path / "runs"), check=False, as_user=True)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [f"Error: the run failed: {source}: {BAD_ROWS[problem]}"]
+    assert re.search(r"^  ShardedExampleGen +failed", result.stdout, re.M)

@@ -83,3 +83,13 @@ def test_live_line_names_the_component_running(tmp_path, capsys):
         time.sleep(0.5)
     shown = capsys.readouterr().out
     assert re.search(r"\r  Trainer\s+running\s+\d+ s \.\.\.", shown), repr(shown)
+
+
+def test_each_component_is_printed_once(runs):
+    """The progress prints a line per component as it finishes; the summary after it does not
+    list them again."""
+    quiet, _ = runs
+    for name in COMPONENTS:
+        lines = re.findall(rf"^  {name}\s", quiet.stdout, re.M)
+        assert len(lines) == 1, f"{name} printed {len(lines)} times:\n{quiet.stdout}"
+    assert re.search(r"^Reused from cache: 0 of 9 components$", quiet.stdout, re.M)

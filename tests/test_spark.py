@@ -422,8 +422,9 @@ def test_examplegen_engine_spark_names_a_bad_row_in_one_line(taxi_slice_dir, tmp
     result = tfrp("examplegen", str(source), str(tmp_path / "out"), "--engine", "spark",
                   "--spark-master", "local[2]", check=False)
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1] == \
-        f"Error: {source}: row 121: expected 18 fields, got 19"
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"Error: {source}: row 121: expected 18 fields, got 19: 1 more than the header has "
+        "(a delimiter inside an unquoted value?)")
     assert not os.path.exists(tmp_path / "out" / shards.MANIFEST_FILE)
 
 

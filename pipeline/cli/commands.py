@@ -16,7 +16,7 @@ from components import fileio, listening  # noqa: E402
 from components.example_gen.options import ExampleGenOptions  # noqa: E402
 from components.trainer.options import DATA_SERVICE_PORT  # noqa: E402
 from pipeline.cli.options import given_settings, setting_options, usage_error  # noqa: E402
-from pipeline.cli.output import Commands, configure_output  # noqa: E402
+from pipeline.cli.output import Commands, configure_output, one_line  # noqa: E402
 
 
 @click.group(cls=Commands)
@@ -72,8 +72,8 @@ def run(config_file, assignments, **named) -> None:
         # the traceback shows where it came from.
         if logging.getLogger().isEnabledFor(logging.INFO):
             raise
-        raise click.ClickException(f"the run failed: {type(e).__name__}: {e}") from e
-    click.echo(summary.format())
+        raise click.ClickException(f"the run failed: {one_line(e)}") from e
+    click.echo(summary.format(components=False))  # the progress printed each one
     from pipeline import report
 
     config = local_runner.local_config(config)

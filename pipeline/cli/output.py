@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 
 import click
@@ -15,6 +16,17 @@ from components import fileio
 _LIBRARY_LOGGERS = ("absl", "tensorflow", "apache_beam", "tfx", "tfx_bsl", "ml_metadata",
                     "tensorflow_transform", "tensorflow_data_validation",
                     "tensorflow_model_analysis")
+
+
+_FAILED_EXECUTION = re.compile(r"^Execution \d+ failed\.$")
+
+
+def one_line(error: BaseException) -> str:
+    """An error as a command prints it: ours (raised by components/) say what went wrong in
+    their message; another library's is named by its type too."""
+    if type(error).__module__.split(".")[0] == "components":
+        return str(error)
+    return f"{type(error).__name__}: {error}"
 
 
 def configure_output(verbose: bool) -> None:
@@ -37,6 +49,12 @@ def configure_output(verbose: bool) -> None:
 
 def _library_errors_only(record: logging.LogRecord) -> bool:
     library = record.name.split(".", 1)[0] in _LIBRARY_LOGGERS
+    if record.name.startswith("apache_beam.runners") and record.exc_info:
+        # A step's exception as Beam logs it on its way up, with its traceback: the command
+        # says the same error itself, in one line.
+        return False
+    if record.name == "absl" and _FAILED_EXECUTION.match(record.getMessage()):
+        return False  # TFX's launcher on a component's failure; the command names the error
     return not library or record.levelno >= logging.ERROR
 
 

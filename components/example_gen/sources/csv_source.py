@@ -259,8 +259,8 @@ def _read_csv_typed(path: str, header: list[str], types: dict, times: list[str],
 
     def on_invalid_row(row) -> str:
         bad.append(BadRecord(path, f"row {row.number}" if row.number else "row ?",
-                             f"expected {row.expected_columns} fields, got "
-                             f"{row.actual_columns}", row.text))
+                             field_count_problem(row.expected_columns, row.actual_columns,
+                                                 row.text), row.text))
         return "skip"
 
     with open_input(path) as f, _invalid_row_decode_errors_muted():
@@ -287,6 +287,22 @@ def _read_csv_typed(path: str, header: list[str], types: dict, times: list[str],
                 raise _ConversionError(int(match.group(1)), match.group(3)) from e
             raise SourceError(f"{path}: {e}") from e
     yield from bad
+
+
+def field_count_problem(expected: int, actual: int, text: str) -> str:
+    """Why a row has another number of fields than the header, as far as its text tells: a
+    quote opened and never closed (the cell then runs on to the end of the file: an odd
+    number of quote characters, escaped quotes coming in pairs), else one field more or fewer
+    than the header and what usually makes that."""
+    counts = f"expected {expected} fields, got {actual}"
+    if text.count('"') % 2:
+        return (f"a quote opened in this row is never closed, so its cell runs on to the end "
+                f"of the file ({counts})")
+    if actual > expected:
+        return (f"{counts}: {actual - expected} more than the header has (a delimiter inside "
+                f"an unquoted value?)")
+    return (f"{counts}: {expected - actual} fewer than the header has (a value left out, or "
+            f"a line break inside an unquoted value?)")
 
 
 def _with_times(batch: pa.RecordBatch, times: list[str]) -> pa.RecordBatch:
