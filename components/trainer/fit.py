@@ -214,6 +214,10 @@ def train(model: tf.keras.Model, strategy: tf.distribute.Strategy, train_data, *
     def test_step(batch):
         return _first_replica(strategy, strategy.run(model.test_step, args=(batch,)))
 
+    # The optimizer's slots made now, not by the first step: a tf.function that creates
+    # variables is traced twice, and a trace of this step takes seconds.
+    with strategy.scope():
+        model.optimizer.build(model.trainable_variables)
     train_writer = tf.summary.create_file_writer(fileio.join(log_dir, "train"))
     eval_writer = tf.summary.create_file_writer(fileio.join(log_dir, "eval"))
     iterator = iter(train_data)

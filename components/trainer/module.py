@@ -11,10 +11,12 @@ raw examples.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
+import time
 from typing import Any, Callable, Mapping, Optional
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -408,6 +410,7 @@ def run_fn(fn_args: Any) -> None:
     # Each worker of a multi-worker cluster runs this in a process of its own.
     tf_filesystems.register_for(fn_args.serving_model_dir, fn_args.model_run_dir,
                                 fn_args.transform_graph_path, *(fn_args.train_files or ()))
+    phases = Phases()
     options = TrainerOptions.from_custom_config(fn_args.custom_config)
     schemas = resolve_schemas(fn_args)
     # ShardedTransform's stored schema says which image features it wrote as raw pixels.
@@ -424,31 +427,54 @@ def run_fn(fn_args: Any) -> None:
                            _label_fn(options, schemas.model), images, train_files)
 
     with corrupt_files_named(train_files + resolve_files(fn_args.eval_files)):
-        statistics = inputs.statistics(fn_args.train_files)
+        with phases("statistics"):
+            statistics = inputs.statistics(fn_args.train_files)
         head = make_head(options, schemas.model, options.label_key, images, statistics.label,
                          schemas.transform_output)
         logging.info("Task: %s%s", head.task, f" ({head.num_classes} classes)"
                      if head.task == tasks.MULTICLASS else "")
-        with strategy.scope():
+        with phases("build"), strategy.scope():
             model = build_model(schemas.model, feature_keys, images, statistics, head,
                                 Periodic.of(options))
             if options.warm_start:
                 warm_start(model, fn_args.base_model, feature_keys)
-        budget = training_budget(fn_args, options)
-        result = fit.train(
-            model, strategy,
-            distribute.distribute(strategy, inputs.dataset_fn(fn_args.train_files, True)),
-            steps=budget.steps, steps_per_epoch=budget.steps_per_epoch,
-            log_dir=folders.run_dir, global_batch_size=options.input.batch_size,
-            eval_data=distribute.distribute(strategy,
-                                            inputs.dataset_fn(fn_args.eval_files, False)),
-            eval_steps=budget.eval_steps,
-            checkpointing=checkpointing,
-            early_stopping=fit.EarlyStopping(budget.patience, budget.eval_steps)
-            if budget.patience and budget.eval_steps else None)
-    _write_input_report(result, head, strategy, inputs, folders.run_dir)
-    export_model(model, fn_args.serving_model_dir, folders, serving_signatures(
-        model, schemas, feature_keys, images, head, options.label_key))
+        with phases("train"):
+            result = _train(model, strategy, inputs, fn_args, options, folders, checkpointing)
+    with phases("export"):
+        export_model(model, fn_args.serving_model_dir, folders, serving_signatures(
+            model, schemas, feature_keys, images, head, options.label_key))
+    _write_input_report(result, head, strategy, inputs, folders.run_dir, phases)
+
+
+class Phases:
+    """Seconds spent in each phase of a training run, for its report: `with phases(name):`."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = time.perf_counter() - started
+
+
+def _train(model: keras.Model, strategy: tf.distribute.Strategy, inputs: "TrainingInput",
+           fn_args: Any, options: TrainerOptions, folders: distribute.WorkerFolders,
+           checkpointing: Optional[fit.Checkpointing]) -> fit.TrainingResult:
+    """The training loop over this run's budget, scored on the eval split."""
+    budget = training_budget(fn_args, options)
+    return fit.train(
+        model, strategy,
+        distribute.distribute(strategy, inputs.dataset_fn(fn_args.train_files, True)),
+        steps=budget.steps, steps_per_epoch=budget.steps_per_epoch,
+        log_dir=folders.run_dir, global_batch_size=options.input.batch_size,
+        eval_data=distribute.distribute(strategy, inputs.dataset_fn(fn_args.eval_files, False)),
+        eval_steps=budget.eval_steps, checkpointing=checkpointing,
+        early_stopping=fit.EarlyStopping(budget.patience, budget.eval_steps)
+        if budget.patience and budget.eval_steps else None)
 
 
 def checkpointing_for(options: TrainerOptions, folders: distribute.WorkerFolders
@@ -523,9 +549,10 @@ def build_model(schema: schema_pb2.Schema, feature_keys: list[str],
 
 
 def _write_input_report(result, head: Head, strategy: tf.distribute.Strategy,
-                        inputs: TrainingInput, run_dir: str) -> None:
+                        inputs: TrainingInput, run_dir: str, phases: Phases) -> None:
     report = result.report()
     report.update(task=head.task, strategy=distribute.strategy_name(strategy),
+                  phase_seconds=phases.seconds,
                   replicas=strategy.num_replicas_in_sync,
                   workers=distribute.cluster_workers(),
                   input_files=sorted(set(inputs.read_files)),
