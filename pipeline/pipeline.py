@@ -17,6 +17,7 @@ from components.example_gen.inputs import resolve_inputs
 from components.example_gen import encode
 from components.evaluator.component import Evaluator
 from components.production_model.component import ProductionModel
+from components.statistics_gen.component import StatisticsGen
 from components.production_model.find import serving_state
 from components.trainer import tasks
 from components.trainer.options import TRANSFORM_SIGNATURE
@@ -156,7 +157,7 @@ def create_pipeline(
     # driver task settles the spans and the fingerprint at each run, not this build.
     example_gen = ShardedExampleGen(resolved, settle=True) if local else \
         ShardedExampleGen(example_gen_options, settle=False)
-    statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
+    statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"])
     if config.schema_file:
         schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_file)
     else:
