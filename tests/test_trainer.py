@@ -402,3 +402,33 @@ def test_corrupt_training_shard_fails_run_fn_with_the_file_named(corrupt_shard, 
                        match=f"shard-00000: corrupt TFRecord at byte offset {offset}"):
         module.run_fn(args)
     assert not os.path.exists(args.serving_model_dir)
+
+
+def test_a_number_constant_in_training_is_not_scaled_by_its_zero_variance(taxi_examples):
+    """In the taxi slice's first rows a column can be constant (no trip without a tip
+    record, a flag never set). Scaled by its training variance of about 0, the first other
+    value at serving time would enter the model millions strong: it is scaled by 1 instead,
+    and such a row scores like its neighbours, where before it saturated the output."""
+    schema = schema_file.load_schema(taxi_examples)
+    keys = module.model_feature_keys(schema, taxi.TAXI_LABEL, taxi.TAXI_EXCLUDED, {})
+    numbers = module.numeric_keys(schema, keys)
+    data = build_dataset(os.path.join(taxi_examples, "Split-train", "*"), schema, None,
+                         feature_keys=keys, label_fn=taxi.taxi_label,
+                         label_inputs=("tips", "fare"), config=InputConfig(batch_size=64))
+    statistics = module.DataStatistics.of(data.take(4), numbers)
+    varying = max(numbers, key=lambda k: statistics.features[k].variance)
+    constant = module.Moments()
+    constant.add(np.zeros(256))  # a flag never set in training
+    assert module.scaling_variance(constant) == 1.0
+    assert module.scaling_variance(statistics.features[varying]) == \
+        statistics.features[varying].variance
+    flagged = numbers[0]
+    statistics.features[flagged] = constant
+    model = module.build_tabular_model(schema, keys, statistics, module.Head("binary"),
+                                       module.Periodic(frequencies=0))
+    features, _ = next(iter(data))
+    features[flagged] = tf.zeros_like(features[flagged])  # as in every training row
+    scored = model.predict(features, verbose=0).ravel()
+    features[flagged] = tf.ones_like(features[flagged])  # set at serving time
+    shifted = model.predict(features, verbose=0).ravel()
+    assert np.abs(shifted - scored).max() < 0.2

@@ -181,6 +181,16 @@ class DataStatistics:
         return cls(features, label)
 
 
+def scaling_variance(moments: Moments) -> float:
+    """The variance a number is scaled by: its training rows' own, or 1 when it is constant
+    there (a missing-value flag whose column had no gap in training, a column of one value).
+    Scaled by a variance of about 0, a value that differs at serving time (the flag set for
+    the first gap) would enter the model millions strong and swamp every other feature."""
+    if moments.variance <= 1e-12 * max(1.0, moments.mean ** 2):
+        return 1.0
+    return moments.variance
+
+
 def numeric_keys(schema: schema_pb2.Schema, feature_keys: list[str]) -> list[str]:
     """The features the tabular model scales: numbers that are not category ids."""
     features = parser.feature_by_name(schema)
@@ -226,7 +236,7 @@ def build_tabular_model(schema: schema_pb2.Schema, feature_keys: list[str],
                                        else tf.float32)
             moments = statistics.features[name]
             norm = keras.layers.Normalization(axis=None, mean=moments.mean,
-                                              variance=max(moments.variance, 1e-12),
+                                              variance=scaling_variance(moments),
                                               name=f"{safe[name]}_norm")
             scaled.append(norm(tf.cast(inputs[name], tf.float32)))
             continue
