@@ -8,7 +8,8 @@ import posixpath
 import tempfile
 from typing import Any
 
-from tfx import v1 as tfx
+from tfx.orchestration.kubeflow.v2.kubeflow_v2_dag_runner import (
+    KubeflowV2DagRunner, KubeflowV2DagRunnerConfig)
 
 from components import fileio
 from components.options import OPTIONS_KEY
@@ -55,8 +56,8 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> str:
     # TFX's runner writes its job file on this machine; the spec goes to output_path, which
     # may be a bucket's URI.
     with tempfile.TemporaryDirectory() as workdir:
-        runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
-            config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
+        runner = KubeflowV2DagRunner(
+            config=KubeflowV2DagRunnerConfig(
                 default_image=config.image_uri, use_pipeline_spec_2_1=True),
             output_dir=workdir, output_filename=JOB_FILE)
         runner.run(create_pipeline(config, source=datasets.source_for(config, local=False),

@@ -4,7 +4,8 @@ from __future__ import annotations
 import sys
 from typing import Callable, Optional
 
-from tfx import v1 as tfx
+from tfx.orchestration import metadata
+from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
 from components import fileio, tf_filesystems
 from pipeline import progress, run_summary
@@ -34,8 +35,7 @@ def run(config: PipelineConfig, echo: Optional[Callable[[str], None]] = None
     # tf.io.gfile. Beam's DirectRunner workers (direct_num_workers) inherit S3_ENDPOINT from
     # this process's environment and load tensorflow-io with tf.Transform and TFMA.
     tf_filesystems.register_for(config.pipeline_root, config.data_root, config.serving_dir)
-    connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(
-        config.metadata_path)
+    connection = metadata.sqlite_metadata_connection_config(config.metadata_path)
     pipeline = create_pipeline(config, connection)
     # TFX's Beam executors parse sys.argv with absl's flags, where `tfrp -v run` reads as
     # `--verbosity=run` and stops the Evaluator; the pipeline takes nothing from the command
@@ -43,10 +43,10 @@ def run(config: PipelineConfig, echo: Optional[Callable[[str], None]] = None
     command_line, sys.argv = sys.argv, sys.argv[:1]
     try:
         if echo is None:
-            tfx.orchestration.LocalDagRunner().run(pipeline)
+            LocalDagRunner().run(pipeline)
         else:
             with progress.RunProgress(config.metadata_path, echo):
-                tfx.orchestration.LocalDagRunner().run(pipeline)
+                LocalDagRunner().run(pipeline)
     finally:
         sys.argv = command_line
     return run_summary.summarize(config.metadata_path, config.pipeline_name)
