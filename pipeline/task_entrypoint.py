@@ -17,8 +17,12 @@ import json
 import runpy
 import sys
 
-from components import tf_filesystems
-from pipeline import process_exit, run_settings
+from pipeline import process_exit
+
+process_exit.install()  # before the libraries register their exit handlers
+
+from components import tf_filesystems  # noqa: E402
+from pipeline import run_settings  # noqa: E402
 
 TFX_ENTRYPOINT = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
 INVOCATION_FLAG = "--json_serialized_invocation_args"
@@ -47,7 +51,10 @@ def with_input_types(args: list[str]) -> list[str]:
 
 
 def main() -> None:
-    process_exit.keep_exit_status()
+    process_exit.run(_task)
+
+
+def _task() -> None:
     if sys.argv[1:2] == [run_settings.FLAG]:
         run_settings.main(sys.argv[2:])
         return

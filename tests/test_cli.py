@@ -198,13 +198,14 @@ def test_a_wrong_setting_is_named_by_its_flag_on_the_command_line_and_by_name_el
 @pytest.mark.parametrize("argv, status", [(["--help"], 0), (["inspect", "no-such-folder"], 2)])
 def test_the_process_ends_with_the_commands_status_after_exit_handlers_and_threads(
         argv, status):
-    """`tfrp` skips C++ static teardown (where Arrow's pools can abort a finished command),
-    but not Python's: a running thread is joined, exit handlers run, buffered output is
+    """`tfrp` skips the interpreter's finalization and C++ static teardown (where Arrow's
+    pools can abort a finished command), but not what Python's exit does before them: a
+    running thread is joined, exit handlers the libraries registered run, buffered output is
     flushed, and the status is the command's."""
     script = (
         "import atexit, sys, threading, time\n"
         "from pipeline.cli import tfrp\n"
-        "atexit.register(lambda: print('exit handler ran'))\n"
+        "atexit.register(lambda: print('exit handler ran'))  # as a library does\n"
         "threading.Thread(target=lambda: (time.sleep(0.5), print('thread finished'))).start()\n"
         f"sys.argv = ['tfrp', *{argv!r}]\n"
         "tfrp.entry_point()\n"
@@ -213,19 +214,6 @@ def test_the_process_ends_with_the_commands_status_after_exit_handlers_and_threa
     assert result.returncode == status, result.stderr
     assert result.stdout.splitlines()[-2:] == ["thread finished", "exit handler ran"]
     assert "not reached" not in result.stdout
-
-
-def test_without_glibc_on_exit_the_exit_is_left_as_it_is(monkeypatch):
-    """A C library without `on_exit` (musl): nothing is installed and nothing fails."""
-    from pipeline import process_exit
-
-    class Musl:  # what ctypes finds in a libc without on_exit: no such attribute
-        pass
-
-    monkeypatch.setattr(process_exit, "_libc", Musl)
-    monkeypatch.setattr(process_exit, "_installed", False)
-    assert process_exit.keep_exit_status() is False
-    assert process_exit._installed is False
 
 
 def _bad_csv(folder, problem: str) -> str:

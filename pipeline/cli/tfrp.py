@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 from pipeline import process_exit
-from pipeline.cli.bench import bench
-from pipeline.cli.commands import main
+
+process_exit.install()  # before the libraries register their exit handlers
+
+from pipeline.cli.bench import bench  # noqa: E402
+from pipeline.cli.commands import main  # noqa: E402
 
 main.add_command(bench)
 
 
 def entry_point() -> None:
-    """`tfrp` as a process, ending with the command's own exit status whatever native
-    libraries do at exit (pipeline/process_exit.py)."""
-    process_exit.keep_exit_status()
-    main()
+    """`tfrp` as a process, ending with the command's own exit status as soon as Python's
+    exit handlers have run (pipeline/process_exit.py)."""
+    process_exit.run(main)
