@@ -73,12 +73,45 @@ class AnalyzerInputs:
                 for key, parts in self._function(tensors).items()}
 
     def fingerprint(self) -> str:
-        """Of the computation from raw tensors to analyzer inputs, and the statistics asked
-        for: an analyzer cache entry is for this function and no other."""
+        """Of the computation from raw tensors to the analyzers' inputs, and the statistics
+        asked for: an analyzer cache entry is for these and no other. Only the ops the
+        analyzers' inputs depend on count, each by what it is (type, attributes, inputs) and
+        not by name, so a run whose schema changed nothing the analyzers read (a new string
+        value in a domain, a missing-value flag added) finds the analysis of an input it has
+        seen (a span of a rolling window)."""
         digest = hashlib.sha256(CACHE_VERSION.encode())
-        digest.update(self._function.graph.as_graph_def().SerializeToString(deterministic=True))
+        digest.update(_subgraph_digest([tensor for parts in self._function.structured_outputs
+                                        .values() for tensor in parts.values()]).encode())
         digest.update(repr(self.specs).encode())
         return digest.hexdigest()[:16]
+
+
+def _subgraph_digest(outputs: list) -> str:
+    """A digest of the ops `outputs` are computed from, each op named by the digest of its
+    type, attributes and inputs (so names, which differ from trace to trace, do not count),
+    visited without recursion."""
+    digests: dict[str, str] = {}
+    pending = [tensor.op for tensor in outputs]
+    while pending:
+        op = pending[-1]
+        if op.name in digests:
+            pending.pop()
+            continue
+        sources = [tensor.op for tensor in op.inputs] + list(op.control_inputs)
+        waiting = [source for source in sources if source.name not in digests]
+        if waiting:
+            pending.extend(waiting)
+            continue
+        pending.pop()
+        attributes = sorted((key, value.SerializeToString(deterministic=True))
+                            for key, value in op.node_def.attr.items()
+                            if not key.startswith("_"))
+        node = (op.type, attributes,
+                [f"{digests[t.op.name]}:{t.value_index}" for t in op.inputs],
+                sorted(digests[c.name] for c in op.control_inputs))
+        digests[op.name] = hashlib.sha256(repr(node).encode()).hexdigest()
+    return hashlib.sha256(" ".join(f"{digests[t.op.name]}:{t.value_index}"
+                                   for t in outputs).encode()).hexdigest()
 
 
 class NotColumnar(ValueError):
