@@ -24,9 +24,9 @@ import atexit
 import logging
 import os
 import sys
-from typing import Callable, NoReturn
+from typing import Callable, NoReturn, Optional
 
-_status = 0
+_status: Optional[int] = None  # set by `run`: until then the process exits as Python's do
 _installed = False
 
 
@@ -51,6 +51,7 @@ def run(body: Callable[[], object]) -> NoReturn:
     except BaseException:
         _status = 1
         raise
+    _status = 0
     raise SystemExit(0)
 
 
@@ -62,6 +63,8 @@ def _code_of(code) -> int:
 
 
 def _end() -> None:
+    if _status is None:  # the body did not run through `run`: Python's own exit, unchanged
+        return
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:

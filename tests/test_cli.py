@@ -258,3 +258,13 @@ def test_a_bad_csv_row_stops_tfrp_run_in_one_line(problem, tmp_path):
     assert result.returncode == 1
     assert result.stderr.splitlines() == [f"Error: the run failed: {source}: {BAD_ROWS[problem]}"]
     assert re.search(r"^  ShardedExampleGen +failed", result.stdout, re.M)
+
+
+def test_a_process_that_imports_tfrp_without_running_it_exits_as_python_does():
+    """The entry point's exit handler ends the process only for a body run through it:
+    another program that imports the CLI and calls a command keeps its own exit status."""
+    script = ("import sys\n"
+              "from pipeline.cli.tfrp import main\n"
+              "main(['inspect', 'no-such-folder'])\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 2, result.stderr
