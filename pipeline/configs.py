@@ -37,6 +37,8 @@ DEFAULT_IMAGE_TAG = "0.1.0"
 CONTAINER_FLAGS = ("--sdk_container_image", "--worker_harness_container_image")
 # Where the Dockerfile puts the project inside the image.
 CONTAINER_WORKDIR = "/pipeline"
+# The Evaluators a pipeline may run (components/evaluator/component.py).
+EVALUATORS = ("fast", "stock")
 # The preprocessing_fn setting that derives the Transform from the schema.
 SCHEMA_PREPROCESSING = "schema"
 
@@ -164,6 +166,11 @@ class PipelineConfig:
     checkpoint_dir: Optional[str] = TrainerOptions.checkpoint_dir
     # Start from the production model's weights (the latest push, TFX's base_model).
     warm_start: bool = TrainerOptions.warm_start
+    # "fast": our Evaluator (TFMA's metrics, slices and validation on large batches, no Beam);
+    # "stock": TFX's own (TFMA on Beam), for what ours refuses (plots, example weights,
+    # confidence intervals, UDF metrics). Both write the same artifacts.
+    evaluator: str = setting("fast", "The Evaluator: fast (ours) or stock (TFMA on Beam).",
+                             choices=EVALUATORS)
     # Evaluator blesses the model only when every metric reaches its bound (AUC: binary only).
     min_accuracy: float = 0.8
     min_auc: Optional[float] = 0.85

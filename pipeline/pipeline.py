@@ -26,7 +26,7 @@ from components import fileio
 from components.example_gen.component import ShardedExampleGen
 from components.example_gen.inputs import resolve_inputs
 from components.example_gen import encode
-from components.evaluator.component import Evaluator
+from components.evaluator.component import Evaluator, StockEvaluator
 from components.production_model.component import ProductionModel
 from components.statistics_gen.component import StatisticsGen
 from components.production_model.find import serving_state
@@ -81,6 +81,7 @@ def check_data_fits_dataset(config: PipelineConfig, source: str) -> None:
 
 
 PRODUCTION_MODEL = "production_model"
+EVALUATOR = "Evaluator"
 SPAN_RESOLVER = "span_resolver"
 
 
@@ -203,11 +204,11 @@ def create_pipeline(
         eval_args=trainer_pb2.EvalArgs(num_steps=config.eval_steps),
         custom_config=config.trainer_options().as_custom_config(),
     )
-    evaluator = Evaluator(
+    evaluator = (Evaluator if config.evaluator == "fast" else StockEvaluator)(
         examples=example_gen.outputs["examples"], model=trainer.outputs["model"],
         baseline_model=production.outputs["model"]
         if production and config.baseline_tolerance is not None else None,
-        eval_config=eval_config(config))
+        eval_config=eval_config(config)).with_id(EVALUATOR)  # the run summary's name
     pusher = Pusher(
         model=trainer.outputs["model"],
         model_blessing=evaluator.outputs["blessing"],

@@ -529,3 +529,19 @@ def test_image_and_container_paths_match_makefile_and_dockerfile():
     assert re.search(r"^COPY schemas ", dockerfile, re.M)
     # ExampleGen's Spark engine runs a JVM inside the image.
     assert re.search(r"apt-get install [^&]*openjdk-17-jre-headless", dockerfile)
+
+
+def test_the_stock_evaluator_is_one_setting_away(tmp_path):
+    """evaluator=stock puts TFX's own Evaluator (TFMA on Beam) where ours runs by default;
+    both take the same inputs and write the same artifacts."""
+    from components.evaluator.component import Evaluator, StockEvaluator
+    from pipeline.pipeline import create_pipeline
+
+    for choice, expected in (("fast", Evaluator), ("stock", StockEvaluator)):
+        config = PipelineConfig.create(None, {"evaluator": choice,
+                                              "output_root": str(tmp_path)})
+        (evaluator,) = [c for c in create_pipeline(config).components if c.id == "Evaluator"]
+        assert type(evaluator) is expected
+        assert set(evaluator.outputs) == {"evaluation", "blessing"}
+    with pytest.raises(Exception, match="evaluator must be fast or stock"):
+        PipelineConfig.create(None, {"evaluator": "tfma"})

@@ -1,1 +1,2 @@
-"""Stock TFX's Evaluator, taking a ProductionModel's empty artifact as "no baseline yet"."""
+"""The Evaluator: ours (TFMA's metrics and validation without Beam) and stock TFX's, each
+taking a ProductionModel's empty artifact as "no baseline yet"."""

@@ -1,14 +1,62 @@
-"""The Evaluator: stock TFX's component and spec, run by our executor."""
+"""The Evaluators: `Evaluator` (ours: TFMA's metrics, slices and validation without Beam) and
+`StockEvaluator` (stock TFX's, TFMA on Beam). Both have stock's inputs, outputs and
+parameters, so either is a drop-in for the other, and both take a ProductionModel holding no
+model yet as "no baseline"."""
 from __future__ import annotations
 
-from tfx import v1 as tfx
-from tfx.dsl.components.base import executor_spec
+from typing import Any, Optional
 
-from components.evaluator import executor
+import tensorflow_model_analysis as tfma
+from tfx import types
+from tfx.components.evaluator import component as stock
+from tfx.dsl.components.base import base_component, executor_spec
+from tfx.types import standard_artifacts, standard_component_specs
+from tfx.types.component_spec import ExecutionParameter
+from tfx.utils import json_utils
+
+from components.evaluator import executor, stock_executor
+from components.evaluator.options import EvaluatorOptions
+from components.options import OPTIONS_KEY, options_or_settings
 
 
-class Evaluator(tfx.components.Evaluator):
+class EvaluatorSpec(standard_component_specs.EvaluatorSpec):
+    """Stock's Evaluator spec, and our options."""
+
+    PARAMETERS = {**standard_component_specs.EvaluatorSpec.PARAMETERS,
+                  OPTIONS_KEY: ExecutionParameter(type=str, optional=True)}
+
+
+class Evaluator(base_component.BaseComponent):
+    """Evaluates a model (and a baseline) on the eval split as stock's Evaluator does, with
+    the same outputs: a ModelEvaluation that `tfma.load_eval_result`, `load_metrics` and
+    `load_validation_result` read, and a ModelBlessing that stock's Pusher reads. It scores
+    the raw examples through the model's own signatures in large batches and computes the
+    configured TFMA metrics on whole arrays (components/evaluator/evaluate.py). What it does
+    not implement (plots, example weights, confidence intervals, UDF modules, ...) is refused
+    in one line naming StockEvaluator."""
+
+    SPEC_CLASS = EvaluatorSpec
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
+
+    def __init__(self, examples: types.BaseChannel, model: types.BaseChannel,
+                 baseline_model: Optional[types.BaseChannel] = None,
+                 eval_config: Optional[tfma.EvalConfig] = None,
+                 example_splits: Optional[list[str]] = None,
+                 schema: Optional[types.BaseChannel] = None,
+                 options: Optional[EvaluatorOptions] = None, **settings: Any):
+        if eval_config is None:
+            raise ValueError("the Evaluator needs an eval_config")
+        options = options_or_settings(EvaluatorOptions, options, settings)
+        super().__init__(spec=EvaluatorSpec(
+            examples=examples, model=model, baseline_model=baseline_model,
+            eval_config=eval_config, example_splits=json_utils.dumps(example_splits),
+            schema=schema, evaluation=types.Channel(type=standard_artifacts.ModelEvaluation),
+            blessing=types.Channel(type=standard_artifacts.ModelBlessing),
+            **{OPTIONS_KEY: options.to_json()}))
+
+
+class StockEvaluator(stock.Evaluator):
     """Stock TFX's Evaluator (same inputs, outputs and parameters; its outputs read by stock
     components), whose baseline may be a ProductionModel that holds no model yet."""
 
-    EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
+    EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(stock_executor.Executor)

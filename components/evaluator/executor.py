@@ -1,25 +1,123 @@
-"""The Evaluator's executor: stock's, with a baseline that holds no model dropped first."""
+"""The fast Evaluator's executor: a thin adapter from TFX's artifacts to `evaluate.evaluate`,
+with stock's config handling before it and stock's ModelBlessing after it."""
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from tfx.components.evaluator import executor as stock
-from tfx.types import standard_component_specs
+from tfx.components.evaluator import constants
+from tfx.dsl.components.base import base_executor
+from tfx.types import artifact_utils, standard_component_specs as keys
+from tfx.utils import io_utils, json_utils, path_utils, proto_utils
 
-from components.production_model.executor import has_model
+from components import fileio, tf_filesystems
+from components.evaluator import evaluate
+from components.evaluator.options import EvaluatorOptions
+from components.evaluator.stock_executor import without_empty_baseline
+from components.options import OPTIONS_KEY
 
 
-class Executor(stock.Executor):
-    """Before the first push, ProductionModel's artifact is an empty folder. Stock's executor
-    treats a given baseline as a model; without one it drops the eval config's baseline and
-    its change thresholds (rubber stamp), as it does when TFX's resolver finds nothing."""
+class Executor(base_executor.BaseExecutor):
+    """Stock's Evaluator executor, step for step, with the evaluation itself done by
+    `evaluate.evaluate` instead of TFMA on Beam: the eval config gets TFMA's defaults (a
+    baseline model spec only with a baseline model; change thresholds dropped without one),
+    validation runs only when thresholds are configured, and the blessing is written as stock
+    writes it (BLESSED or NOT_BLESSED file; blessed, current_model, current_model_id,
+    baseline_model, baseline_model_id, component_id properties)."""
 
     def Do(self, input_dict: dict[str, list], output_dict: dict[str, list],
            exec_properties: dict[str, Any]) -> None:
-        key = standard_component_specs.BASELINE_MODEL_KEY
-        baselines = input_dict.get(key) or []
-        if baselines and not all(has_model(artifact.uri) for artifact in baselines):
-            logging.info("Evaluator: no production model yet, so no baseline to compare with")
-            input_dict = {name: value for name, value in input_dict.items() if name != key}
-        super().Do(input_dict, output_dict, exec_properties)
+        import tensorflow_model_analysis as tfma
+
+        input_dict = without_empty_baseline(input_dict)
+        options = EvaluatorOptions.from_json(exec_properties.get(OPTIONS_KEY) or "{}")
+        for unsupported in (keys.FEATURE_SLICING_SPEC_KEY, keys.MODULE_FILE_KEY,
+                            keys.MODULE_PATH_KEY, keys.FAIRNESS_INDICATOR_THRESHOLDS_KEY):
+            value = exec_properties.get(unsupported)
+            if value and value != "null":
+                raise evaluate.UnsupportedSetting(
+                    f"the fast Evaluator does not support {unsupported}; use StockEvaluator")
+        if not exec_properties.get(keys.EVAL_CONFIG_KEY):
+            raise ValueError("the Evaluator needs an eval_config")
+        for key in (keys.MODEL_KEY, keys.BASELINE_MODEL_KEY):
+            if len(input_dict.get(key) or []) > 1:
+                raise ValueError(f"There can be only one {key}, there are "
+                                 f"{len(input_dict[key])}.")
+        if not input_dict.get(keys.MODEL_KEY):
+            raise ValueError("the fast Evaluator needs a model to score")
+
+        eval_config = tfma.EvalConfig()
+        proto_utils.json_to_proto(exec_properties[keys.EVAL_CONFIG_KEY], eval_config)
+        has_baseline = bool(input_dict.get(keys.BASELINE_MODEL_KEY))
+        # As stock: rubber stamp, so change thresholds are dropped while there is no baseline.
+        eval_config = tfma.utils.update_eval_config_with_defaults(
+            eval_config, has_baseline=has_baseline, rubber_stamp=True)
+        tfma.utils.verify_eval_config(eval_config)
+        run_validation = bool(tfma.metrics.metric_thresholds_from_metrics_specs(
+            eval_config.metrics_specs, eval_config=eval_config))
+
+        model_paths = {}
+        for spec in eval_config.model_specs:
+            artifact = artifact_utils.get_single_instance(
+                input_dict[keys.BASELINE_MODEL_KEY if spec.is_baseline else keys.MODEL_KEY])
+            model_paths[spec.name] = path_utils.serving_model_path(
+                artifact.uri, path_utils.is_old_model_artifact(artifact))
+            logging.info("Using %s as %s model.", model_paths[spec.name], spec.name)
+        schema = None
+        if input_dict.get(keys.SCHEMA_KEY):
+            from components.codec import schema_file
+
+            schema = schema_file.load_schema(io_utils.get_only_uri_in_dir(
+                artifact_utils.get_single_uri(input_dict[keys.SCHEMA_KEY])))
+        splits = json_utils.loads(exec_properties.get(keys.EXAMPLE_SPLITS_KEY) or "null") \
+            or ["eval"]
+        data_files = []
+        for split in splits:
+            for uri in artifact_utils.get_split_uris(input_dict[keys.EXAMPLES_KEY], split):
+                data_files += split_files(uri)
+        output_uri = artifact_utils.get_single_uri(output_dict[keys.EVALUATION_KEY])
+        tf_filesystems.register_for(output_uri, *model_paths.values(), *data_files)
+        result = evaluate.evaluate(eval_config, data_files, model_paths, output_uri,
+                                   schema=schema, options=options)
+        logging.info("Evaluation complete. Results written to %s.", output_uri)
+
+        if not run_validation:
+            logging.info("No threshold configured, will not validate model.")
+            return
+        write_blessing(artifact_utils.get_single_instance(output_dict[keys.BLESSING_KEY]),
+                       input_dict, exec_properties, result.validation.validation_ok)
+
+
+def split_files(split_uri: str) -> list[str]:
+    """The files of a split folder, as stock reads them (`<split>/*`), hidden ones left out."""
+    if not fileio.isdir(split_uri):
+        raise FileNotFoundError(f"{split_uri}: no such split folder")
+    files = [fileio.join(split_uri, name) for name in sorted(fileio.listdir(split_uri))
+             if not fileio.is_hidden(name)]
+    return [path for path in files if not fileio.isdir(path)]
+
+
+def write_blessing(blessing: Any, input_dict: dict[str, list], exec_properties: dict[str, Any],
+                   blessed: bool) -> None:
+    """The ModelBlessing exactly as stock's executor writes it."""
+    blessing.set_string_custom_property(
+        constants.ARTIFACT_PROPERTY_CURRENT_MODEL_URI_KEY,
+        artifact_utils.get_single_uri(input_dict[keys.MODEL_KEY]))
+    blessing.set_int_custom_property(constants.ARTIFACT_PROPERTY_CURRENT_MODEL_ID_KEY,
+                                     input_dict[keys.MODEL_KEY][0].id)
+    if input_dict.get(keys.BASELINE_MODEL_KEY):
+        baseline = input_dict[keys.BASELINE_MODEL_KEY][0]
+        blessing.set_string_custom_property(constants.ARTIFACT_PROPERTY_BASELINE_MODEL_URI_KEY,
+                                            baseline.uri)
+        blessing.set_int_custom_property(constants.ARTIFACT_PROPERTY_BASELINE_MODEL_ID_KEY,
+                                         baseline.id)
+    if "current_component_id" in exec_properties:
+        blessing.set_string_custom_property("component_id",
+                                            exec_properties["current_component_id"])
+    name = constants.BLESSED_FILE_NAME if blessed else constants.NOT_BLESSED_FILE_NAME
+    fileio.makedirs(blessing.uri)
+    fileio.write_text(fileio.join(blessing.uri, name), "")
+    blessing.set_int_custom_property(
+        constants.ARTIFACT_PROPERTY_BLESSED_KEY,
+        constants.BLESSED_VALUE if blessed else constants.NOT_BLESSED_VALUE)
+    logging.info("Blessing result %s written to %s.", blessed, blessing.uri)

@@ -22,10 +22,7 @@ def load_preprocessing_fn(options: TransformOptions, raw_schema: schema_pb2.Sche
     """The user's preprocessing_fn, or the schema-derived default. A user function may take
     `(inputs, custom_config)`, as in TFX; custom_config carries the raw schema."""
     if options.module_file:
-        spec = importlib.util.spec_from_file_location("user_preprocessing", options.module_file)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        fn = module.preprocessing_fn
+        fn = _module_from_file(options.module_file).preprocessing_fn
     elif options.preprocessing_fn:
         module_name, _, name = options.preprocessing_fn.rpartition(".")
         fn = getattr(importlib.import_module(module_name), name)
@@ -67,3 +64,19 @@ def with_image_storage(preprocessing_fn: Callable[[dict], dict], raw_schema: sch
         return outputs
 
     return preprocessing_fn_with_raw_images
+
+
+def _module_from_file(path: str):
+    """The user's module file as a module registered under a name of its own, as TFX loads
+    one: a function of it pickled for Beam's steps (tf.Transform's analysis traces in them)
+    finds its module, and its module's globals, again by that name."""
+    import hashlib
+    import sys
+
+    name = "tfrp_user_module_" + hashlib.sha256(path.encode()).hexdigest()[:12]
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]

@@ -42,6 +42,8 @@ def configure_output(verbose: bool) -> None:
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     warnings.filterwarnings("ignore", category=FutureWarning, module="google")
     warnings.filterwarnings("ignore", category=DeprecationWarning)
+    # Keras on loading a model with Lambda layers (the Evaluator, the warm start).
+    warnings.filterwarnings("ignore", category=UserWarning, module="tf_keras")
     # On the handler, not the loggers: absl and TFX set their own loggers' levels later.
     for handler in logging.getLogger().handlers:
         handler.addFilter(_library_errors_only)

@@ -1,0 +1,18 @@
+"""The fast Evaluator's options."""
+from __future__ import annotations
+
+import dataclasses
+
+from components.options import JsonOptions, setting
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluatorOptions(JsonOptions):
+    # 1.5M taxi rows on 2 lightly loaded cores: 15 s at 4,096 rows a call, 20 s at 8,192,
+    # 23 s at 16,384 (2 threads), and 21 s with 2 threads against 25 s with 1 (8,192 rows).
+    # With the cores busy with other work, every setting took 32-37 s.
+    batch_rows: int = setting(
+        4096, "Rows a call of the model's signatures scores.", minimum=1, flag=False)
+    threads: int = setting(
+        2, "Batches scored at once: TensorFlow runs one batch's ops on fewer cores than it "
+           "has.", minimum=1, flag=False)
