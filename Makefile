@@ -12,7 +12,7 @@ IMAGE_TAG ?= 0.1.0
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: run test install system-packages image clean
+.PHONY: run test test-quick install system-packages image clean
 
 install: $(STAMP)
 
@@ -30,6 +30,12 @@ system-packages:
 
 test: system-packages $(STAMP)
 	$(BIN)/python -m pytest
+
+# The everyday tier: no root, no emulator, no image, no JRE, no whole pipeline (pytest.ini's
+# markers say what each test needs); `make test` runs everything, as CI does.
+QUICK := not (pipeline or object_store or image or spark or slow)
+test-quick: $(STAMP)
+	$(BIN)/python -m pytest -m "$(QUICK)"
 
 # podman (or docker) builds the image; scripts/build-image.sh says how, and makes a Debian
 # base with mmdebstrap when no registry is reachable.

@@ -265,3 +265,26 @@ def packed_copy(split: str, folder, rows_per_block: int = 7, files: int = 2
         (folder / f"blocks-{part}.tfrecord").write_bytes(
             tfrecord_io.frame_records(blocks)[0].tobytes())
     return sorted(str(p) for p in folder.iterdir()), packed_schema
+
+
+# What a fixture needs, as the marker every test using it must carry (pytest.ini): the quick
+# tier (`make test-quick`) leaves those markers out, so a test without its marker would run
+# there and fail for want of root, an emulator, an image, a JRE or a pipeline's minutes.
+FIXTURE_MARKERS = {
+    "object_stores": "object_store", "stores": "object_store",
+    "spark": "spark", "cluster": "spark", "image": "image",
+    "taxi_cli_run": "pipeline", "taxi_cli_rerun": "pipeline", "taxi_run": "pipeline",
+    "taxi_rerun": "pipeline", "taxi_unblessed_run": "pipeline", "page": "pipeline",
+    "image_runs": "pipeline", "kfp_runs": "pipeline", "table_runs": "pipeline",
+    "gcs_runs": "pipeline", "s3_runs": "pipeline",
+}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    unmarked = [f"{item.nodeid} uses {fixture} without @pytest.mark.{marker}"
+                for item in items for fixture in getattr(item, "fixturenames", ())
+                for marker in [FIXTURE_MARKERS.get(fixture)]
+                if marker and item.get_closest_marker(marker) is None]
+    if unmarked:
+        raise pytest.UsageError("tests without the markers their fixtures need:\n  "
+                                + "\n  ".join(unmarked))

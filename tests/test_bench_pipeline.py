@@ -91,6 +91,7 @@ def test_the_stock_side_is_the_tfx_example_pointed_at_the_run(tmp_path):
         "eval_args": {"num_steps": bench_pipeline.STOCK_EVAL_STEPS}}
 
 
+@pytest.mark.pipeline
 def test_our_side_through_the_command_at_a_small_size(tmp_path):
     """`tfrp bench pipeline --sides ours` on 2,000 rows: each component's seconds read from
     the run's metadata fill the stages, the rest of the process is outside them, the rows

@@ -103,6 +103,7 @@ def test_help_lists_all_commands():
         assert f"  {command}" in out
 
 
+@pytest.mark.slow
 def test_examplegen_shows_progress_bars_on_a_terminal_only(taxi_slice_dir, tmp_path):
     """Under a pseudo-terminal (util-linux `script`) tqdm draws the profile and encode bars to
     the end; piped output, as in CI logs, has none."""
@@ -121,6 +122,7 @@ def test_examplegen_shows_progress_bars_on_a_terminal_only(taxi_slice_dir, tmp_p
     assert "encode:" not in piped.stdout + piped.stderr
 
 
+@pytest.mark.slow
 def test_bench_plot_draws_one_labelled_bar_per_path(tmp_path):
     """`--plot` on a real (small) benchmark: a PNG with a bar per measured path."""
     import matplotlib.image as mpimg
@@ -239,6 +241,7 @@ BAD_ROWS = {"unterminated-quote": "row 3002: a quote opened in this row is never
                                "(a delimiter inside an unquoted value?)"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("problem", sorted(BAD_ROWS))
 def test_a_bad_csv_row_is_one_line_naming_the_file_row_and_cause(problem, tmp_path):
     """Found inside the Beam job: no Beam log line or traceback, only ours (both with -v)."""
@@ -250,6 +253,7 @@ def test_a_bad_csv_row_is_one_line_naming_the_file_row_and_cause(problem, tmp_pa
     assert "Traceback" in verbose.stderr and "apache_beam" in verbose.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("problem", sorted(BAD_ROWS))
 def test_a_bad_csv_row_stops_tfrp_run_in_one_line(problem, tmp_path):
     source = _bad_csv(str(tmp_path), problem)

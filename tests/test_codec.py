@@ -57,6 +57,7 @@ def _parsed(serialized: list[bytes], kinds: dict) -> dict:
             for name, value in parsed.items()}
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tables())
 def test_encoder_equals_tfx_bsl_through_every_parser(table):

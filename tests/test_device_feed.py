@@ -177,6 +177,7 @@ def test_a_resident_dataset_refuses_features_it_cannot_index_by_row():
         device_feed.DeviceResident([{"name": np.array([b"x"], dtype=object)}], "cpu")
 
 
+@pytest.mark.slow
 def test_bench_gpu_feed_runs_here_without_tensorflow_and_names_its_device(tmp_path):
     """`tfrp bench gpu-feed` with small settings, TensorFlow blocked in its process as on
     a machine without it: the three rates, the waiting share, the device it ran on, and an
@@ -304,6 +305,7 @@ def run_tfrp_without_tensorflow(*args: str):
                           text=True)
 
 
+@pytest.mark.slow
 def test_bench_gpu_feed_images_reads_every_image_once_with_each_decode(tmp_path):
     """The image workload with tiny settings (100 64x64 JPEGs and their raw 56x56 twins, the
     small CNN, 2 workers), TensorFlow blocked in its process and its workers: PIL decode in
@@ -488,6 +490,7 @@ def test_the_raw_twins_hold_the_jpegs_images_centre_cropped(tmp_path):
     assert again == data  # reused by its stamp
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the gpu decode runs")
 def test_the_gpu_machine_script_saves_each_run_and_a_failed_one_fails_alone(tmp_path):
     """`bench/gpu_machine.sh run`, scaled down, on this CPU (whose venv holds every module,

@@ -22,6 +22,8 @@ from components.shards import ShardingOptions
 from components.trainer.input import build_dataset
 from components.trainer.options import InputConfig
 
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # What each training process runs: run_fn with real FnArgs, as TFX's Trainer calls it.

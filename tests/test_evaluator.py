@@ -27,6 +27,8 @@ from components.evaluator.metrics import UnsupportedSetting
 from components.evaluator.options import EvaluatorOptions
 from components.trainer import module
 
+pytestmark = pytest.mark.slow
+
 # Absolute, and relative for large values: Keras's metrics (the model's compiled loss, say)
 # sum in float32, TFMA batch by batch and ours at once, so an MSE of 2,500 may differ in its
 # seventh figure.

@@ -54,6 +54,7 @@ def taxi_out(taxi_slice_csv, tmp_path_factory):
 
 
 # --- round trip and formats -----------------------------------------------------------------
+@pytest.mark.slow
 def test_csv_round_trip_every_value(taxi_out, taxi_slice_csv):
     out, manifest = taxi_out
     assert_balanced(manifest)
@@ -86,6 +87,7 @@ def test_csv_round_trip_every_value(taxi_out, taxi_slice_csv):
     assert "Cash" in domains["payment_type"]
 
 
+@pytest.mark.slow
 def test_parquet_lists_nulls_and_bools(tmp_path):
     table = pa.table({
         "id": pa.array([1, 2, 3, 4], pa.int64()),
@@ -223,6 +225,7 @@ def test_num_shards_and_shard_size(taxi_slice_csv, tmp_path):
         assert sizes[-1] <= 1.25 * target
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", [1, 9])
 def test_shard_size_is_met_on_disk_at_every_gzip_level(taxi_slice_csv, tmp_path, level):
     # The cut is planned in record bytes from how far the chunks, gzipped at the run's level,
@@ -236,6 +239,7 @@ def test_shard_size_is_met_on_disk_at_every_gzip_level(taxi_slice_csv, tmp_path,
     assert 0.9 * target <= statistics.median(sizes) <= 1.1 * target, sizes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", ["gzip", "none"])
 def test_sharding_writer_keeps_every_record_in_order_across_chunk_cuts(tmp_path, compression):
     """Records through chunk files and shards come back whole and in order whether a cut
@@ -285,6 +289,7 @@ def test_small_data_gets_one_shard_per_split(taxi_out):
     assert {len(s["shards"]) for s in manifest["splits"].values()} == {1}
 
 
+@pytest.mark.slow
 def test_splits_are_deterministic_and_follow_key(taxi_slice_csv, tmp_path):
     first = run_gen(taxi_slice_csv, tmp_path / "a", splits="train:8,eval:2")
     run_gen(taxi_slice_csv, tmp_path / "b", splits="train:8,eval:2")
@@ -300,6 +305,7 @@ def test_splits_are_deterministic_and_follow_key(taxi_slice_csv, tmp_path):
     assert train and evals and not (train & evals)
 
 
+@pytest.mark.slow
 def test_beam_worker_processes_write_what_one_process_writes(taxi_slice_dir, taxi_examples,
                                                               tmp_path):
     """The DirectRunner in worker processes, with the Beam args the pipeline passes (the
@@ -618,6 +624,7 @@ def messy_dir(tmp_path):
     return folder
 
 
+@pytest.mark.slow
 def test_messy_csv_counts_balance(messy_dir, tmp_path):
     manifest = run_gen(messy_dir, tmp_path / "out", on_bad_record="quarantine")
     assert_balanced(manifest)
@@ -638,6 +645,7 @@ def test_messy_csv_counts_balance(messy_dir, tmp_path):
         ("ragged.csv", "row 3"), ("ragged.csv", "row 4")}
 
 
+@pytest.mark.slow
 def test_fail_mode_names_file_and_row_and_leaves_nothing(messy_dir, tmp_path):
     out = tmp_path / "out"
     with pytest.raises(Exception, match=r"ragged\.csv: row 3: expected 3 fields, got 2"):
@@ -672,6 +680,7 @@ def test_checked_in_taxi_schema_is_curated_inference(taxi_csv, tmp_path):
     assert text_format.MessageToString(inferred) == text_format.MessageToString(checked_in)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["components.example_gen.beam_job",
                                     "components.transform.beam_job"])
 def test_beam_jobs_import_no_tfx(module):

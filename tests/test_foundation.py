@@ -7,11 +7,13 @@ import re
 import subprocess
 import sys
 
+import pytest
 import tensorflow as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.pipeline
 def test_pipeline_registers_examples_schema_and_model(taxi_run):
     _, summary = taxi_run
     for type_name in ("Examples", "Schema", "TransformGraph", "Model", "ModelEvaluation",
@@ -25,6 +27,7 @@ def test_pipeline_registers_examples_schema_and_model(taxi_run):
     assert os.path.exists(summary.schema_path)
 
 
+@pytest.mark.pipeline
 def test_stock_statistics_and_schema_gen_consume_our_examples(taxi_run):
     """Stock StatisticsGen read our shards: its per-split counts equal our manifest's."""
     from tensorflow_data_validation.utils import stats_util
@@ -44,6 +47,7 @@ def test_stock_statistics_and_schema_gen_consume_our_examples(taxi_run):
     assert 'name: "fare"' in text and "type: FLOAT" in text
 
 
+@pytest.mark.pipeline
 def test_pushed_model_scores_a_serialized_example(taxi_run, taxi_slice_dir):
     _, summary = taxi_run
     assert summary.pushed_model and os.path.isdir(summary.pushed_model)

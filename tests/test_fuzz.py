@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from components import shards, tfrecord_io
 from components.example_gen import beam_job, fuzz
 from components.example_gen.options import ExampleGenOptions
@@ -14,6 +16,7 @@ from conftest import tfrp
 CI_SEED, CI_CASES = 0, 42
 
 
+@pytest.mark.slow
 def test_fixed_seed_set_ends_in_clear_errors_or_balanced_runs():
     result = tfrp("fuzz", "--cases", str(CI_CASES), "--seed", str(CI_SEED), "--json",
                   check=False)
@@ -26,6 +29,7 @@ def test_fixed_seed_set_ends_in_clear_errors_or_balanced_runs():
         summary["by_format"]
 
 
+@pytest.mark.slow
 def test_the_printed_figure_names_every_count():
     result = tfrp("fuzz", "--cases", "2", "--seed", "7", "--jobs", "1")
     assert result.stdout.startswith("seed 7: 2 cases tried, ")

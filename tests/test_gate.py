@@ -16,6 +16,8 @@ from components.example_gen.splits import hash_rows, parse_splits, split_index
 from components.example_gen.options import ExampleGenOptions
 from conftest import tfrp
 
+pytestmark = pytest.mark.pipeline
+
 SPLIT_KEY = "trip_start_timestamp"
 
 
@@ -70,6 +72,7 @@ def test_a_new_string_value_in_eval_stops_the_run_before_transform(new_payment_t
         assert later not in result.stdout
 
 
+@pytest.mark.spark
 def test_with_fail_on_anomalies_false_the_run_goes_on_and_lists_them(new_payment_type):
     """This run also puts ExampleGen on Spark, on a standalone cluster (a master and a worker,
     separate JVMs on 127.0.0.1, with its secret, given as a config file as a user would), so

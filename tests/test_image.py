@@ -19,6 +19,8 @@ import pytest
 from components import tfrecord_io
 from pipeline.configs import DEFAULT_IMAGE, DEFAULT_IMAGE_TAG
 
+pytestmark = pytest.mark.image
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE = f"{DEFAULT_IMAGE}:{DEFAULT_IMAGE_TAG}"
 
@@ -115,6 +117,8 @@ LIST_FOLDER = ("import json, sys\nfrom components import fileio\n"
                "else []))")
 
 
+@pytest.mark.object_store
+@pytest.mark.pipeline
 @pytest.mark.parametrize("scheme", ["gs", "s3"])
 def test_the_compiled_pipeline_runs_in_the_image_as_open_source_kfp_runs_it(
         image, object_stores, tmp_path, scheme):

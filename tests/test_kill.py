@@ -15,6 +15,8 @@ import pytest
 from components import shards, tfrecord_io
 from components.codec import schema_file
 
+pytestmark = pytest.mark.slow
+
 SEED = 15
 KILLS = 3
 
@@ -154,6 +156,7 @@ write_examples(spark.read.csv(source, header=True, inferSchema=True), out, num_s
 """
 
 
+@pytest.mark.spark
 def test_spark_writer_killed_at_random_moments(tmp_path_factory, tmp_path):
     """SIGKILL takes the driver and, with its process group, Spark's JVM and Python workers:
     a preempted driver machine."""
@@ -178,6 +181,7 @@ from components.example_gen.executor import Executor
 from components.example_gen.options import ExampleGenOptions
 from components.options import OPTIONS_KEY
 from components.shards import ShardingOptions
+
 examples = standard_artifacts.Examples()
 examples.uri = sys.argv[2]
 options = ExampleGenOptions(source=sys.argv[1], sharding=ShardingOptions(num_shards=3))

@@ -85,6 +85,7 @@ def test_imports_and_reads_with_tensorflow_blocked(three_shards):
     assert int(result.stdout.split()[-1]) == manifest_rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("data", ["per-row", "packed"])
 def test_values_equal_the_tensorflow_input_function(data, three_shards, packed):
     folder = three_shards if data == "per-row" else packed
@@ -169,6 +170,7 @@ print(sum(theirs.values()))
 """
 
 
+@pytest.mark.slow
 def test_pypi_tfrecord_package_reads_every_record_of_our_shards(three_shards):
     files = shards(three_shards)
     result = subprocess.run([sys.executable, "-c", TFRECORD_PACKAGE_CHECK, *files,
@@ -302,6 +304,7 @@ def test_a_raw_pixel_row_of_the_wrong_size_is_named_by_file_and_offset(tmp_path,
         [list(v) for v in good]
 
 
+@pytest.mark.slow
 def test_reads_stock_csv_example_gen_shards_like_the_tensorflow_input_function(
         stock_taxi_examples):
     """Stock shards write a null as an empty Feature and keep no schema beside them: the
@@ -358,6 +361,7 @@ def assert_one_size_epoch(sizes: list[int], ids: list[int], all_ids: list[int],
         assert len(short) <= 1 and sorted(ids) == sorted(all_ids)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["per-row", "packed"])
 def test_an_epoch_on_any_number_of_workers_has_one_batch_size_but_one(
         airquality_examples, kind, tmp_path):
@@ -439,6 +443,7 @@ print(json.dumps(steps))
 """
 
 
+@pytest.mark.slow
 def test_ddp_ranks_with_two_workers_each_take_the_same_steps_and_every_row_once(
         airquality_examples):
     """Two DDP processes (gloo on 127.0.0.1), two DataLoader workers each, two epochs of R's

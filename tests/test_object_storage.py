@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.object_store
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLIT_KEY = "trip_start_timestamp"
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore"}
@@ -120,6 +122,7 @@ def check_summary(run, bucket: str) -> None:
     assert re.search(rf"^Pushed model: {bucket}/serving/\d+$", run.stdout, re.M), run.stdout
 
 
+@pytest.mark.pipeline
 def test_every_output_of_a_run_rooted_on_gcs_is_in_the_bucket(gcs_runs):
     first = gcs_runs["runs"][0]
     work, bucket, objects = gcs_runs["work"], gcs_runs["bucket"], gcs_runs["objects"]
@@ -128,6 +131,7 @@ def test_every_output_of_a_run_rooted_on_gcs_is_in_the_bucket(gcs_runs):
     check_outputs_in_bucket(first, bucket, objects)
 
 
+@pytest.mark.pipeline
 def test_the_summary_and_report_of_a_gcs_run_are_as_complete_as_a_local_one(gcs_runs):
     first, bucket = gcs_runs["runs"][0], gcs_runs["bucket"]
     check_summary(first, bucket)
@@ -146,10 +150,12 @@ def check_cached_then_replaced_source(runs) -> None:
     assert sum(int(n.replace(",", "")) for n in rows.groups()) == 1500, third.stdout
 
 
+@pytest.mark.pipeline
 def test_a_gcs_run_again_is_cached_and_a_replaced_source_runs_examplegen_again(gcs_runs):
     check_cached_then_replaced_source(gcs_runs["runs"])
 
 
+@pytest.mark.pipeline
 def test_a_run_rooted_on_s3_exits_0_with_every_output_in_the_bucket(s3_runs):
     first, bucket, objects = s3_runs["runs"][0], s3_runs["bucket"], s3_runs["objects"]
     assert "pure virtual method called" not in first.stderr
@@ -161,10 +167,12 @@ def test_a_run_rooted_on_s3_exits_0_with_every_output_in_the_bucket(s3_runs):
     assert "No statistics in this run." not in page and "No schema in this run." not in page
 
 
+@pytest.mark.pipeline
 def test_an_s3_run_again_is_cached_and_a_replaced_source_runs_examplegen_again(s3_runs):
     check_cached_then_replaced_source(s3_runs["runs"])
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("scheme", ["gs", "s3"])
 def test_anomalies_on_a_bucket_stop_the_run_before_transform(object_stores, taxi_slice_dir,
                                                               tmp_path, scheme):
@@ -305,6 +313,7 @@ def test_examplegen_killed_in_its_commit_on_a_bucket_leaves_nothing_readers_coun
     assert rerun.returncode != 0 and f"gsutil -m rm -r {out}" in rerun.stderr, rerun.stderr
 
 
+@pytest.mark.pipeline
 def test_a_folder_of_images_on_gcs_trains_like_the_local_one(object_stores, tmp_path):
     """scikit-learn's digits (400 of them) as PNGs and a labels.csv in a bucket: ExampleGen
     reads every image (the same rows as from the local folder) and the pipeline trains,
@@ -424,6 +433,7 @@ def test_s3_without_tensorflow_io_is_named_in_one_line(tmp_path):
 RENAMES = """
 import json, sys
 from components import fileio
+
 bucket = sys.argv[1]
 for name in ("a/shard", "a/shard.idx", "a/shard-1", "folder/x", "folder/sub/y", "folder.keep/z"):
     fileio.write_bytes(f"{bucket}/{name}", name.encode())

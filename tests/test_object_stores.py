@@ -12,6 +12,8 @@ import pytest
 
 from object_stores import start_object_stores, unavailable_reason
 
+pytestmark = pytest.mark.object_store
+
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):

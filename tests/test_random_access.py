@@ -63,6 +63,7 @@ def test_record_i_of_our_shards_is_the_ith_of_a_sequential_read(wine_examples):
             reader[len(records)]
 
 
+@pytest.mark.slow
 def test_stock_example_gen_output_after_tfrp_index(stock_taxi_examples, tmp_path):
     """Stock CsvExampleGen's gzip shards (one member each): `tfrp index` writes their member
     index under the artifact's index/ folder (not in Split-*, which stock readers glob), after
@@ -88,6 +89,7 @@ def test_stock_example_gen_output_after_tfrp_index(stock_taxi_examples, tmp_path
     assert f"total: {total:,} records" in counted and "(read)" not in counted
 
 
+@pytest.mark.slow
 def test_plain_idx_files_are_what_tfrecord2idx_writes(wine_examples, tmp_path):
     """Our writer leaves each plain shard's `.idx` in the artifact's index/ folder as it
     writes the shard; it is byte for byte what the `tfrecord` package's tfrecord2idx writes,
@@ -132,6 +134,7 @@ def test_row_i_of_the_source_is_the_ith_row_read_in_order(wine_examples):
         assert source[-1]["index"].tolist() == [rows[-1]["index"]]
 
 
+@pytest.mark.slow
 def test_rows_of_packed_blocks_by_index(wine_examples, tmp_path):
     """Packed 7 rows to a block (the last short): row i is found in its block."""
     import pyarrow as pa
@@ -159,6 +162,7 @@ def test_rows_of_packed_blocks_by_index(wine_examples, tmp_path):
             assert source[i][name].tolist() == ([] if value is None else [value]), (i, name)
 
 
+@pytest.mark.slow
 def test_pytorch_map_style_loading_shuffles_and_shards_every_row_once(wine_examples):
     import torch
     from torch.utils.data import DataLoader, DistributedSampler
@@ -183,6 +187,7 @@ def test_pytorch_map_style_loading_shuffles_and_shards_every_row_once(wine_examp
                for batch in DataLoader(dataset, batch_size=4))
 
 
+@pytest.mark.slow
 def test_grain_loads_every_row_once_per_shard_and_resumes_from_its_checkpoint(
         wine_examples):
     """`ExampleSource` is a Grain RandomAccessDataSource: Grain's IndexSampler shuffles and
@@ -289,6 +294,7 @@ def global_epochs(files, schema, epochs: int, context=None, **settings) -> list[
     return [int(v) for batch in batches for v in batch]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drop_remainder", [False, True])
 def test_a_bounded_read_of_our_shards_knows_its_batches_before_it_is_read(wine_examples,
                                                                           tmp_path,
@@ -332,6 +338,7 @@ def per_row_wine(wine_examples) -> tuple[list[str], object]:
     return sorted(glob.glob(os.path.join(split, "*"))), schema_file.find_schema(split)
 
 
+@pytest.mark.slow
 def test_a_global_shuffle_epoch_yields_every_row_once_in_a_new_order(wine_examples, tmp_path):
     """Per-row shards (gzip and plain) and the same rows packed 7 to a block: each epoch holds
     every row exactly once, the two epochs in different orders, neither the file order. The
@@ -352,6 +359,7 @@ def test_a_global_shuffle_epoch_yields_every_row_once_in_a_new_order(wine_exampl
         assert first != second and first != sorted(first), kind
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["per-row", "packed"])
 def test_a_global_order_resumed_on_another_number_of_pipelines_yields_each_row_once(
         wine_examples, tmp_path, kind):
@@ -381,6 +389,7 @@ def test_a_global_order_resumed_on_another_number_of_pipelines_yields_each_row_o
     assert sorted(whole[:len(ids)]) == ids
 
 
+@pytest.mark.slow
 def test_map_style_batches_have_one_size_but_one_on_any_number_of_workers(
         airquality_examples):
     """torch's RandomSampler and BatchSampler cut the batches in the loading process, so

@@ -15,6 +15,8 @@ from components import example_rows, shards
 from components.example_gen import engine
 from components.example_gen.options import ExampleGenOptions
 
+pytestmark = pytest.mark.slow
+
 SAMPLE = 150
 
 
@@ -58,6 +60,7 @@ def test_examplegen_takes_a_seeded_sample_of_real_tables(tables, tmp_path):
     assert balanced == SAMPLE, {n: o for n, o in outcomes.items() if o != "balanced"}
 
 
+@pytest.mark.pipeline
 def test_the_raw_penguins_train_to_a_model_that_serves_a_raw_example(tmp_path):
     """The raw penguins table as its package ships it: names with spaces, parentheses and a
     slash (`Delta 15 N (o/oo)`), an ISO date column, NAs, and an int label with two NAs.
@@ -125,6 +128,7 @@ def test_the_raw_penguins_train_to_a_model_that_serves_a_raw_example(tmp_path):
     assert f"r_squared={r_squared:.4g}" in result.stdout
 
 
+@pytest.mark.pipeline
 def test_the_model_is_scaled_by_every_training_row_not_the_first_batches(tmp_path):
     """A real table sorted by a feature, as exports often are (flights by date): the first
     batches hold a sliver of that feature's range. Scaling by them once sent a model's loss

@@ -12,6 +12,8 @@ import pytest
 
 from pipeline import report
 
+pytestmark = pytest.mark.pipeline
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--no-first-run", "--disable-sync"]

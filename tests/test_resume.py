@@ -22,6 +22,8 @@ from components import packing
 from components.packing.write import pack_batch
 from components.codec import schema_file
 
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROWS, BATCH, EVERY, KILL_AFTER = 2000, 32, 10, 25
 STEPS = -(-ROWS // BATCH)  # one epoch

@@ -19,6 +19,7 @@ def runs(taxi_cli_run, taxi_cli_rerun):
     return taxi_cli_run[2], taxi_cli_rerun[1]
 
 
+@pytest.mark.pipeline
 def test_run_prints_a_line_per_component_with_state_seconds_and_output(runs):
     quiet, verbose = runs
     # The rerun reuses all but the model in production (now the first run's push), the
@@ -42,6 +43,7 @@ def test_run_prints_a_line_per_component_with_state_seconds_and_output(runs):
     assert re.search(r"^Task: binary$", quiet.stdout, re.M)  # the taxi dataset's setting
 
 
+@pytest.mark.pipeline
 def test_library_noise_is_hidden_by_default_and_back_with_verbose(runs):
     quiet, verbose = runs
     everything = quiet.stdout + quiet.stderr
@@ -85,6 +87,7 @@ def test_live_line_names_the_component_running(tmp_path, capsys):
     assert re.search(r"\r  Trainer\s+running\s+\d+ s \.\.\.", shown), repr(shown)
 
 
+@pytest.mark.pipeline
 def test_each_component_is_printed_once(runs):
     """The progress prints a line per component as it finishes; the summary after it does not
     list them again."""

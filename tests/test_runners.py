@@ -43,6 +43,7 @@ def taxi_unblessed_run(taxi_run, taxi_rerun):
     return local_runner.run(config.replace(min_accuracy=1.01))
 
 
+@pytest.mark.pipeline
 def test_first_run_evaluates_blesses_and_pushes(taxi_run):
     config, summary = taxi_run
     assert summary.components == dict.fromkeys(summary.components, "ran")
@@ -54,6 +55,7 @@ def test_first_run_evaluates_blesses_and_pushes(taxi_run):
     assert os.listdir(summary.pushed_model)
 
 
+@pytest.mark.pipeline
 def test_a_local_run_leaves_no_packaged_tfx_in_the_temp_folder(taxi_cli_run):
     """TFX packs its own source for remote Beam workers unless told what they run; a local
     run must not leave a 52 MB sdist per Beam component behind in the temp folder."""
@@ -65,6 +67,7 @@ def test_a_local_run_leaves_no_packaged_tfx_in_the_temp_folder(taxi_cli_run):
     assert sum(os.path.getsize(path) for path in left) < 5_000_000, left[:20]
 
 
+@pytest.mark.pipeline
 def test_second_run_reuses_the_model_and_compares_it_with_production(taxi_run, taxi_rerun):
     """Nothing new: every component up to the Trainer is reused. The production model and
     the Evaluator run again, because production changed: the first run's push is now the
@@ -86,6 +89,7 @@ def test_second_run_reuses_the_model_and_compares_it_with_production(taxi_run, t
         taxi_rerun.evaluation["binary_accuracy"])
 
 
+@pytest.mark.pipeline
 def test_unblessed_model_is_not_pushed(taxi_run, taxi_rerun, taxi_unblessed_run):
     config, first = taxi_run
     summary = taxi_unblessed_run
@@ -122,6 +126,7 @@ def compiled(tmp_path_factory):
     return output
 
 
+@pytest.mark.slow
 def test_compiled_json_loads_with_kfp_and_names_every_component(compiled):
     from kfp import components
 
@@ -131,6 +136,7 @@ def test_compiled_json_loads_with_kfp_and_names_every_component(compiled):
     assert pipeline.pipeline_spec.default_pipeline_root == "gs://test-bucket/root"
 
 
+@pytest.mark.slow
 def test_compiled_json_is_a_pipeline_spec_under_a_strict_parse(compiled):
     """Every field of the file is a PipelineSpec field (no unknown field is let through) of
     schema 2.1, with no `resolver` executor (open-source Kubeflow Pipelines runs none) and
@@ -148,6 +154,7 @@ def test_compiled_json_is_a_pipeline_spec_under_a_strict_parse(compiled):
         assert spec.root.dag.tasks[never_cached].caching_options.enable_cache is False
 
 
+@pytest.mark.slow
 def test_a_window_of_spans_is_refused_by_the_kubeflow_compile_in_one_line(tmp_path):
     """TFX's Kubeflow v2 compiler cannot compile stock's span resolver: said in one line,
     and no file is left that looks compiled."""
@@ -159,6 +166,7 @@ def test_a_window_of_spans_is_refused_by_the_kubeflow_compile_in_one_line(tmp_pa
     assert "spans=3" in line and "SpanRangeStrategy" in line and "LocalDagRunner" in line, line
 
 
+@pytest.mark.slow
 def test_every_component_runs_the_configured_image_with_beam_args(compiled):
     spec = json.loads(compiled.read_text())
     executors = spec["deploymentSpec"]["executors"]
@@ -173,6 +181,7 @@ def test_every_component_runs_the_configured_image_with_beam_args(compiled):
             assert arg in container["args"], (name, arg)
 
 
+@pytest.mark.slow
 def test_compiled_pipeline_reads_container_paths(compiled):
     """Nothing in the spec may point at this machine: data is named, serving is on GCS."""
     text = compiled.read_text()
@@ -181,6 +190,7 @@ def test_compiled_pipeline_reads_container_paths(compiled):
     assert "gs://test-bucket/root/serving" in text
 
 
+@pytest.mark.slow
 def test_submit_dry_run_builds_the_job_from_the_compiled_json(compiled):
     result = tfrp("submit", "--template", str(compiled), "--project", "test-project",
                   "--region", "europe-west4", "--pipeline-root", "gs://test-bucket/run-1",
@@ -193,6 +203,7 @@ def test_submit_dry_run_builds_the_job_from_the_compiled_json(compiled):
     assert job["displayName"] == "tfrp-taxi"
 
 
+@pytest.mark.slow
 def test_dry_run_job_needs_no_network_and_no_credentials(compiled, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError(f"network used: {args}")
@@ -206,6 +217,7 @@ def test_dry_run_job_needs_no_network_and_no_credentials(compiled, monkeypatch):
     assert vertex_runner.describe(job)["pipelineSpec"] == json.loads(compiled.read_text())
 
 
+@pytest.mark.slow
 def test_submit_sets_runtime_parameters_typed_as_the_spec_declares_them(compiled):
     """`tfrp submit --param` sets the root's runtime parameters on the job, each typed as the
     compiled spec declares it, which the compile gave the compiled values as defaults."""
@@ -234,6 +246,7 @@ def test_submit_sets_runtime_parameters_typed_as_the_spec_declares_them(compiled
         "Error: --param train_steps=many: train_steps is an integer"
 
 
+@pytest.mark.slow
 def test_runtime_parameters_reach_the_tasks_through_the_run_settings_task(compiled, tmp_path):
     """The run-settings task applies a run's parameters to the tasks that use them, as KFP
     hands them to it (its executor input), and settles ExampleGen's source."""
@@ -265,6 +278,7 @@ def test_runtime_parameters_reach_the_tasks_through_the_run_settings_task(compil
     assert example_gen["source"] == str(data) and example_gen["source_fingerprint"]
 
 
+@pytest.mark.slow
 def test_resources_go_on_the_tasks_containers_as_kfp_writes_them(tmp_path):
     """Per-component resources land in the executors' container resources, in the units
     kfp's own set_memory_limit/set_cpu_limit/set_accelerator_* write, and kfp reads the file;
@@ -311,6 +325,7 @@ def test_resources_go_on_the_tasks_containers_as_kfp_writes_them(tmp_path):
     assert not (tmp_path / "no.json").exists()
 
 
+@pytest.mark.slow
 def test_submit_without_compiled_pipeline_is_a_clear_error(tmp_path):
     result = tfrp("submit", "--template", str(tmp_path / "missing.json"), "--project", "p",
                   "--region", "r", "--pipeline-root", "gs://b/r", "--dry-run", check=False)
@@ -349,6 +364,7 @@ def digits_run(image_runs):
     return image_runs[0]
 
 
+@pytest.mark.pipeline
 def test_digits_pipeline_trains_blesses_and_pushes(digits_run):
     output_root, stdout = digits_run
     for component in COMPONENTS:
@@ -358,6 +374,7 @@ def test_digits_pipeline_trains_blesses_and_pushes(digits_run):
     assert pushed.startswith(str(output_root))
 
 
+@pytest.mark.pipeline
 def test_pushed_digits_model_classifies_raw_png_examples(digits_run):
     """The serving signature takes one raw Example per image (just the PNG bytes), applies
     the transform graph, decodes, and classifies."""
@@ -404,6 +421,7 @@ def photo_folder_run(image_runs):
     return image_runs[1]
 
 
+@pytest.mark.pipeline
 def test_image_folder_by_path_trains_and_serves_resized_jpegs(photo_folder_run):
     """String labels become vocabulary ids in Transform, and the images 16x16 raw pixels
     (image_storage=raw); the served model takes raw JPEGs at their own size (24x24), and its
@@ -434,6 +452,7 @@ def test_image_folder_by_path_trains_and_serves_resized_jpegs(photo_folder_run):
     assert accuracy > 0.6, accuracy
 
 
+@pytest.mark.pipeline
 def test_real_photos_with_damaged_files_train_to_a_pushed_model(tmp_path):
     """scikit-learn's two photos, cropped into a two-class folder, with a truncated JPEG, an
     empty file, a text file and a TIFF among them (conftest.real_photo_folder). ExampleGen

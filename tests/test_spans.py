@@ -17,6 +17,8 @@ from components.example_gen.inputs import resolve_inputs
 from components.example_gen.options import ExampleGenOptions
 from pipeline import run_summary
 
+pytestmark = pytest.mark.slow
+
 
 def penguin_years() -> dict[str, list[list[str]]]:
     """The raw penguins' rows by the year of `Date Egg`, with the header first."""
@@ -193,6 +195,7 @@ def test_tfrp_examplegen_takes_the_patterns_and_range_as_flags(tmp_path):
                for p in (s["path"] for s in split["shards"]))
 
 
+@pytest.mark.pipeline
 def test_four_days_of_spans_train_on_a_window_and_push_only_a_better_model(tmp_path):
     """The raw penguins, a span a nesting year, through `tfrp run` with a window of two spans:
     day 1, spans 1 and 2 have landed; day 2, span 3 lands; day 3, nothing new; day 4, a

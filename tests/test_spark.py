@@ -25,6 +25,8 @@ from components.spark.read import file_groups, read_examples
 from components.spark.write import write_examples
 from conftest import tfrp
 
+pytestmark = pytest.mark.spark
+
 
 @pytest.fixture(scope="module")
 def spark():
@@ -100,6 +102,7 @@ print("control children that died", crashed)
 sys.stderr.write("CONTROL DONE\\n")
 sys.stderr.flush()
 from components.spark.session import get_session
+
 spark = get_session("local[1]")
 assert spark.range(10).count() == 10
 java = subprocess.run(["pgrep", "-P", str(os.getpid()), "java"], capture_output=True,

@@ -24,12 +24,15 @@ import pytest
 from components import example_rows, faults, listening, shards
 from components.spark.cluster import LocalCluster
 
+pytestmark = pytest.mark.spark
+
 ROWS = 200_000
 
 WRITE = """
 import json, sys
 from components.spark.session import get_session
 from components.spark.write import write_examples
+
 master, conf, source, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
 spark = get_session(master, dict({"spark.task.maxFailures": "4"}, **conf))
 if len(sys.argv) > 5:

@@ -17,6 +17,8 @@ from components.codec import parser
 from components.statistics_gen import stats_job
 from components.statistics_gen.options import StatisticsGenOptions
 
+pytestmark = pytest.mark.slow
+
 SPLITS = ["train", "eval"]
 
 

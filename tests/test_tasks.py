@@ -180,6 +180,7 @@ def split_columns(summary, columns: list[str], split: str) -> dict[str, np.ndarr
             for column in columns}
 
 
+@pytest.mark.pipeline
 def test_iris_string_label_trains_a_multiclass_model_that_names_its_classes(iris_run):
     frame, stdout, summary = iris_run
     assert "Task: multiclass" in stdout
@@ -193,6 +194,7 @@ def test_iris_string_label_trains_a_multiclass_model_that_names_its_classes(iris
     assert np.mean(np.array(names) == frame["species"].to_numpy()) >= 0.9
 
 
+@pytest.mark.pipeline
 def test_a_0_1_label_written_as_floats_trains_a_binary_model_by_default(table_runs):
     """The rule scikit-learn's type_of_target follows: integral floats with two values are
     a binary label. Scored beside HistGradientBoosting on the same Examples split."""
@@ -217,6 +219,7 @@ def test_a_0_1_label_written_as_floats_trains_a_binary_model_by_default(table_ru
     assert ((scored[tasks.PROBABILITY] >= 0) & (scored[tasks.PROBABILITY] <= 1)).all()
 
 
+@pytest.mark.pipeline
 def test_diabetes_regression_beats_predicting_the_train_mean(diabetes_run):
     frame, _, _, stdout, summary = diabetes_run
     assert "Task: regression" in stdout
@@ -235,6 +238,7 @@ def test_diabetes_regression_beats_predicting_the_train_mean(diabetes_run):
     assert 25 < prediction.mean() < 346
 
 
+@pytest.mark.pipeline
 def test_a_regression_model_above_max_mse_is_not_blessed(diabetes_run):
     _, folder, table, _, _ = diabetes_run
     tfrp(*table_run_args(folder, table, "target", "--train-steps", "400",
@@ -253,6 +257,7 @@ def report_of(summary) -> dict:
         return json.load(f)
 
 
+@pytest.mark.pipeline
 def test_a_warm_start_reaches_the_cold_models_loss_in_fewer_steps(iris_run):
     """iris again with warm_start: the Trainer starts from the production model (the first
     run's, the latest blessed) and reaches the eval loss the cold run ended at in fewer steps

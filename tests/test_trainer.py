@@ -93,6 +93,7 @@ def test_unknown_feature_is_named(tmp_path):
         build_dataset(path, schema, "tips")
 
 
+@pytest.mark.slow
 def test_reads_our_gzip_shards_and_stock_csv_example_gen_output(taxi_examples,
                                                                 stock_taxi_examples):
     ours = schema_file.load_schema(taxi_examples)
@@ -190,6 +191,7 @@ def test_image_examples_decode_in_the_input_chain(digits_examples):
 
 
 # --- distribution on CPU -------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("mirrored", [False, True])
 def test_distributed_input_and_training_on_cpu(taxi_examples, tmp_path, mirrored):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"]) if mirrored else \
@@ -215,6 +217,7 @@ def test_distributed_input_and_training_on_cpu(taxi_examples, tmp_path, mirrored
     assert all(np.isfinite(e.metrics["loss"]) for e in result.epochs)
 
 
+@pytest.mark.slow
 def test_numbers_enter_the_tabular_model_through_a_periodic_embedding_too(taxi_examples):
     """Each scaled number of the taxi slice reaches the first hidden layer as itself and as
     a ReLU layer over sines and cosines of it at trained frequencies, one set per number;
@@ -337,6 +340,7 @@ def check_report(args) -> dict:
     return report
 
 
+@pytest.mark.slow
 def test_taxi_training_reduces_loss_reports_input_wait_and_serves(taxi_examples, taxi_csv,
                                                                   tmp_path):
     args = fn_args(taxi_examples, tmp_path, train_steps=240, eval_steps=5,
@@ -364,6 +368,7 @@ def test_trains_on_stock_csv_example_gen_output(stock_taxi_examples, tmp_path):
     assert os.path.exists(os.path.join(args.serving_model_dir, "saved_model.pb"))
 
 
+@pytest.mark.slow
 def test_digits_cnn_training_reduces_loss_and_serves_png_bytes(digits_examples, tmp_path):
     from components import example_rows
 

