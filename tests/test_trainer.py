@@ -303,6 +303,24 @@ def test_a_small_tables_patience_lasts_early_stopping_min_steps(taxi_examples, t
     assert never.patience == 0
 
 
+def test_eval_batches_are_scored_in_few_large_calls(taxi_examples, tmp_path):
+    """The eval rows the early stop and the final evaluation score (eval_steps training
+    batches, at most a pass) are taken in calls of at most 16 batches, as many rows."""
+    from components.trainer.input import split_rows
+    from components.trainer.options import TrainerOptions
+
+    options = TrainerOptions.from_custom_config(dict(taxi.TRAINER_SETTINGS))
+    eval_rows = split_rows(fn_args(taxi_examples, tmp_path).eval_files)
+    for eval_steps in (1, 2, 3, 16, 17):
+        budget = module.training_budget(
+            fn_args(taxi_examples, tmp_path, train_steps=1000, eval_steps=eval_steps), options)
+        wanted = min(eval_steps, -(-eval_rows // 256))
+        assert budget.eval_batches_per_step <= module.EVAL_BATCHES_PER_STEP
+        assert budget.eval_steps == -(-wanted // module.EVAL_BATCHES_PER_STEP)
+        scored = budget.eval_steps * budget.eval_batches_per_step
+        assert wanted <= scored < wanted + budget.eval_steps
+
+
 # --- run_fn: training, report, serving -----------------------------------------------------
 def profiler_band(wait_share: float) -> str:
     """The TensorFlow profiler's input-bound bands, written out here rather than taken from

@@ -378,14 +378,16 @@ class TrainingInput:
     # Through a tf.data service: each training epoch's rows against the split's.
     served_epochs: list[dict] = dataclasses.field(default_factory=list)
 
-    def dataset_fn(self, files, training: bool
+    def dataset_fn(self, files, training: bool, batches_per_step: int = 1
                    ) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
+        """Each replica's reader of `files`, in batches of `batches_per_step` training
+        batches (an eval step's cost is mostly the call's, not the rows')."""
         options = self.options
 
         def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
             config = options.input_config(
-                context.get_per_replica_batch_size(options.input.batch_size), training,
-                self.images)
+                context.get_per_replica_batch_size(options.input.batch_size *
+                                                   batches_per_step), training, self.images)
             if training:
                 self.read_files.extend(input_share(self.train_files, context)[0])
             return self._dataset(files, self.feature_keys, config, context,
@@ -481,7 +483,8 @@ def _train(model: keras.Model, strategy: tf.distribute.Strategy, inputs: "Traini
         distribute.distribute(strategy, inputs.dataset_fn(fn_args.train_files, True)),
         steps=budget.steps, steps_per_epoch=budget.steps_per_epoch,
         log_dir=folders.run_dir, global_batch_size=options.input.batch_size,
-        eval_data=distribute.distribute(strategy, inputs.dataset_fn(fn_args.eval_files, False)),
+        eval_data=distribute.distribute(strategy, inputs.dataset_fn(
+            fn_args.eval_files, False, budget.eval_batches_per_step)),
         eval_steps=budget.eval_steps, checkpointing=checkpointing,
         early_stopping=fit.EarlyStopping(budget.patience, budget.eval_steps)
         if budget.patience and budget.eval_steps else None)
@@ -515,8 +518,14 @@ def checkpointing_for(options: TrainerOptions, folders: distribute.WorkerFolders
 class Budget:
     steps: int
     steps_per_epoch: int
-    eval_steps: int
+    eval_steps: int  # eval calls, each of `eval_batches_per_step` training batches of rows
     patience: int = 0  # epochs without improvement before an early stop (0: never stop)
+    eval_batches_per_step: int = 1
+
+
+# At most this many training batches of eval rows are scored in one call: an eval call's cost
+# is mostly per call, and the early stop scores eval_steps batches after every epoch.
+EVAL_BATCHES_PER_STEP = 16
 
 
 def training_budget(fn_args: Any, options: TrainerOptions) -> Budget:
@@ -536,10 +545,13 @@ def training_budget(fn_args: Any, options: TrainerOptions) -> Budget:
     eval_steps = fn_args.eval_steps or 0
     if eval_rows:
         eval_steps = min(eval_steps, max(1, -(-eval_rows // batch)))
+    # The same rows (eval_steps batches) in fewer, larger calls.
+    calls = -(-eval_steps // EVAL_BATCHES_PER_STEP)
+    per_call = -(-eval_steps // calls) if calls else 1
     patience = options.early_stopping_patience
     if patience:
         patience = max(patience, -(-options.early_stopping_min_steps // window))
-    return Budget(max(1, steps), window, eval_steps, patience)
+    return Budget(max(1, steps), window, calls, patience, per_call)
 
 
 def _label_fn(options: TrainerOptions, schema: schema_pb2.Schema) -> Optional[Callable]:
