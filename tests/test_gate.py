@@ -63,7 +63,7 @@ def test_a_new_string_value_in_eval_stops_the_run_before_transform(new_payment_t
     assert result.returncode == 1, result.stdout + result.stderr[-2000:]
     error = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert len(error) == 1, result.stderr[-2000:]
-    assert "AnomaliesFound" in error[0] and "Transform did not run" in error[0]
+    assert "ExampleValidator found 1 anomalies, so Transform did not run" in error[0]
     assert "eval: payment_type: Unexpected string values" in error[0] and "Bitcoin" in error[0]
     assert "train: payment_type" not in error[0]  # only eval rows were altered
     assert "Traceback" not in result.stderr
@@ -108,4 +108,6 @@ def test_a_type_flip_stops_the_run(taxi_slice_dir, tmp_path):
     data_root = altered_slice(taxi_slice_dir, tmp_path / "data", "trip_miles", "n/a")
     result = run(data_root, str(tmp_path / "out"))
     assert result.returncode == 1, result.stdout + result.stderr[-2000:]
-    assert "AnomaliesFound" in result.stderr and "trip_miles" in result.stderr
+    error = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(error) == 1 and "ExampleValidator found" in error[0], result.stderr[-2000:]
+    assert "trip_miles" in error[0] and "Traceback" not in result.stderr

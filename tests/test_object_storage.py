@@ -185,7 +185,8 @@ def test_anomalies_on_a_bucket_stop_the_run_before_transform(object_stores, taxi
                   cwd=str(tmp_path), check=False)
     assert result.returncode == 1, result.stdout + result.stderr[-2000:]
     error = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
-    assert len(error) == 1 and "AnomaliesFound" in error[0], result.stderr[-2000:]
+    assert len(error) == 1 and "ExampleValidator found 1 anomalies" in error[0], \
+        result.stderr[-2000:]
     assert "eval: payment_type: Unexpected string values" in error[0]
     for later in ("Trainer", "Evaluator", "Pusher"):
         assert later not in result.stdout

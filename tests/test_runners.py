@@ -368,7 +368,7 @@ def digits_run(image_runs):
 def test_digits_pipeline_trains_blesses_and_pushes(digits_run):
     output_root, stdout = digits_run
     for component in COMPONENTS:
-        assert re.search(rf"^\s+{component}\s+ran$", stdout, re.M), stdout
+        assert re.search(rf"^\s+{component}\s+ran\b", stdout, re.M), stdout
     assert "Model blessed by Evaluator: yes" in stdout
     pushed = re.search(r"^Pushed model: (\S+)$", stdout, re.M).group(1)
     assert pushed.startswith(str(output_root))

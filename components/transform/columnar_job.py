@@ -32,6 +32,7 @@ import apache_beam as beam
 import numpy as np
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
+from tensorflow_transform import graph_context
 
 from components import fileio
 from components.transform import analyzers
@@ -56,7 +57,10 @@ class AnalyzerInputs:
         collect = analyzers.CollectAnalyzers()
 
         def analyzer_inputs(inputs):
-            with analyzers.using(collect):
+            # tf.Transform's own analyzers, where a user's function calls them, need a graph
+            # context to trace in (without one they fail once another context has closed in
+            # this process); they are then found below and the run takes the general path.
+            with analyzers.using(collect), graph_context.TFGraphContext(tf.Module()):
                 preprocessing_fn(dict(inputs))
             return {key: dict(parts) for key, parts in collect.inputs.items()}
 
