@@ -17,7 +17,7 @@ from components.example_gen.options import ExampleGenOptions
 
 pytestmark = pytest.mark.slow
 
-SAMPLE = 150
+SAMPLE = 40
 
 
 @pytest.fixture(scope="module")
