@@ -314,7 +314,7 @@ def test_eval_batches_are_scored_in_few_large_calls(taxi_examples, tmp_path):
     for eval_steps in (1, 2, 3, 16, 17):
         budget = module.training_budget(
             fn_args(taxi_examples, tmp_path, train_steps=1000, eval_steps=eval_steps), options)
-        wanted = min(eval_steps, -(-eval_rows // 256))
+        wanted = min(eval_steps, -(-eval_rows // options.input.batch_size))
         assert budget.eval_batches_per_step <= module.EVAL_BATCHES_PER_STEP
         assert budget.eval_steps == -(-wanted // module.EVAL_BATCHES_PER_STEP)
         scored = budget.eval_steps * budget.eval_batches_per_step
