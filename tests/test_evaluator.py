@@ -563,8 +563,10 @@ def test_batch_size_does_not_change_the_metrics(iris_models, multiclass_runs, tm
                              baseline, options=EvaluatorOptions(batch_rows=7))
     small, default = metric_table(small), metric_table(multiclass_runs["ours"][0])
     assert sorted(small) == sorted(default)
-    for key, value in default.items():  # a matrix product's rounding may differ by batch
-        assert np.allclose(small[key], value, atol=1e-6, rtol=0, equal_nan=True), key
+    # Losses are float32 sums whose order follows the batches: CI saw 10 ulps (1.2e-6) apart.
+    # 1e-5 relative is far below what one dropped or doubled row would move (about 3% here).
+    for key, value in default.items():
+        assert np.allclose(small[key], value, atol=1e-6, rtol=1e-5, equal_nan=True), key
 
 
 def test_a_record_without_its_label_is_named_by_file_and_offset(iris_models, tmp_path):
