@@ -321,6 +321,32 @@ def test_eval_batches_are_scored_in_few_large_calls(taxi_examples, tmp_path):
         assert wanted <= scored < wanted + budget.eval_steps
 
 
+def test_every_early_stop_check_scores_the_same_eval_rows(taxi_examples, tmp_path):
+    """The eval reader repeats its first `eval_steps` calls, not the split: each check's loss
+    then differs by the model alone. Without that, the taxi sample's checks took consecutive
+    windows of the split and compared losses on different rows."""
+    from components.trainer.options import TrainerOptions
+
+    options = TrainerOptions.from_custom_config({**taxi.TRAINER_SETTINGS, "batch_size": 64})
+    schema = schema_file.load_schema(taxi_examples)
+    keys = module.model_feature_keys(schema, taxi.TAXI_LABEL, taxi.TAXI_EXCLUDED, {},
+                                     options.label_inputs)
+    args = fn_args(taxi_examples, tmp_path)
+    inputs = module.TrainingInput(options, schema, keys, module._label_fn(options, schema), {},
+                                  resolve_files(args.train_files))
+
+    def miles(fixed_steps: int, calls: int) -> list:
+        data = inputs.dataset_fn(args.eval_files, False, 2, fixed_steps)(
+            tf.distribute.InputContext())
+        return [features["trip_miles"].numpy().ravel().tolist()
+                for features, _ in data.take(calls)]
+
+    first, again = miles(3, 3), miles(3, 9)
+    assert all(len(batch) == 128 for batch in first)
+    assert again == first * 3
+    assert miles(0, 6)[3:] != first  # the split read on: rows after the first three calls
+
+
 # --- run_fn: training, report, serving -----------------------------------------------------
 def profiler_band(wait_share: float) -> str:
     """The TensorFlow profiler's input-bound bands, written out here rather than taken from

@@ -378,10 +378,15 @@ class TrainingInput:
     # Through a tf.data service: each training epoch's rows against the split's.
     served_epochs: list[dict] = dataclasses.field(default_factory=list)
 
-    def dataset_fn(self, files, training: bool, batches_per_step: int = 1
+    def dataset_fn(self, files, training: bool, batches_per_step: int = 1,
+                   fixed_steps: int = 0
                    ) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
         """Each replica's reader of `files`, in batches of `batches_per_step` training
-        batches (an eval step's cost is mostly the call's, not the rows')."""
+        batches (an eval step's cost is mostly the call's, not the rows'). With
+        `fixed_steps`, the first that many batches over and over, parsed once: every early
+        stop check then scores the same rows, so their losses compare the model and not the
+        rows, and later checks skip the reading. Images are read anew each time: their
+        pixels would not fit in memory."""
         options = self.options
 
         def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -390,8 +395,11 @@ class TrainingInput:
                                                    batches_per_step), training, self.images)
             if training:
                 self.read_files.extend(input_share(self.train_files, context)[0])
-            return self._dataset(files, self.feature_keys, config, context,
-                                 self.served_epochs.append if training else None)
+            dataset = self._dataset(files, self.feature_keys, config, context,
+                                    self.served_epochs.append if training else None)
+            if fixed_steps and not self.images:
+                dataset = dataset.take(fixed_steps).cache().repeat()
+            return dataset
         return make
 
     def statistics(self, files) -> DataStatistics:
@@ -484,7 +492,7 @@ def _train(model: keras.Model, strategy: tf.distribute.Strategy, inputs: "Traini
         steps=budget.steps, steps_per_epoch=budget.steps_per_epoch,
         log_dir=folders.run_dir, global_batch_size=options.input.batch_size,
         eval_data=distribute.distribute(strategy, inputs.dataset_fn(
-            fn_args.eval_files, False, budget.eval_batches_per_step)),
+            fn_args.eval_files, False, budget.eval_batches_per_step, budget.eval_steps)),
         eval_steps=budget.eval_steps, checkpointing=checkpointing,
         early_stopping=fit.EarlyStopping(budget.patience, budget.eval_steps)
         if budget.patience and budget.eval_steps else None)
