@@ -347,6 +347,44 @@ def test_every_early_stop_check_scores_the_same_eval_rows(taxi_examples, tmp_pat
     assert miles(0, 6)[3:] != first  # the split read on: rows after the first three calls
 
 
+def test_the_run_evaluation_is_the_check_that_chose_the_kept_weights(taxi_examples, tmp_path):
+    """With early stopping on eval rows that repeat, the kept weights were scored on those
+    rows by the check that chose them: the run reports that check and reads no rows again,
+    and its figures are what a fresh pass over the rows gives the restored model."""
+    from components.trainer.options import TrainerOptions
+
+    options = TrainerOptions.from_custom_config({**taxi.TRAINER_SETTINGS, "batch_size": 64})
+    schema = schema_file.load_schema(taxi_examples)
+    keys = module.model_feature_keys(schema, taxi.TAXI_LABEL, taxi.TAXI_EXCLUDED, {},
+                                     options.label_inputs)
+    args = fn_args(taxi_examples, tmp_path)
+    inputs = module.TrainingInput(options, schema, keys, module._label_fn(options, schema), {},
+                                  resolve_files(args.train_files))
+    strategy = distribute.make_strategy()
+    model = module.build_tabular_model(schema, keys, inputs.statistics(args.train_files),
+                                       module.Head("binary"))
+    eval_rows = inputs.dataset_fn(args.eval_files, False, 1, 3)
+    pulled = tf.Variable(0, dtype=tf.int64)
+
+    def counted(features, label):
+        pulled.assign_add(1)
+        return features, label
+
+    result = fit.train(
+        model, strategy, distribute.distribute(strategy, inputs.dataset_fn(args.train_files,
+                                                                           True)),
+        steps=8, steps_per_epoch=2, log_dir=str(tmp_path), global_batch_size=64,
+        eval_data=eval_rows(tf.distribute.InputContext()).map(counted), eval_steps=3,
+        early_stopping=fit.EarlyStopping(patience=10, eval_steps=3), eval_rows_repeat=True)
+    # Four checks of 3 calls; tf.data may have fetched one call ahead, not a fifth pass.
+    assert len(result.eval_losses) == 4 and 4 * 3 <= int(pulled.numpy()) < 5 * 3
+    assert result.evaluation["loss"] == min(result.eval_losses)
+    fresh = model.evaluate(eval_rows(tf.distribute.InputContext()), steps=3, verbose=0,
+                           return_dict=True)
+    for name, value in result.evaluation.items():
+        assert value == pytest.approx(fresh[name], rel=1e-5, abs=1e-6), name
+
+
 # --- run_fn: training, report, serving -----------------------------------------------------
 def profiler_band(wait_share: float) -> str:
     """The TensorFlow profiler's input-bound bands, written out here rather than taken from

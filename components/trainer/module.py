@@ -495,7 +495,8 @@ def _train(model: keras.Model, strategy: tf.distribute.Strategy, inputs: "Traini
             fn_args.eval_files, False, budget.eval_batches_per_step, budget.eval_steps)),
         eval_steps=budget.eval_steps, checkpointing=checkpointing,
         early_stopping=fit.EarlyStopping(budget.patience, budget.eval_steps)
-        if budget.patience and budget.eval_steps else None)
+        if budget.patience and budget.eval_steps else None,
+        eval_rows_repeat=not inputs.images)
 
 
 def checkpointing_for(options: TrainerOptions, folders: distribute.WorkerFolders
