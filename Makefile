@@ -16,9 +16,11 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 
 install: $(STAMP)
 
+# The compiled loops go into numba's cache here, not in the first run (components/jit_cache.py).
 $(STAMP): setup.py constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q $(PIP_FLAGS) -e '.[dev]'
+	$(BIN)/python -m components.jit_cache
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -1,9 +1,11 @@
 """`make test`'s own set-up: the system packages its tests need, checked before pytest runs."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -82,3 +84,56 @@ def test_make_image_with_neither_engine_names_the_packages(tmp_path):
     assert result.stderr.splitlines() == [
         "build-image: neither podman nor docker is installed: apt-get install podman buildah "
         "mmdebstrap runc (docs/DEPLOYMENT.md)"]
+
+
+# A real table nobody here wrote (the taxi sample: whole and fractional numbers, text, gaps)
+# through ExampleGen's and StatisticsGen's jobs, then numba's count of what each compiled
+# loop loaded from the cache and what it had to compile.
+_FIRST_RUN = """
+import json, sys
+from numba.core.registry import CPUDispatcher
+from components import fileio
+from components.example_gen import engine
+from components.example_gen.options import ExampleGenOptions
+from components.statistics_gen import stats_job
+source, work = sys.argv[1:]
+fileio.makedirs(work + "/source")
+fileio.write_text(work + "/source/trips.csv", fileio.read_text(source))
+engine.run(ExampleGenOptions(source=work + "/source"), work + "/examples")
+stats_job.run(work + "/examples", work + "/statistics",
+              stats_job.artifact_splits(work + "/examples"))
+hits = misses = 0
+for name in ("components.codec.wire", "components.example_gen.split_hash",
+             "components.statistics_gen.stats_job"):
+    for value in vars(sys.modules[name]).values():
+        if isinstance(value, CPUDispatcher):
+            hits += sum(value.stats.cache_hits.values())
+            misses += sum(value.stats.cache_misses.values())
+print(json.dumps({"hits": hits, "misses": misses}))
+"""
+
+
+@pytest.mark.slow
+def test_the_install_fills_numbas_cache_so_a_first_run_compiles_no_loop(tmp_path, taxi_csv):
+    """`make install` (and the image build) run components/jit_cache.py: a first ExampleGen
+    and StatisticsGen on another table then load every compiled loop from numba's cache."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def first_run(cache: Path, work: str) -> dict:
+        env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=root)
+        done = subprocess.run([sys.executable, "-c", _FIRST_RUN, taxi_csv, str(tmp_path / work)],
+                              capture_output=True, text=True, env=env, cwd=root, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    cold = first_run(tmp_path / "empty-cache", "cold")
+    assert cold["misses"] > 0 and cold["hits"] == 0, cold  # nothing cached: all compiled
+    cache = tmp_path / "cache"
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=root)
+    filled = subprocess.run([sys.executable, "-m", "components.jit_cache"], capture_output=True,
+                            text=True, env=env, cwd=root, timeout=600)
+    assert filled.returncode == 0, filled.stderr[-3000:]
+    assert filled.stderr.splitlines()[-1].startswith("numba cache filled in ")
+    # A loop that calls another compiles both, and loads as one: fewer loads than compiles.
+    warm = first_run(cache, "warm")
+    assert warm["misses"] == 0 and warm["hits"] > 0, (cold, warm)
