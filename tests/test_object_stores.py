@@ -14,6 +14,8 @@ from object_stores import start_object_stores, unavailable_reason
 
 pytestmark = pytest.mark.object_store
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
@@ -359,3 +361,34 @@ def _is_zombie_of_someone_else(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_on_loopback_the_file_layer_reaches_both_stores_and_close_leaves_no_process(tmp_path):
+    """The emulators without a namespace (no root): on free loopback ports, reached through
+    the endpoint variables our file layer reads; closing stops every server they started."""
+    reason = unavailable_reason(loopback=True)
+    if reason:
+        pytest.skip(reason)
+    stores = start_object_stores(str(tmp_path / "stores"), loopback=True)
+    try:
+        seen = {scheme: run_python(stores, f"""
+            import json
+            from components import fileio
+            root = "{stores.make_bucket(scheme, "loopback")}/run"
+            fileio.makedirs(root + "/a")
+            fileio.write_text(root + "/a/notes.txt", "hello")
+            fileio.rename(root + "/a/notes.txt", root + "/a/moved.txt")
+            print(json.dumps({{"listed": fileio.listdir(root + "/a"),
+                              "read": fileio.read_text(root + "/a/moved.txt")}}))
+        """, cwd=tmp_path, env={"PYTHONPATH": ROOT}) for scheme in ("gs", "s3")}
+        counts = {"gs": stores.gcs_requests(), "s3": stores.s3_requests()}
+        pids = stores.namespace_pids()
+        assert len(pids) >= 3, pids  # the server side, fake-gcs-server and moto
+    finally:
+        stores.close()
+    assert seen == {scheme: {"listed": ["moved.txt"], "read": "hello"}
+                    for scheme in ("gs", "s3")}, seen
+    assert all(count["total"] > 0 for count in counts.values()), counts
+    assert stores.namespace_pids() == []
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or _is_zombie_of_someone_else(pid), pid
