@@ -55,12 +55,13 @@ def warm(work_dir: str) -> dict[str, int]:
 
     counted = {}
     for name, text in (("table.csv", _csv_text()), ("table.jsonl", _jsonl_text())):
-        source = fileio.join(work_dir, name.replace(".", "-"), name)
+        folder = fileio.join(work_dir, name.replace(".", "-"))
+        source = fileio.join(folder, "source", name)
         fileio.makedirs(fileio.dirname(source))
         fileio.write_text(source, text)
-        examples = fileio.join(work_dir, name.replace(".", "-") + "-examples")
+        examples = fileio.join(folder, "examples")
         engine.run(ExampleGenOptions(source=source), examples)
-        written = stats_job.run(examples, fileio.join(work_dir, name + "-statistics"),
+        written = stats_job.run(examples, fileio.join(folder, "statistics"),
                                 stats_job.artifact_splits(examples))
         counted[name] = sum(written.values())
     return counted

@@ -119,20 +119,21 @@ def test_the_install_fills_numbas_cache_so_a_first_run_compiles_no_loop(tmp_path
     and StatisticsGen on another table then load every compiled loop from numba's cache."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-    def first_run(cache: Path, work: str) -> dict:
-        env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=root)
-        done = subprocess.run([sys.executable, "-c", _FIRST_RUN, taxi_csv, str(tmp_path / work)],
-                              capture_output=True, text=True, env=env, cwd=root, timeout=600)
+    def python(cache: Path, *args: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                              env=dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=root),
+                              cwd=root, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    def first_run(cache: Path, work: str) -> dict:
+        done = python(cache, "-c", _FIRST_RUN, taxi_csv, str(tmp_path / work))
         return json.loads(done.stdout.strip().splitlines()[-1])
 
     cold = first_run(tmp_path / "empty-cache", "cold")
     assert cold["misses"] > 0 and cold["hits"] == 0, cold  # nothing cached: all compiled
     cache = tmp_path / "cache"
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=root)
-    filled = subprocess.run([sys.executable, "-m", "components.jit_cache"], capture_output=True,
-                            text=True, env=env, cwd=root, timeout=600)
-    assert filled.returncode == 0, filled.stderr[-3000:]
+    filled = python(cache, "-m", "components.jit_cache")
     assert filled.stderr.splitlines()[-1].startswith("numba cache filled in ")
     # A loop that calls another compiles both, and loads as one: fewer loads than compiles.
     warm = first_run(cache, "warm")

@@ -321,10 +321,8 @@ def test_eval_batches_are_scored_in_few_large_calls(taxi_examples, tmp_path):
         assert wanted <= scored < wanted + budget.eval_steps
 
 
-def test_every_early_stop_check_scores_the_same_eval_rows(taxi_examples, tmp_path):
-    """The eval reader repeats its first `eval_steps` calls, not the split: each check's loss
-    then differs by the model alone. Without that, the taxi sample's checks took consecutive
-    windows of the split and compared losses on different rows."""
+def taxi_training_input(taxi_examples: str, tmp_path):
+    """(FnArgs, TrainingInput) of the taxi examples at batch 64, as run_fn makes them."""
     from components.trainer.options import TrainerOptions
 
     options = TrainerOptions.from_custom_config({**taxi.TRAINER_SETTINGS, "batch_size": 64})
@@ -332,8 +330,15 @@ def test_every_early_stop_check_scores_the_same_eval_rows(taxi_examples, tmp_pat
     keys = module.model_feature_keys(schema, taxi.TAXI_LABEL, taxi.TAXI_EXCLUDED, {},
                                      options.label_inputs)
     args = fn_args(taxi_examples, tmp_path)
-    inputs = module.TrainingInput(options, schema, keys, module._label_fn(options, schema), {},
-                                  resolve_files(args.train_files))
+    return args, module.TrainingInput(options, schema, keys, module._label_fn(options, schema),
+                                      {}, resolve_files(args.train_files))
+
+
+def test_every_early_stop_check_scores_the_same_eval_rows(taxi_examples, tmp_path):
+    """The eval reader repeats its first `eval_steps` calls, not the split: each check's loss
+    then differs by the model alone. Without that, the taxi sample's checks took consecutive
+    windows of the split and compared losses on different rows."""
+    args, inputs = taxi_training_input(taxi_examples, tmp_path)
 
     def miles(fixed_steps: int, calls: int) -> list:
         data = inputs.dataset_fn(args.eval_files, False, 2, fixed_steps)(
@@ -351,17 +356,10 @@ def test_the_run_evaluation_is_the_check_that_chose_the_kept_weights(taxi_exampl
     """With early stopping on eval rows that repeat, the kept weights were scored on those
     rows by the check that chose them: the run reports that check and reads no rows again,
     and its figures are what a fresh pass over the rows gives the restored model."""
-    from components.trainer.options import TrainerOptions
-
-    options = TrainerOptions.from_custom_config({**taxi.TRAINER_SETTINGS, "batch_size": 64})
-    schema = schema_file.load_schema(taxi_examples)
-    keys = module.model_feature_keys(schema, taxi.TAXI_LABEL, taxi.TAXI_EXCLUDED, {},
-                                     options.label_inputs)
-    args = fn_args(taxi_examples, tmp_path)
-    inputs = module.TrainingInput(options, schema, keys, module._label_fn(options, schema), {},
-                                  resolve_files(args.train_files))
+    args, inputs = taxi_training_input(taxi_examples, tmp_path)
     strategy = distribute.make_strategy()
-    model = module.build_tabular_model(schema, keys, inputs.statistics(args.train_files),
+    model = module.build_tabular_model(inputs.schema, inputs.feature_keys,
+                                       inputs.statistics(args.train_files),
                                        module.Head("binary"))
     eval_rows = inputs.dataset_fn(args.eval_files, False, 1, 3)
     pulled = tf.Variable(0, dtype=tf.int64)

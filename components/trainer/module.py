@@ -378,6 +378,12 @@ class TrainingInput:
     # Through a tf.data service: each training epoch's rows against the split's.
     served_epochs: list[dict] = dataclasses.field(default_factory=list)
 
+    @property
+    def eval_rows_repeat(self) -> bool:
+        """Whether an eval reader with `fixed_steps` gives the same rows each time round
+        (tabular rows are kept; images are read anew, and read on through the split)."""
+        return not self.images
+
     def dataset_fn(self, files, training: bool, batches_per_step: int = 1,
                    fixed_steps: int = 0
                    ) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
@@ -397,7 +403,7 @@ class TrainingInput:
                 self.read_files.extend(input_share(self.train_files, context)[0])
             dataset = self._dataset(files, self.feature_keys, config, context,
                                     self.served_epochs.append if training else None)
-            if fixed_steps and not self.images:
+            if fixed_steps and self.eval_rows_repeat:
                 dataset = dataset.take(fixed_steps).cache().repeat()
             return dataset
         return make
@@ -496,7 +502,7 @@ def _train(model: keras.Model, strategy: tf.distribute.Strategy, inputs: "Traini
         eval_steps=budget.eval_steps, checkpointing=checkpointing,
         early_stopping=fit.EarlyStopping(budget.patience, budget.eval_steps)
         if budget.patience and budget.eval_steps else None,
-        eval_rows_repeat=not inputs.images)
+        eval_rows_repeat=inputs.eval_rows_repeat)
 
 
 def checkpointing_for(options: TrainerOptions, folders: distribute.WorkerFolders
