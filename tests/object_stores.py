@@ -148,6 +148,8 @@ class ObjectStores:
         # pyarrow 10 (google-cloud-cpp) ignores it and reads CLOUD_STORAGE_EMULATOR_ENDPOINT.
         self.emulator_env = {"STORAGE_EMULATOR_HOST": self.gcs_endpoint,
                              "CLOUD_STORAGE_EMULATOR_ENDPOINT": self.gcs_endpoint}
+        if self.loopback:  # no real names: every client takes the endpoint
+            self.env = {**self.emulator_env, **env}
         self.project = PROJECT_ID
         self.service_account = SERVICE_ACCOUNT
         self.access_token = ACCESS_TOKEN
@@ -209,14 +211,13 @@ class ObjectStores:
         process = subprocess.Popen(self._argv(argv, cwd), cwd=cwd, env=env, **kw)
         self._children = [child for child in self._children if child.poll() is None]
         self._children.append(process)
+        if self.loopback:
+            return process
         # Return once it is inside (nsenter has joined the namespaces), so that nothing can
         # slip in after close() has swept the namespace.
-        deadline = time.monotonic() + (0 if self.loopback else 10)
+        deadline = time.monotonic() + 10
         while process.poll() is None and time.monotonic() < deadline:
-            try:
-                if os.stat(f"/proc/{process.pid}/ns/net").st_ino == self._net_ns:
-                    break
-            except OSError:
+            if _net_namespace(process.pid) in (None, self._net_ns):
                 break
             time.sleep(0.001)
         return process
@@ -282,16 +283,7 @@ class ObjectStores:
         process group's."""
         if self.loopback:
             return [pid for pid in _pids() if _process_group(pid) == self._holder.pid]
-        pids = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                if os.stat(f"/proc/{entry}/ns/net").st_ino == self._net_ns:
-                    pids.append(int(entry))
-            except OSError:
-                continue
-        return pids
+        return [pid for pid in _pids() if _net_namespace(pid) == self._net_ns]
 
     def close(self) -> None:
         """Stops the servers and kills every process left in the namespace."""
@@ -346,6 +338,16 @@ class ObjectStores:
         self.close()
 
 
+def _common_client_env(port: int) -> dict[str, str]:
+    """What every client needs whichever way it reaches GCS: S3 (moto) on `port` (boto3 reads
+    AWS_ENDPOINT_URL; pyarrow 10 needs endpoint_override, which our file layer sets) and
+    TensorFlow's legacy Keras."""
+    return {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+            "AWS_ACCESS_KEY_ID": AWS_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": AWS_SECRET_KEY,
+            "AWS_DEFAULT_REGION": AWS_REGION, "AWS_REGION": AWS_REGION,
+            "AWS_EC2_METADATA_DISABLED": "true", "TF_USE_LEGACY_KERAS": "1"}
+
+
 def _pids() -> list[int]:
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
 
@@ -353,6 +355,13 @@ def _pids() -> list[int]:
 def _process_group(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _net_namespace(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
     except OSError:
         return None
 
@@ -507,14 +516,9 @@ def start_object_stores(work_dir: str, *, trace: bool = False,
         config = {"loopback": True, "ports": ports, "fake_gcs": _fake_gcs_binary(),
                   "python": sys.executable, "work_dir": work_dir, "trace": trace}
         holder, log_path = _start_servers([], config, work_dir)
-        gcs = f"http://127.0.0.1:{ports['gcs_http']}"
-        env = {"STORAGE_EMULATOR_HOST": gcs, "CLOUD_STORAGE_EMULATOR_ENDPOINT": gcs,
-               "AWS_ENDPOINT_URL": f"http://127.0.0.1:{ports['s3_http']}",
-               "AWS_ACCESS_KEY_ID": AWS_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": AWS_SECRET_KEY,
-               "AWS_DEFAULT_REGION": AWS_REGION, "AWS_REGION": AWS_REGION,
-               "AWS_EC2_METADATA_DISABLED": "true", "TF_USE_LEGACY_KERAS": "1"}
-        return ObjectStores(work_dir, holder, env, time.monotonic() - started, log_path,
-                            ports)
+        # GCS through the endpoint (ObjectStores adds its emulator_env); no metadata server.
+        return ObjectStores(work_dir, holder, _common_client_env(ports["s3_http"]),
+                            time.monotonic() - started, log_path, ports)
     certs = _make_certificates(work_dir)
     hosts = os.path.join(work_dir, "hosts")
     with open(hosts, "w", encoding="utf-8") as out:
@@ -576,14 +580,7 @@ def start_object_stores(work_dir: str, *, trace: bool = False,
         # metadata server, by google-auth and TensorFlow alike. The project comes from the
         # metadata server too (GOOGLE_CLOUD_PROJECT is among the UNSET names).
         "CLOUDSDK_CONFIG": gcloud_dir,
-        # S3 (moto): boto3 reads AWS_ENDPOINT_URL; pyarrow 10 needs endpoint_override.
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{S3_HTTP_PORT}",
-        "AWS_ACCESS_KEY_ID": AWS_ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": AWS_SECRET_KEY,
-        "AWS_DEFAULT_REGION": AWS_REGION,
-        "AWS_REGION": AWS_REGION,
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "TF_USE_LEGACY_KERAS": "1",
+        **_common_client_env(S3_HTTP_PORT),
     }
     return ObjectStores(work_dir, holder, env, time.monotonic() - started, log_path)
 
