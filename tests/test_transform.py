@@ -445,3 +445,43 @@ def test_the_columnar_path_gives_tf_transforms_default_on_movielens_and_writes_i
         for name, values in expected.items():
             got = np.array([row[name] for row in written]).reshape(values.shape)
             np.testing.assert_array_equal(got, values, err_msg=f"{split}: {name}")
+
+
+def test_the_light_bucketing_and_masking_give_tf_transforms_and_tensorflows():
+    """The default preprocessing_fn's own bucketing and 1-D mask (fewer ops to trace) against
+    `tft.apply_buckets` and `tf.boolean_mask`, the library they stand in for: the same
+    values, ties at a boundary and non-finite values included, and the same int domain in the
+    output schema."""
+    import tensorflow_transform as tft
+    from tensorflow_transform import schema_inference
+
+    from components.transform import analyzers, defaults
+
+    rng = np.random.default_rng(7)
+    boundaries = np.sort(rng.normal(size=15)).astype(np.float32)
+    x = np.concatenate([rng.normal(size=500), boundaries, [np.nan, np.inf, -np.inf]]
+                       ).astype(np.float32)
+    mask = rng.random(x.size) < 0.6
+
+    def both(values, kept):
+        edges = tf.constant(boundaries[None])
+        return (defaults.apply_buckets(values, edges), tft.apply_buckets(values, edges),
+                analyzers.kept_values(values, kept), tf.boolean_mask(values, kept))
+
+    spec = (tf.TensorSpec([None], tf.float32), tf.TensorSpec([None], tf.bool))
+    traced = tf.function(both, autograph=False).get_concrete_function(*spec)
+    ours, theirs, ours_kept, theirs_kept = traced(tf.constant(x), tf.constant(mask))
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    assert ours.dtype == theirs.dtype == tf.int64
+    assert set(np.unique(ours.numpy())) == set(range(16))  # every bucket, both ends
+    np.testing.assert_array_equal(ours_kept.numpy(), theirs_kept.numpy())
+    graph = tf.Graph()
+    with graph.as_default():
+        values = tf.compat.v1.placeholder(tf.float32, [None])
+        edges = tf.constant(boundaries[None])
+        buckets = {"ours": defaults.apply_buckets(values, edges),
+                   "theirs": tft.apply_buckets(values, edges)}
+        with tf.compat.v1.Session() as session:
+            domains = schema_inference.infer_feature_schema(buckets, graph, session)
+    ours_domain, theirs_domain = (f.int_domain for f in domains.feature)
+    assert ours_domain == theirs_domain and ours_domain.max == 15, domains

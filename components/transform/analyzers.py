@@ -61,21 +61,29 @@ class CollectAnalyzers(TftAnalyzers):
     def __init__(self) -> None:
         self.specs: list[AnalyzerSpec] = []
         self.inputs: dict[str, dict[str, tf.Tensor]] = {}
+        # A mean and a variance of the same tensor take the same batch moments.
+        self._moments: dict[Any, dict[str, tf.Tensor]] = {}
 
     def _record(self, kind: str, x: tf.Tensor, **params: Any) -> None:
+        asked = x
         if isinstance(x, (tf.SparseTensor, tf.RaggedTensor)):
             x = x.values
         x = tf.reshape(x, [-1])
         key = f"{len(self.specs):03d}_{kind}"
         self.specs.append(AnalyzerSpec(key, kind, x.dtype.name, **params))
         if kind in (MEAN, VAR):
+            if isinstance(asked, tf.Tensor) and asked.ref() in self._moments:
+                self.inputs[key] = self._moments[asked.ref()]
+                return
             # tf.Transform's mean and variance leave out non-finite values.
             values = tf.cast(x, tf.float64)
-            values = tf.boolean_mask(values, tf.math.is_finite(values))
+            values = kept_values(values, tf.math.is_finite(values))
             count = tf.size(values, tf.int64)
             mean = tf.math.divide_no_nan(tf.reduce_sum(values), tf.cast(count, tf.float64))
             self.inputs[key] = {"count": count, "mean": mean,
                                 "m2": tf.reduce_sum(tf.square(values - mean))}
+            if isinstance(asked, tf.Tensor):
+                self._moments[asked.ref()] = self.inputs[key]
         elif kind == MAX:
             self.inputs[key] = {"count": tf.size(x, tf.int64), "max": tf.reduce_max(x)}
         elif kind == VOCABULARY:
@@ -98,7 +106,7 @@ class CollectAnalyzers(TftAnalyzers):
 
     def quantiles(self, x, num_buckets, epsilon):
         self._record(QUANTILES, x, num_buckets=num_buckets, epsilon=epsilon)
-        return tf.reshape(tf.linspace(0.0, 1.0, num_buckets - 1), [1, num_buckets - 1])
+        return tf.constant(np.linspace(0.0, 1.0, num_buckets - 1, dtype=np.float32)[None])
 
     def vocabulary_ids(self, x, *, top_k=None, frequency_threshold=None, num_oov_buckets=0,
                        vocab_filename=None):
@@ -165,6 +173,13 @@ def write_vocabulary(folder: str, name: str, vocabulary: list[bytes]) -> str:
     path = fileio.join(folder, name)
     fileio.write_bytes(path, b"".join(value + b"\n" for value in vocabulary))
     return path
+
+
+def kept_values(values: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+    """`tf.boolean_mask` of a 1-D tensor by a 1-D mask, in 5 ops where it makes 29: the
+    default preprocessing_fn is traced three times a run (for its statistics, then twice by
+    tf.Transform's writer), and each op takes about half a millisecond to build."""
+    return tf.gather(values, tf.reshape(tf.where(mask), [-1]))
 
 
 _current: contextvars.ContextVar = contextvars.ContextVar("analyzers", default=TftAnalyzers())
