@@ -17,9 +17,10 @@ import json
 import runpy
 import sys
 
-from pipeline import process_exit
+from pipeline import process_exit, tfx_components
 
 process_exit.install()  # before the libraries register their exit handlers
+tfx_components.defer_package_init()  # before anything imports TFX
 
 from components import tf_filesystems  # noqa: E402
 from pipeline import run_settings  # noqa: E402

@@ -272,3 +272,25 @@ def test_a_process_that_imports_tfrp_without_running_it_exits_as_python_does():
               "main(['inspect', 'no-such-folder'])\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 2, result.stderr
+
+
+def test_tfrp_imports_only_the_stock_components_a_run_uses():
+    """`tfrp` puts off `tfx.components`' __init__ (all 16 stock components, with KerasTuner,
+    Kubernetes' client and TFMA), so a run imports only the components it builds; a name
+    the package re-exports still loads it whole, the same classes as before."""
+    script = ("import sys\n"
+              "from pipeline.cli import tfrp\n"
+              "from pipeline import local_runner\n"
+              "unused = ['keras_tuner', 'kubernetes', 'tfx.components.bulk_inferrer',\n"
+              "          'tfx.components.tuner', 'tfx.components.infra_validator']\n"
+              "print(sorted(m for m in unused if m in sys.modules))\n"
+              "from tfx.components import Tuner, Pusher\n"
+              "from tfx.components.tuner.component import Tuner as TunerClass\n"
+              "import tfx.components\n"
+              "print(Tuner is TunerClass, len(tfx.components.__all__),\n"
+              "      'keras_tuner' in sys.modules)\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", script],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == ["[]", "True 16 True"], result.stdout

@@ -1,9 +1,10 @@
 """`tfrp` as a process: the product's commands and the benchmarks under one group."""
 from __future__ import annotations
 
-from pipeline import process_exit
+from pipeline import process_exit, tfx_components
 
 process_exit.install()  # before the libraries register their exit handlers
+tfx_components.defer_package_init()  # before anything imports TFX
 
 from pipeline.cli.bench import bench  # noqa: E402
 from pipeline.cli.commands import main  # noqa: E402
