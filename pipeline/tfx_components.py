@@ -12,28 +12,46 @@ name the package sets, runs the real `__init__` first and then behaves as it alw
 """
 from __future__ import annotations
 
-import importlib.util
+import importlib.abc
+import importlib.machinery
 import sys
 
 PACKAGE = "tfx.components"
 
 
+class _DeferredInit(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds `tfx.components` where Python would, and loads it with its `__init__` put off
+    until a name the package sets is asked for. Nothing is imported before something
+    imports the package (`tfrp examplegen` imports no TFX at all)."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != PACKAGE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None:
+            return None
+        self._init = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec):
+        return None  # Python's own module object
+
+    def exec_module(self, module) -> None:
+        init = self._init
+
+        def __getattr__(name: str):
+            # A name the package sets (a component class, `__all__`): run its __init__ now.
+            del module.__dict__["__getattr__"]
+            init.exec_module(module)
+            return getattr(module, name)
+
+        module.__getattr__ = __getattr__
+
+
 def defer_package_init() -> None:
-    """Puts `tfx.components` in `sys.modules` with its `__init__` not yet run (a no-op once
-    the package is imported)."""
-    if PACKAGE in sys.modules:
+    """Has `tfx.components` imported with its `__init__` not yet run (a no-op once the
+    package is imported, or once this has been called)."""
+    if PACKAGE in sys.modules or any(isinstance(f, _DeferredInit) for f in sys.meta_path):
         return
-    import tfx
-
-    spec = importlib.util.find_spec(PACKAGE)
-    package = importlib.util.module_from_spec(spec)
-
-    def __getattr__(name: str):
-        # A name the package sets (a component class, `__all__`): run its __init__ now.
-        del package.__dict__["__getattr__"]
-        spec.loader.exec_module(package)
-        return getattr(package, name)
-
-    package.__getattr__ = __getattr__
-    sys.modules[PACKAGE] = package
-    tfx.components = package
+    sys.meta_path.insert(0, _DeferredInit())
