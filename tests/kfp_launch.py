@@ -80,7 +80,8 @@ def run_spec(spec_file: str, pipeline_root: str,
              outputs_dir: Optional[str] = None, mode: str = VERTEX,
              parameters: Optional[dict] = None, cache_dir: Optional[str] = None,
              pod_root: Optional[str] = None,
-             copy: Optional[Callable[[str, str], None]] = None) -> Run:
+             copy: Optional[Callable[[str, str], None]] = None,
+             through: Optional[set[str]] = None) -> Run:
     """Runs every task of the PipelineSpec in `spec_file` in dependency order, writing under
     `pipeline_root/<pipeline>-<time>/<task>/` (a folder, or a bucket's URI). `execute(command,
     image)` runs one task and returns its exit status. Each task's executor output is a local
@@ -88,7 +89,9 @@ def run_spec(spec_file: str, pipeline_root: str,
     `<pipeline>-<time>/<task>/`. `parameters` set the spec's runtime parameters; `cache_dir`
     turns KFP's cache on (kept there, across runs); `pod_root` is where `KFP_OSS` puts the
     launcher's local copies (default: beside the executor outputs), made by `copy(source,
-    destination)`. Raises TaskFailed at the first task that fails, as KFP stops a run."""
+    destination)`. `through` runs only those tasks and the tasks they depend on (a test
+    that asserts nothing of the rest). Raises TaskFailed at the first task that fails, as
+    KFP stops a run."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: one of {MODES}")
     copy = copy or _copy_existing
@@ -103,8 +106,11 @@ def run_spec(spec_file: str, pipeline_root: str,
     produced_parameters: dict[str, dict[str, struct_pb2.Value]] = {}
     run = Run(run_name, {}, set())
     stack = graph_utils.topological_sort_tasks(tasks)
+    needed = _with_dependencies(tasks, through) if through else set(tasks)
     while stack:
         name = stack.pop()
+        if name not in needed:
+            continue
         task = tasks[name]
         component = spec.components[task.component_ref.name]
         container = executors[component.executor_label]["container"]
@@ -158,6 +164,19 @@ def run_spec(spec_file: str, pipeline_root: str,
         if key:
             _remember(cache_dir, key, task_root, produced[name], produced_parameters[name])
     return run
+
+
+def _with_dependencies(tasks: dict, names: set[str]) -> set[str]:
+    unknown = names - set(tasks)
+    if unknown:
+        raise ValueError(f"no task {sorted(unknown)} in the spec")
+    needed, pending = set(), list(names)
+    while pending:
+        name = pending.pop()
+        if name not in needed:
+            needed.add(name)
+            pending.extend(tasks[name].dependent_tasks)
+    return needed
 
 
 def runtime_parameters(spec: pipeline_spec_pb2.PipelineSpec, given: dict
