@@ -297,6 +297,23 @@ FIXTURE_MARKERS = {
 }
 
 
+# The files that read the session's taxi run (`taxi_cli_run`, and the fixtures built on it):
+# pytest-xdist makes a session fixture once per worker, so these files are one unit of work
+# (one worker) and the 2,000-trip pipeline runs once a suite, not once on each worker.
+SHARED_RUN_FILES = ("test_foundation.py", "test_report.py", "test_run_output.py",
+                    "test_runners.py")
+# Units of work start in this order of what they need (then in file order): the cold image
+# build first, as it spends half its time waiting on downloads and layer writes that the
+# other worker's tests fill; then whole pipelines and clusters; the quick files last, to
+# even out the two workers' ends.
+UNIT_ORDER = ("image", "pipeline", "spark", "slow", "object_store")
+
+
+def work_unit(path: str) -> str:
+    """The unit of work a test file belongs to: the file, or the shared run's unit."""
+    return "taxi_cli_run" if path.rsplit("/", 1)[-1] in SHARED_RUN_FILES else path
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     unmarked = [f"{item.nodeid} uses {fixture} without @pytest.mark.{marker}"
                 for item in items for fixture in getattr(item, "fixturenames", ())
@@ -305,3 +322,49 @@ def pytest_collection_modifyitems(config, items) -> None:
     if unmarked:
         raise pytest.UsageError("tests without the markers their fixtures need:\n  "
                                 + "\n  ".join(unmarked))
+    apart = sorted({item.path.name for item in items
+                    if "taxi_cli_run" in getattr(item, "fixturenames", ())}
+                   .difference(SHARED_RUN_FILES))
+    if apart:
+        raise pytest.UsageError(f"{', '.join(apart)} read the taxi run: add them to "
+                                "SHARED_RUN_FILES (tests/conftest.py)")
+
+
+class UnitOrder:
+    """Sorts the units of work by UNIT_ORDER, keeping the order of the tests within each
+    (pytest-xdist hands the units out in the order they are collected)."""
+
+    @pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixtures
+    def pytest_collection_modifyitems(self, items) -> None:
+        def unit(item) -> str:
+            return work_unit(item.nodeid.split("::", 1)[0])
+
+        rank: dict[str, int] = {}
+        for item in items:
+            needs = [UNIT_ORDER.index(m.name) for m in item.iter_markers()
+                     if m.name in UNIT_ORDER]
+            rank[unit(item)] = min(rank.get(unit(item), len(UNIT_ORDER)), *needs,
+                                   len(UNIT_ORDER))
+        first_seen = {unit(item): n for n, item in reversed(list(enumerate(items)))}
+        items.sort(key=lambda item: (rank[unit(item)], first_seen[unit(item)]))
+
+
+class UnitScheduler:
+    """`--dist loadfile` (pytest.ini) with the shared run's files as one unit."""
+
+    def pytest_xdist_make_scheduler(self, config, log):
+        if config.getvalue("dist") != "loadfile":
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        class UnitScheduling(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return work_unit(nodeid.split("::", 1)[0])
+
+        return UnitScheduling(config, log)
+
+
+def pytest_configure(config) -> None:
+    config.pluginmanager.register(UnitOrder(), "unit-order")
+    if config.pluginmanager.hasplugin("xdist"):  # its hook is unknown without it
+        config.pluginmanager.register(UnitScheduler(), "unit-scheduler")
