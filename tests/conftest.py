@@ -336,17 +336,14 @@ class UnitOrder:
 
     @pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixtures
     def pytest_collection_modifyitems(self, items) -> None:
-        def unit(item) -> str:
-            return work_unit(item.nodeid.split("::", 1)[0])
-
+        unit = {item: work_unit(item.nodeid.split("::", 1)[0]) for item in items}
         rank: dict[str, int] = {}
         for item in items:
             needs = [UNIT_ORDER.index(m.name) for m in item.iter_markers()
                      if m.name in UNIT_ORDER]
-            rank[unit(item)] = min(rank.get(unit(item), len(UNIT_ORDER)), *needs,
-                                   len(UNIT_ORDER))
-        first_seen = {unit(item): n for n, item in reversed(list(enumerate(items)))}
-        items.sort(key=lambda item: (rank[unit(item)], first_seen[unit(item)]))
+            rank[unit[item]] = min([rank.get(unit[item], len(UNIT_ORDER)), *needs])
+        first_seen = {unit[item]: n for n, item in reversed(list(enumerate(items)))}
+        items.sort(key=lambda item: (rank[unit[item]], first_seen[unit[item]]))
 
 
 class UnitScheduler:
