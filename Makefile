@@ -12,7 +12,7 @@ IMAGE_TAG ?= 0.1.0
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: run test test-quick install system-packages image clean
+.PHONY: run test test-all test-quick install system-packages image clean
 
 install: $(STAMP)
 
@@ -30,7 +30,12 @@ run: $(STAMP)
 system-packages:
 	@bash scripts/test-system-packages.sh
 
-test: system-packages $(STAMP)
+# The image tests' image builds in the background from the start (scripts/image-beside.sh
+# says when and why), beside the .venv install and then the first tests.
+test: system-packages
+	@bash scripts/image-beside.sh $(MAKE) --no-print-directory test-all
+
+test-all: $(STAMP)
 	$(BIN)/python -m pytest
 
 # The everyday tier: no root, no emulator, no image, no JRE, no whole pipeline (pytest.ini's

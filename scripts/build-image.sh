@@ -10,6 +10,8 @@
 #                     With podman, when the default cannot be pulled (no registry reachable),
 #                     a base is made from Debian's archive with mmdebstrap and tagged
 #                     LOCAL_BASE (default localhost/tfrp-base:bookworm); it is reused after.
+#   IMAGE_LOCK        the file a build holds locked, so builds in this checkout run one at a time
+#                     (default build/image.lock)
 #   PIP_FROM_HOST     1 (default with podman): pip in the build uses this machine's pip index
 #                     settings (index-url, extra-index-url, find-links), their local folders
 #                     mounted read-only; 0: plain PyPI (or the PIP_INDEX_URL,
@@ -36,6 +38,14 @@ if [ "$ENGINE" = docker ] && ! docker info >/dev/null 2>&1; then
     say "docker is installed but no Docker daemon answers: start it (sudo systemctl start docker), or build with podman, which needs no daemon: apt-get install podman buildah mmdebstrap runc (docs/DEPLOYMENT.md)"
     exit 1
 fi
+
+# One build at a time in this checkout: `make test` starts one in the background
+# (scripts/image-beside.sh) that the image tests' own `make image` then waits for, and finds
+# cached, instead of building the same layers again beside it.
+IMAGE_LOCK=${IMAGE_LOCK:-build/image.lock}
+mkdir -p "$(dirname "$IMAGE_LOCK")"
+exec 9>"$IMAGE_LOCK"
+flock 9
 
 build_args=()
 if [ "$ENGINE" = podman ]; then

@@ -4,6 +4,8 @@ the object stores' private one, with its artifacts on gs://).
 
 The module fixture builds the image with `make image`: minutes from nothing (a cold build
 installs every dependency), seconds with podman's layer cache when only the code changed.
+Under `make test` the build has started in the background before pytest
+(scripts/image-beside.sh); the fixture's `make image` waits for it and finds every layer cached.
 """
 from __future__ import annotations
 

@@ -10,10 +10,12 @@ over one data folder and one serving folder:
 2. after the folder's file was replaced at the same path, with `train_steps=1` set at run
    time: it reads the new rows (a cached ExampleGen would train on the old ones), trains one
    step, is compared with the first push, and is refused;
-3. with nothing changed: ExampleGen, Transform and the Trainer come from the cache;
+3. with nothing changed: ExampleGen, Transform and the Trainer come from the cache. This run
+   stops at the Trainer and the model in production (`run_spec(through=...)`): the
+   Evaluator and the Pusher would judge and refuse the same model as the second run;
 4. with another `data_root` set at run time: it reads that folder. This run stops after
-   ExampleGen (`run_spec(through=...)`): what follows it is the second run's work on other
-   rows, and nothing of it is asserted.
+   ExampleGen: what follows it is the second run's work on other rows, and nothing of it
+   is asserted.
 
 The commands run on this machine's interpreter here; `tests/test_image.py` runs the spec in
 the image, on gs:// and s3://.
@@ -79,7 +81,7 @@ def kfp_runs(tmp_path_factory, taxi_csv):
     runs = [run()]
     write_trips(taxi_csv, str(data / "trips.csv"), 3000, 2400)  # replaced, same path
     runs.append(run(train_steps=1))
-    runs.append(run(train_steps=1))
+    runs.append(run(through={"StatisticsGen", "Trainer", "production_model"}, train_steps=1))
     runs.append(run(through={"ShardedExampleGen"}, data_root=str(other), train_steps=1))
     return folder, runs
 

@@ -1,6 +1,7 @@
 """`make test`'s own set-up: the system packages its tests need, checked before pytest runs."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -138,3 +139,34 @@ def test_the_install_fills_numbas_cache_so_a_first_run_compiles_no_loop(tmp_path
     # A loop that calls another compiles both, and loads as one: fewer loads than compiles.
     warm = first_run(cache, "warm")
     assert warm["misses"] == 0 and warm["hits"] > 0, (cold, warm)
+
+
+def test_a_build_waits_for_the_one_already_running_in_this_checkout(tmp_path):
+    """scripts/build-image.sh holds IMAGE_LOCK for the whole build: a second one (the image
+    tests' `make image` while `make test`'s background build runs) starts only after it.
+    ENGINE=true stands in for podman's `build`, which is not what this checks."""
+    lock = tmp_path / "image.lock"
+    env = dict(os.environ, ENGINE="true", IMAGE_LOCK=str(lock))
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        waiting = subprocess.Popen([shutil.which("bash"), BUILD_IMAGE], env=env,
+                                   stderr=subprocess.PIPE, text=True)
+        with pytest.raises(subprocess.TimeoutExpired):
+            waiting.wait(timeout=3)
+    assert waiting.wait(timeout=60) == 0
+    assert waiting.stderr.read().startswith("build-image: true build")
+
+
+BESIDE = os.path.join(os.path.dirname(__file__), "..", "scripts", "image-beside.sh")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="switching to an unprivileged user needs root and setpriv")
+def test_without_root_make_test_starts_no_image_build_and_keeps_the_exit_status():
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, 0o755)
+        result = subprocess.run(
+            [shutil.which("setpriv"), "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+             shutil.which("bash"), os.path.abspath(BESIDE), "bash", "-c", "exit 3"],
+            capture_output=True, text=True, cwd=folder, timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (3, "", "")
