@@ -15,6 +15,14 @@ import pytest
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "test-system-packages.sh")
 
 
+# A script run by the unprivileged user nobody (root switches to it with setpriv).
+AS_NOBODY = [shutil.which("setpriv") or "setpriv", "--reuid=nobody", "--regid=nogroup",
+             "--clear-groups"]
+needs_setpriv = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                                   reason="switching to an unprivileged user needs root and "
+                                          "setpriv")
+
+
 def _path_with(folder, names: list[str]) -> str:
     """A PATH that holds only `names` (linked from this machine's own), so the script sees a
     machine without the rest."""
@@ -24,16 +32,14 @@ def _path_with(folder, names: list[str]) -> str:
     return str(folder)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
-                    reason="switching to an unprivileged user needs root and setpriv")
+@needs_setpriv
 def test_a_user_who_cannot_install_is_told_the_packages_and_the_command_in_one_line():
     # pytest's own temporary folders are root's alone; this user must be able to enter it.
     with tempfile.TemporaryDirectory() as folder:
         os.chmod(folder, 0o755)
         path = _path_with(Path(folder) / "bin", ["bash", "id"])  # no chromium, java, sudo
         result = subprocess.run(
-            [shutil.which("setpriv"), "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-             shutil.which("bash"), os.path.abspath(SCRIPT)],
+            [*AS_NOBODY, shutil.which("bash"), os.path.abspath(SCRIPT)],
             capture_output=True, text=True, env={"PATH": path}, timeout=60)
     assert result.returncode == 1
     assert result.stdout == ""
@@ -160,13 +166,11 @@ def test_a_build_waits_for_the_one_already_running_in_this_checkout(tmp_path):
 BESIDE = os.path.join(os.path.dirname(__file__), "..", "scripts", "image-beside.sh")
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
-                    reason="switching to an unprivileged user needs root and setpriv")
+@needs_setpriv
 def test_without_root_make_test_starts_no_image_build_and_keeps_the_exit_status():
     with tempfile.TemporaryDirectory() as folder:
         os.chmod(folder, 0o755)
         result = subprocess.run(
-            [shutil.which("setpriv"), "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-             shutil.which("bash"), os.path.abspath(BESIDE), "bash", "-c", "exit 3"],
+            [*AS_NOBODY, shutil.which("bash"), os.path.abspath(BESIDE), "bash", "-c", "exit 3"],
             capture_output=True, text=True, cwd=folder, timeout=60)
     assert (result.returncode, result.stdout, result.stderr) == (3, "", "")
