@@ -174,3 +174,29 @@ def test_without_root_make_test_starts_no_image_build_and_keeps_the_exit_status(
             [*AS_NOBODY, shutil.which("bash"), os.path.abspath(BESIDE), "bash", "-c", "exit 3"],
             capture_output=True, text=True, cwd=folder, timeout=60)
     assert (result.returncode, result.stdout, result.stderr) == (3, "", "")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("podman") is None,
+                    reason="image-beside.sh builds only where podman and root are")
+def test_the_background_builds_exit_status_reaches_the_command(tmp_path):
+    """The command (pytest, whose image tests then build again only when this failed) finds
+    the build's exit status in the file IMAGE_BUILT_BESIDE names, once the build has ended.
+    A `make` on PATH stands in for the build; the script runs from a copy, so this checkout's
+    own build/ is left alone."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(BESIDE, tmp_path / "scripts" / "image-beside.sh")
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    fake_make = bin_folder / "make"
+    fake_make.write_text("#!/bin/sh\nsleep 1\necho built $*\nexit 7\n")
+    fake_make.chmod(0o755)
+    wait_and_show = ('until [ -f "$IMAGE_BUILT_BESIDE" ]; do sleep 0.1; done; '
+                     'cat "$IMAGE_BUILT_BESIDE"')
+    result = subprocess.run(
+        [shutil.which("bash"), str(tmp_path / "scripts" / "image-beside.sh"), "sh", "-c",
+         wait_and_show], capture_output=True, text=True, timeout=60,
+        env=dict(os.environ, PATH=f"{bin_folder}{os.pathsep}{os.environ['PATH']}"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "7\n"
+    assert (tmp_path / "build" / "image.log").read_text() == \
+        "built --no-print-directory image\n"
