@@ -193,23 +193,40 @@ def test_checkpointing_with_a_stage_that_cannot_be_saved_says_so(taxi_examples, 
                   checkpointing=fit.Checkpointing(str(tmp_path / "ckpt"), 2))
 
 
+# The job that loses its worker: its settings, and the job itself, run once for the three
+# restarts below (each restarts from a copy of its folder).
+LOST_WORKER_JOB = dict(steps=42, batch_size=48, checkpoint_every=10, kill_after=25)
+
+
+@pytest.fixture(scope="module")
+def job_that_lost_a_worker(tmp_path_factory) -> tuple[str, str]:
+    """(examples, the folder of the job that lost worker 1)."""
+    from testsupport.trainer_faults import killed_job
+
+    folder = tmp_path_factory.mktemp("lost-worker")
+    examples = write_examples(folder / "examples", 0)
+    killed_job(examples, str(folder / "job"), **LOST_WORKER_JOB)
+    return examples, str(folder / "job")
+
+
 @pytest.mark.parametrize("restart_workers", [1, 2, 3])
 def test_a_job_that_lost_a_worker_resumes_from_its_checkpoint_and_reads_each_row_once(
-        tmp_path, restart_workers):
+        job_that_lost_a_worker, tmp_path, restart_workers):
     """Two MultiWorkerMirroredStrategy workers train a global order with saves every 10
     steps; worker 1 is SIGKILLed at step 26. Worker 0 fails on its own (its all-reduce with
     the dead worker errs), so an orchestrator sees the job fail rather than hang. As one
-    would, the test starts the job again, on one worker, on two and on three: each restores
+    would, the test starts the job again (in a copy of its folder; the first job runs once
+    for all three), on one worker, on two and on three: each restores
     the chief's step-20 checkpoint and builds its input at the saved position. Steps 1-20 of the
     first job and every step of the second together read exactly the rows one process reads
     in the stream's first 42 batches of 48: each row of the epoch once, and the first rows of
     the next."""
     from testsupport.trainer_faults import cluster_run, stream_rows
 
-    examples = write_examples(tmp_path / "examples", 0)
-    steps = 42  # 2016 rows: the epoch's 2000 and 16 of the next
-    run = cluster_run(examples, str(tmp_path / "job"), steps=steps, batch_size=48,
-                      checkpoint_every=10, kill_after=25, restart_workers=restart_workers)
+    examples, killed_in = job_that_lost_a_worker
+    steps = LOST_WORKER_JOB["steps"]  # 2016 rows: the epoch's 2000 and 16 of the next
+    run = cluster_run(examples, str(tmp_path / "job"), **LOST_WORKER_JOB,
+                      restart_workers=restart_workers, killed_in=killed_in)
     assert run["survivor"]["exit"] not in (0, None), run["survivor"]
     assert run["results"] == [{"resumed_from_step": 20, "workers": restart_workers}
                               ] * restart_workers

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -172,17 +173,18 @@ def _finish(process: subprocess.Popen) -> str:
 
 def cluster_run(examples: str, out: str, *, steps: int, batch_size: int,
                 checkpoint_every: int, kill_after: Optional[int] = None,
-                restart_workers: int = 2) -> dict:
+                restart_workers: int = 2, killed_in: Optional[str] = None) -> dict:
     """A job of two workers training `steps` steps of a global order. With `kill_after`,
     worker 1 SIGKILLs itself when it fetches the batch after that step; worker 0's next
     all-reduce fails and it exits on its own (given `SURVIVOR_TIMEOUT` seconds, then stopped,
     as an orchestrator's deadline would), and the job is started again on `restart_workers`
-    workers.
+    workers. `killed_in`: a folder where `killed_job` already ran that first job with the
+    same settings; it is copied to `out`, and only the second start runs.
 
-    Returns the seconds from the first start to the last exit; how the survivor ended (its
-    exit code, None if it had to be stopped) and after how long; each worker's result; and,
-    by step, the rows the model kept: the first job's steps up to the checkpoint the second
-    restored, then every step of the second.
+    Returns the seconds from the first start (with `killed_in`, the second) to the last
+    exit; how the survivor ended (its exit code, None if it had to be stopped) and after how
+    long; each worker's result; and, by step, the rows the model kept: the first job's steps
+    up to the checkpoint the second restored, then every step of the second.
     """
     os.makedirs(out, exist_ok=True)
     settings = dict(steps=steps, batch_size=batch_size, checkpoint_every=checkpoint_every)
@@ -193,21 +195,12 @@ def cluster_run(examples: str, out: str, *, steps: int, batch_size: int,
         first_logs: set = set()
         workers, survivor = 2, None
     else:
-        first = start_cluster(examples, out, 2, kill_after=kill_after, kill_worker=1,
-                              **settings)
-        output, _ = first[1].communicate(timeout=WORKER_TIMEOUT)
-        if first[1].returncode != -signal.SIGKILL:
-            raise RuntimeError(f"worker 1 was to be killed; it ended {first[1].returncode}:\n"
-                               f"{output[-3000:]}")
-        lost_at = time.monotonic()
-        try:
-            first[0].communicate(timeout=SURVIVOR_TIMEOUT)
-            survivor = {"exit": first[0].returncode}
-        except subprocess.TimeoutExpired:
-            first[0].kill()
-            first[0].communicate(timeout=60)
-            survivor = {"exit": None}
-        survivor["seconds"] = time.monotonic() - lost_at
+        if killed_in is None:
+            survivor = killed_job(examples, out, kill_after=kill_after, **settings)
+        else:
+            shutil.copytree(killed_in, out, dirs_exist_ok=True)
+            with open(os.path.join(out, SURVIVOR_FILE)) as f:
+                survivor = json.load(f)
         first_logs = {name for name in os.listdir(out) if name.startswith("steps-")}
         for worker in start_cluster(examples, out, restart_workers, **settings):
             _finish(worker)
@@ -229,6 +222,35 @@ def cluster_run(examples: str, out: str, *, steps: int, batch_size: int,
                     rows_by_step.setdefault(entry["step"], []).extend(entry["rows"])
     return {"seconds": seconds, "survivor": survivor, "results": results,
             "rows_by_step": rows_by_step}
+
+
+SURVIVOR_FILE = "survivor.json"
+
+
+def killed_job(examples: str, out: str, *, steps: int, batch_size: int,
+               checkpoint_every: int, kill_after: int) -> dict:
+    """`cluster_run`'s first job with `kill_after`, into `out`: worker 1 killed, worker 0
+    left to fail. Returns how the survivor ended, also kept in `out`/SURVIVOR_FILE."""
+    os.makedirs(out, exist_ok=True)
+    first = start_cluster(examples, out, 2, steps=steps, batch_size=batch_size,
+                          checkpoint_every=checkpoint_every, kill_after=kill_after,
+                          kill_worker=1)
+    output, _ = first[1].communicate(timeout=WORKER_TIMEOUT)
+    if first[1].returncode != -signal.SIGKILL:
+        raise RuntimeError(f"worker 1 was to be killed; it ended {first[1].returncode}:\n"
+                           f"{output[-3000:]}")
+    lost_at = time.monotonic()
+    try:
+        first[0].communicate(timeout=SURVIVOR_TIMEOUT)
+        survivor = {"exit": first[0].returncode}
+    except subprocess.TimeoutExpired:
+        first[0].kill()
+        first[0].communicate(timeout=60)
+        survivor = {"exit": None}
+    survivor["seconds"] = time.monotonic() - lost_at
+    with open(os.path.join(out, SURVIVOR_FILE), "w") as f:
+        json.dump(survivor, f)
+    return survivor
 
 
 def stream_rows(examples: str, steps: int, batch_size: int) -> list[int]:
