@@ -17,10 +17,11 @@ import json
 import runpy
 import sys
 
-from pipeline import process_exit, tfx_components
+from pipeline import google_version_check, process_exit, tfx_components
 
 process_exit.install()  # before the libraries register their exit handlers
 tfx_components.defer_package_init()  # before anything imports TFX
+google_version_check.skip_package_scan()  # before anything imports Google's clients
 
 from components import tf_filesystems  # noqa: E402
 from pipeline import run_settings  # noqa: E402

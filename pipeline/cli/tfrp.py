@@ -1,10 +1,11 @@
 """`tfrp` as a process: the product's commands and the benchmarks under one group."""
 from __future__ import annotations
 
-from pipeline import process_exit, tfx_components
+from pipeline import google_version_check, process_exit, tfx_components
 
 process_exit.install()  # before the libraries register their exit handlers
 tfx_components.defer_package_init()  # before anything imports TFX
+google_version_check.skip_package_scan()  # before anything imports Google's clients
 
 from pipeline.cli.bench import bench  # noqa: E402
 from pipeline.cli.commands import main  # noqa: E402

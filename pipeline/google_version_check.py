@@ -1,0 +1,64 @@
+"""google-api-core's Python version check without its scan of every installed package. Each
+process entry point (`tfrp`, the compiled pipeline's task command) calls `skip_package_scan`
+before it imports anything of Google's; nothing else calls this module.
+
+Every Google Cloud client package (BigQuery's, Cloud Storage's, Vertex AI's, ...) calls
+`google.api_core.check_python_version` as it is imported, and in google-api-core 2.28 to 2.43
+that call starts with `importlib.metadata.packages_distributions()`, which reads the metadata
+and file list of every installed distribution (about 290 in `.venv`) only to name the package
+in a warning. Beam imports BigQuery's client, so every process that imports Beam or TFX paid
+for four scans: 1.3 CPU-s of `tfrp examplegen`'s 6.5 on the taxi sample (bench/RESULTS.md).
+google-api-core 2.44.0 made that lookup a no-op (googleapis/python-api-core#878), but it needs
+protobuf 6.33.5 or newer and TensorFlow 2.16 needs protobuf 4, so constraints.txt holds 2.29.0.
+This gives 2.29.0 the lookup 2.44.0 has: the check and its warnings run as before, naming the
+module (`google.cloud.bigquery`) as 2.44.0 does, and no package is scanned.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+from typing import Optional
+
+MODULE = "google.api_core._python_version_support"
+
+
+def _no_package_name(module_name: str) -> Optional[str]:
+    """google-api-core 2.44.0's `_get_pypi_package_name`: the warning names the module."""
+    return None
+
+
+def _replace_lookup(module) -> None:
+    if hasattr(module, "_get_pypi_package_name"):  # absent before 2.28: nothing to replace
+        module._get_pypi_package_name = _no_package_name
+
+
+class _ReplaceOnLoad(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds the version check's module where Python would, and replaces its lookup as soon
+    as the module has run, before `google.api_core`'s `__init__` calls the check."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None:
+            return None
+        self._loader = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec):
+        return None  # Python's own module object
+
+    def exec_module(self, module) -> None:
+        self._loader.exec_module(module)
+        _replace_lookup(module)
+
+
+def skip_package_scan() -> None:
+    """Has google-api-core's version check name modules without scanning every installed
+    package (a no-op once called)."""
+    if MODULE in sys.modules:
+        _replace_lookup(sys.modules[MODULE])
+    elif not any(isinstance(f, _ReplaceOnLoad) for f in sys.meta_path):
+        sys.meta_path.insert(0, _ReplaceOnLoad())
