@@ -16,6 +16,12 @@ if _WORKERS > 1:
     _SHARE = max(1, (os.cpu_count() or 1) // _WORKERS)
     os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(_SHARE))
     os.environ.setdefault("TF_NUM_INTEROP_THREADS", str(max(2, _SHARE)))
+# The tests' Spark JVMs are short-lived: C1 alone and a serial collector
+# (tests/spark_conf/spark-defaults.conf for drivers and executors; the standalone cluster's
+# master and workers here), unless set.
+_SPARK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault("SPARK_CONF_DIR", os.path.join(os.path.dirname(__file__), "spark_conf"))
+os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", _SPARK_JVM)
 
 import pytest  # noqa: E402
 
