@@ -3,15 +3,17 @@ process entry point (`tfrp`, the compiled pipeline's task command) calls `skip_p
 before it imports anything of Google's; nothing else calls this module.
 
 Every Google Cloud client package (BigQuery's, Cloud Storage's, Vertex AI's, ...) calls
-`google.api_core.check_python_version` as it is imported, and in google-api-core 2.28 to 2.43
+`google.api_core.check_python_version` as it is imported, and from google-api-core 2.28.0
 that call starts with `importlib.metadata.packages_distributions()`, which reads the metadata
 and file list of every installed distribution (about 290 in `.venv`) only to name the package
-in a warning. Beam imports BigQuery's client, so every process that imports Beam or TFX paid
-for four scans: 1.3 CPU-s of `tfrp examplegen`'s 6.5 on the taxi sample (bench/RESULTS.md).
-google-api-core 2.44.0 made that lookup a no-op (googleapis/python-api-core#878), but it needs
-protobuf 6.33.5 or newer and TensorFlow 2.16 needs protobuf 4, so constraints.txt holds 2.29.0.
-This gives 2.29.0 the lookup 2.44.0 has: the check and its warnings run as before, naming the
-module (`google.cloud.bigquery`) as 2.44.0 does, and no package is scanned.
+in a warning: at every call up to 2.30.2, once a process from 2.30.3. Beam imports BigQuery's
+client, so every process that imports Beam or TFX scanned four times with the pinned 2.29.0:
+`tfrp examplegen` on the taxi sample took 6.09 CPU-s with the scans and 4.06 without
+(medians of 3, bench/RESULTS.md). google-api-core 2.44.0 made the lookup a no-op
+(googleapis/python-api-core#878), but it needs protobuf 6.33.5 or newer, and TensorFlow 2.16
+needs protobuf 4. This gives the pinned release the lookup 2.44.0 has: the check and its
+warnings run as before, naming the module (`google.cloud.bigquery`) as 2.44.0 does, and no
+package is scanned.
 """
 from __future__ import annotations
 
