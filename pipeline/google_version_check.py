@@ -17,10 +17,10 @@ package is scanned.
 """
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import sys
 from typing import Optional
+
+from pipeline import module_loading
 
 MODULE = "google.api_core._python_version_support"
 
@@ -35,25 +35,14 @@ def _replace_lookup(module) -> None:
         module._get_pypi_package_name = _no_package_name
 
 
-class _ReplaceOnLoad(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds the version check's module where Python would, and replaces its lookup as soon
-    as the module has run, before `google.api_core`'s `__init__` calls the check."""
+class _ReplaceOnLoad(module_loading.LoadHook):
+    """Replaces the version check's lookup as soon as its module has run, before
+    `google.api_core`'s `__init__` calls the check."""
 
-    def find_spec(self, fullname, path, target=None):
-        if fullname != MODULE:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None:
-            return None
-        self._loader = spec.loader
-        spec.loader = self
-        return spec
+    NAME = MODULE
 
-    def create_module(self, spec):
-        return None  # Python's own module object
-
-    def exec_module(self, module) -> None:
-        self._loader.exec_module(module)
+    def run_module(self, module, loader) -> None:
+        loader.exec_module(module)
         _replace_lookup(module)
 
 
@@ -62,5 +51,5 @@ def skip_package_scan() -> None:
     package (a no-op once called)."""
     if MODULE in sys.modules:
         _replace_lookup(sys.modules[MODULE])
-    elif not any(isinstance(f, _ReplaceOnLoad) for f in sys.meta_path):
-        sys.meta_path.insert(0, _ReplaceOnLoad())
+    else:
+        module_loading.install(_ReplaceOnLoad)

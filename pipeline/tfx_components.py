@@ -18,33 +18,21 @@ from __future__ import annotations
 
 import ast
 import importlib
-import importlib.abc
-import importlib.machinery
 import sys
+
+from pipeline import module_loading
 
 PACKAGE = "tfx.components"
 
 
-class _DeferredInit(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds `tfx.components` where Python would, and loads it with its `__init__` put off
-    until a name the package sets is asked for. Nothing is imported before something
-    imports the package (`tfrp examplegen` imports no TFX at all)."""
+class _DeferredInit(module_loading.LoadHook):
+    """Loads `tfx.components` with its `__init__` put off until a name the package sets is
+    asked for. Nothing is imported before something imports the package (`tfrp examplegen`
+    imports no TFX at all)."""
 
-    def find_spec(self, fullname, path, target=None):
-        if fullname != PACKAGE:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None:
-            return None
-        self._init = spec.loader
-        spec.loader = self
-        return spec
+    NAME = PACKAGE
 
-    def create_module(self, spec):
-        return None  # Python's own module object
-
-    def exec_module(self, module) -> None:
-        init = self._init
+    def run_module(self, module, init) -> None:
         sources = _imported_from(init.get_source(PACKAGE) or "")
 
         def __getattr__(name: str):
@@ -71,6 +59,5 @@ def _imported_from(init_source: str) -> dict[str, str]:
 def defer_package_init() -> None:
     """Has `tfx.components` imported with its `__init__` not yet run (a no-op once the
     package is imported, or once this has been called)."""
-    if PACKAGE in sys.modules or any(isinstance(f, _DeferredInit) for f in sys.meta_path):
-        return
-    sys.meta_path.insert(0, _DeferredInit())
+    if PACKAGE not in sys.modules:
+        module_loading.install(_DeferredInit)
