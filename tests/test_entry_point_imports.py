@@ -41,11 +41,17 @@ print("scans", len(scans))
 """
 
 
-def counted(*args: str) -> tuple[int, str]:
-    result = subprocess.run([sys.executable, "-W", "ignore", "-c", COUNTED, *args],
+def fresh_python(script: str, *args: str) -> subprocess.CompletedProcess:
+    """`script` with `args` in a new interpreter, here, which must succeed."""
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", script, *args],
                             capture_output=True, text=True, cwd=ROOT,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def counted(*args: str) -> tuple[int, str]:
+    result = fresh_python(COUNTED, *args)
     *_, last = result.stdout.splitlines()
     assert last.startswith("scans "), result.stdout
     return int(last.split()[1]), result.stdout
@@ -86,10 +92,7 @@ print("after __all__:", "Tuner" in names, tfx.components.Tuner.__module__)
 
 
 def test_a_component_class_imports_only_its_module_and_other_names_the_whole_package():
-    result = subprocess.run([sys.executable, "-W", "ignore", "-c", DEFERRED],
-                            capture_output=True, text=True, cwd=ROOT,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = fresh_python(DEFERRED)
     assert result.stdout.splitlines() == [
         "class only: False False",
         "after __all__: True tfx.components.tuner.component"], result.stdout
