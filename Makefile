@@ -4,7 +4,6 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PIP_FLAGS := --ignore-requires-python -c constraints.txt
 # The container image Kubeflow and Vertex run; the compiled pipeline defaults to the same
 # name and tag (pipeline/configs.py), and `tfrp compile --image-tag` changes it.
 IMAGE ?= tfrecord-pipeline
@@ -16,10 +15,11 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 
 install: $(STAMP)
 
-# The compiled loops go into numba's cache here, not in the first run (components/jit_cache.py).
-$(STAMP): setup.py constraints.txt
+# scripts/install-venv.sh installs the lock (uv, then pip for what uv refuses). The compiled
+# loops go into numba's cache here, not in the first run (components/jit_cache.py).
+$(STAMP): setup.py constraints.txt scripts/install-venv.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q $(PIP_FLAGS) -e '.[dev]'
+	bash scripts/install-venv.sh $(VENV)
 	$(BIN)/python -m components.jit_cache
 	touch $(STAMP)
 

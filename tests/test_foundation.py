@@ -97,6 +97,35 @@ def test_dockerfile_base_matches_the_pinned_python():
     assert dockerfile.index("-r requirements.txt") < dockerfile.index("COPY components")
 
 
+def test_the_lock_marks_exactly_the_releases_whose_metadata_excludes_this_python():
+    """scripts/install-venv.sh gives pip the releases constraints.txt marks
+    `requires-python-excluded` (uv cannot ignore Requires-Python) and uv the rest: a release
+    marked wrongly, or one left unmarked, would fail the install or fall to the wrong tool.
+    Each pin is also what is installed."""
+    import importlib.metadata
+    from packaging.specifiers import SpecifierSet
+    from packaging.utils import canonicalize_name
+
+    pins, marked = {}, set()
+    with open(os.path.join(ROOT, "constraints.txt")) as f:
+        for line in f:
+            match = re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)", line)
+            if match:
+                name = canonicalize_name(match.group(1))
+                pins[name] = match.group(2)
+                if "requires-python-excluded" in line:
+                    marked.add(name)
+    python = ".".join(map(str, sys.version_info[:3]))
+    excluded = set()
+    for name, version in pins.items():
+        dist = importlib.metadata.distribution(name)
+        assert dist.version in SpecifierSet(f"=={version}"), (name, dist.version, version)
+        requires = dist.metadata.get("Requires-Python")
+        if requires and python not in SpecifierSet(requires):
+            excluded.add(name)
+    assert marked and marked == excluded
+
+
 def test_cli_help_lists_commands():
     out = subprocess.run([sys.executable, "-m", "pipeline.cli", "--help"],
                          capture_output=True, text=True, check=True).stdout

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs constraints.txt's locked set and this project (editable, with its dev extras) into
+# the venv given, as `make install` does:
+#
+# 1. uv installs the lock as it stands (--no-deps: constraints.txt is the whole resolved set),
+#    downloading in parallel and byte-compiling on every core: 61 s and 71 CPU-s against
+#    pip's 298 s and 275 CPU-s for the same wheels (bench/RESULTS.md);
+# 2. pip installs the releases marked `requires-python-excluded` in constraints.txt, whose
+#    metadata excludes the Python they run on here (uv has no --ignore-requires-python),
+#    and this project;
+# 3. `pip check` fails the install if setup.py asks for anything the lock does not satisfy.
+#
+# uv is given the indexes and find-links folders pip is configured with (the machine's wheel
+# of PyTorch's CPU build, say), as scripts/build-image.sh gives them to the image's pip, and
+# takes the best match across them, as pip does (uv's default stops at the first index that
+# has a package at all).
+#
+#   bash scripts/install-venv.sh VENV
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${1:?usage: install-venv.sh VENV}
+bin=$venv/bin
+marker='requires-python-excluded'
+
+"$bin/pip" install -q -c constraints.txt uv
+
+sources=()
+conf=$("$bin/pip" config list 2>/dev/null || true)
+for key in index-url extra-index-url find-links; do
+    value=$(printf '%s\n' "$conf" | sed -n "s/^[^.]*\.$key='\(.*\)'$/\1/p" | tail -1)
+    for location in $value; do
+        dir=${location#file://}
+        case "$dir" in /*) [ -e "$dir" ] || continue ;; esac  # a missing folder: pip skips it
+        sources+=("--$key" "$location")
+    done
+done
+
+lock=$(mktemp)
+trap 'rm -f "$lock"' EXIT
+grep -v -- "$marker" constraints.txt >"$lock"
+"$bin/uv" pip install -q --python "$bin/python" --no-deps --compile-bytecode \
+    --index-strategy unsafe-best-match     "${sources[@]}" -r "$lock"
+
+excluded=$(sed -n "s/^\([^#[:space:]]*\).*$marker.*/\1/p" constraints.txt)
+# shellcheck disable=SC2086
+"$bin/pip" install -q --no-deps --ignore-requires-python -c constraints.txt $excluded -e .
+"$bin/pip" check
