@@ -4,18 +4,27 @@
 # pinned for (glibc 2.36, cp311 wheels). TFX's own image (gcr.io/tfx-oss-public/tfx:1.16.0)
 # is Python 3.10, which six of our pins have no wheel for, and sets an ENTRYPOINT. Any
 # bookworm image with apt works as BASE_IMAGE; scripts/build-image.sh makes one with mmdebstrap
-# when the default cannot be pulled. Both stages must use the same base: the venv's python is
-# a link to the base's /usr/bin/python3.11.
+# when the default cannot be pulled. The venv's python is a link to the base's
+# /usr/bin/python3.11.
 ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim
 
-# ---- builder: compilers, wheels built and installed into /opt/venv -------------------------
-FROM ${BASE_IMAGE} AS builder
-RUN apt-get update \
+# One stage: the venv is installed where it runs, and the compiler that builds the one pin
+# without a wheel (pyfarmhash) is installed and purged within that layer. A builder stage
+# copied into the image cost a second 2.5 GB layer to write and hash (bench/RESULTS.md,
+# "The image").
+FROM ${BASE_IMAGE}
+# Java for ExampleGen's Spark engine (pyspark runs its JVM in the container); Spark 3.5
+# supports Java 8, 11 and 17. The man folder must exist for the JRE's update-alternatives.
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
     && apt-get install -y --no-install-recommends \
-        build-essential ca-certificates python3.11 python3.11-dev python3.11-venv \
+        ca-certificates python3.11 python3.11-venv openjdk-17-jre-headless \
+    && apt-get clean \
     && rm -rf /var/lib/apt/lists/*
-RUN python3.11 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV=/opt/venv \
+    TF_USE_LEGACY_KERAS=1 \
+    PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 # Where pip finds packages: PyPI unless these are given (scripts/build-image.sh passes the
@@ -35,20 +44,25 @@ COPY constraints.txt setup.py scripts/install_requires.py /tmp/deps/
 # What no run uses: TensorFlow's C++ headers (for building custom ops), tensorflow-io's op
 # libraries (150 MB; only its file-system plugins, libtensorflow_io_plugins.so, are loaded: s3://
 # for tf.io.gfile), the packages' own test
-# suites, debug sections of the shared libraries, and DROP_PACKAGES: installed as requirements
+# suites, debug sections of the shared libraries (strip, from binutils, which g++ brings and
+# which is named in the purge: apt keeps it as python3.11 suggests it), and DROP_PACKAGES:
+# installed as requirements
 # of requirements but used only by TensorFlow's build tools (libclang), a notebook server
 # (widgetsnbextension's jupyterlab and notebook) or an interactive shell's completion (jedi);
 # `pip check` names them as missing. Bytecode is kept for the modules the pipeline's steps
 # import (compiled here by importing them), not for all 250 packages (0.4 GB).
 ARG DROP_PACKAGES="libclang jupyterlab notebook jupyterlab-server jupyter-server jupyter-lsp \
 notebook-shim babel jedi parso"
-ENV TF_USE_LEGACY_KERAS=1
-# One RUN, so one layer: the install and what is then taken out of it are never committed
-# apart (a layer of the whole install, then one rewriting every stripped library, cost
-# 3.5 GB and 1.7 GB of layer writes before the copy below), and --no-compile leaves the
+# One RUN, so one layer: the venv, the install and what is then taken out of them are never
+# committed apart (a layer of the whole install, then one rewriting every stripped library,
+# cost 3.5 GB and 1.7 GB of layer writes; a layer of the new venv alone kept 23 MB, pip's and
+# setuptools' files and bytecode that this one replaces or deletes), and --no-compile leaves the
 # byte-compiling to the imports at the end, which compile only what the steps load (a cold
 # `make image` on 2 cores: 413 s, against 552 s with the two layers and pip's compiling).
-RUN cd /tmp/deps \
+RUN python3.11 -m venv /opt/venv \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends g++ python3.11-dev \
+    && cd /tmp/deps \
     && python install_requires.py setup.py > requirements.txt \
     && pip install --no-compile --ignore-requires-python -c constraints.txt -r requirements.txt \
     && if [ "$TF_PACKAGE" != tensorflow ]; then \
@@ -66,30 +80,14 @@ RUN cd /tmp/deps \
     && find . -type d -name tests -prune -exec rm -rf {} + \
     && (find . -type f \( -name '*.so' -o -name '*.so.*' \) -exec strip --strip-debug {} + \
         || true) \
+    && apt-get purge -y --auto-remove g++ python3.11-dev binutils \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log \
     && find /opt/venv -type d -name __pycache__ -prune -exec rm -rf {} + \
     && TF_CPP_MIN_LOG_LEVEL=3 python -W ignore -c "import tensorflow, tf_keras, tfx.v1, \
 tfx.components, tfx.orchestration.kubeflow.v2.kubeflow_v2_dag_runner, apache_beam, \
 tensorflow_transform.beam, tensorflow_data_validation, tensorflow_model_analysis, \
 pyarrow.parquet, pyspark.sql, numba, sklearn, matplotlib.pyplot, kfp, \
 google.cloud.aiplatform, PIL.Image, isal.igzip, psutil, yaml, click" 2>/dev/null
-
-# ---- the image: no compiler -----------------------------------------------------------------
-FROM ${BASE_IMAGE}
-# Java for ExampleGen's Spark engine (pyspark runs its JVM in the container); Spark 3.5
-# supports Java 8, 11 and 17. The man folder must exist for the JRE's update-alternatives.
-RUN mkdir -p /usr/share/man/man1 \
-    && apt-get update \
-    && apt-get install -y --no-install-recommends \
-        ca-certificates python3.11 openjdk-17-jre-headless \
-    && apt-get clean \
-    && rm -rf /var/lib/apt/lists/*
-COPY --from=builder /opt/venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH \
-    VIRTUAL_ENV=/opt/venv \
-    TF_USE_LEGACY_KERAS=1 \
-    PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # The project itself, last: a code change rebuilds from here (35 s on 2 cores, bench/RESULTS.md;
 # most of it podman checking the cached venv layer). Installed editable so
