@@ -8,10 +8,10 @@
 # /usr/bin/python3.11.
 ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim
 
-# One stage: the venv is installed where it runs, and the compiler that builds the one pin
-# without a wheel (pyfarmhash) is installed and purged within that layer. A builder stage
-# copied into the image cost a second 2.5 GB layer to write and hash (bench/RESULTS.md,
-# "The image").
+# One stage: the venv is installed where it runs, and the compiler that builds the pins that
+# have no wheel and a C extension (pyfarmhash, crcmod) is installed and purged within that
+# layer. A builder stage copied into the image cost a second 2.5 GB layer to write and hash
+# (bench/RESULTS.md, "The image").
 FROM ${BASE_IMAGE}
 # Java for ExampleGen's Spark engine (pyspark runs its JVM in the container); Spark 3.5
 # supports Java 8, 11 and 17. The man folder must exist for the JRE's update-alternatives.

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Installs constraints.txt's locked set and this project (editable, with its dev extras) into
-# the venv given, as `make install` does:
+# Installs constraints.txt's locked set (the project's requirements and its dev extras') and
+# this project, editable, into the venv given, as `make install` does:
 #
 # 1. uv installs the lock as it stands (--no-deps: constraints.txt is the whole resolved set),
-#    downloading in parallel and byte-compiling on every core: 61 s and 71 CPU-s against
-#    pip's 298 s and 275 CPU-s for the same wheels (bench/RESULTS.md);
+#    downloading in parallel and byte-compiling on every core (a fresh install in well under
+#    half of pip's time on 2 cores: bench/RESULTS.md, "The install and the image");
 # 2. pip installs the releases marked `requires-python-excluded` in constraints.txt, whose
 #    metadata excludes the Python they run on here (uv has no --ignore-requires-python),
 #    and this project;
-# 3. `pip check` fails the install if setup.py asks for anything the lock does not satisfy.
+# 3. `pip check` fails the install if an installed release's requirements (this project's
+#    install_requires among them) are not all met.
 #
 # uv is given the indexes and find-links folders pip is configured with (the machine's wheel
 # of PyTorch's CPU build, say), as scripts/build-image.sh gives them to the image's pip, and
