@@ -17,7 +17,7 @@ install: $(STAMP)
 
 # scripts/install-venv.sh installs the lock (uv, then pip for what uv refuses). The compiled
 # loops go into numba's cache here, not in the first run (components/jit_cache.py).
-$(STAMP): setup.py constraints.txt scripts/install-venv.sh
+$(STAMP): setup.py constraints.txt scripts/install-venv.sh scripts/pip-settings.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	bash scripts/install-venv.sh $(VENV)
 	$(BIN)/python -m components.jit_cache

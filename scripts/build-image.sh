@@ -87,10 +87,11 @@ if [ "$ENGINE" = podman ]; then
     # them. The CA bundle (`cert`: a TLS-intercepting proxy's CA) is always passed, mounted
     # read-only; the indexes and find-links with PIP_FROM_HOST=1, their local folders mounted
     # read-only at the same paths.
+    . scripts/pip-settings.sh
     py=$(command -v python3 || true)
     conf=$([ -n "$py" ] && "$py" -m pip config list 2>/dev/null || true)
     for key in cert index-url extra-index-url find-links; do
-        value=$(printf '%s\n' "$conf" | sed -n "s/^[^.]*\.$key='\(.*\)'$/\1/p" | tail -1)
+        value=$(pip_setting "$conf" "$key")
         [ -n "$value" ] || continue
         if [ "$key" = cert ]; then
             [ -f "$value" ] || continue

@@ -25,10 +25,11 @@ marker='requires-python-excluded'
 
 "$bin/pip" install -q -c constraints.txt uv
 
+. scripts/pip-settings.sh
 sources=()
 conf=$("$bin/pip" config list 2>/dev/null || true)
 for key in index-url extra-index-url find-links; do
-    value=$(printf '%s\n' "$conf" | sed -n "s/^[^.]*\.$key='\(.*\)'$/\1/p" | tail -1)
+    value=$(pip_setting "$conf" "$key")
     for location in $value; do
         dir=${location#file://}
         case "$dir" in /*) [ -e "$dir" ] || continue ;; esac  # a missing folder: pip skips it
@@ -40,7 +41,7 @@ lock=$(mktemp)
 trap 'rm -f "$lock"' EXIT
 grep -v -- "$marker" constraints.txt >"$lock"
 "$bin/uv" pip install -q --python "$bin/python" --no-deps --compile-bytecode \
-    --index-strategy unsafe-best-match     "${sources[@]}" -r "$lock"
+    --index-strategy unsafe-best-match "${sources[@]}" -r "$lock"
 
 excluded=$(sed -n "s/^\([^#[:space:]]*\).*$marker.*/\1/p" constraints.txt)
 # shellcheck disable=SC2086
