@@ -310,7 +310,7 @@ FIXTURE_MARKERS = {
     "taxi_cli_run": "pipeline", "taxi_cli_rerun": "pipeline", "taxi_run": "pipeline",
     "taxi_rerun": "pipeline", "taxi_unblessed_run": "pipeline", "page": "pipeline",
     "image_runs": "pipeline", "kfp_runs": "pipeline", "table_runs": "pipeline",
-    "gcs_runs": "pipeline", "s3_runs": "pipeline",
+    "s3_runs": "pipeline",
 }
 
 

@@ -18,7 +18,7 @@ over one data folder and one serving folder:
    is asserted.
 
 The commands run on this machine's interpreter here; `tests/test_image.py` runs the spec in
-the image, on gs:// and s3://.
+the image, on gs://.
 """
 from __future__ import annotations
 
