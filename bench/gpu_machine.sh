@@ -14,7 +14,7 @@
 #       SCALE=N divides the rows and images by N (SCALE=10 checks the path in a minute);
 #       DECODES ("cpu gpu raw") picks the image decodes, each a run of its own, so that one
 #       that fails does not take the others with it (the status says whether any failed);
-#       MODEL (resnet50) the image model.
+#       MODEL (resnet50) the image model; MLPS ("128-64 1024x3") the tabular MLPs.
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
@@ -74,8 +74,14 @@ print('\n'.join(display.format_table(gpu_feed.table(json.load(open(sys.argv[1]))
             "$out/$name.json"
     }
     local rows=$(( 4000000 / scale )) images=$(( 20000 / scale ))
-    one mlp-128-64 --rows "$rows" --batch-size 8192 --hidden 128,64
-    one mlp-1024x3 --rows "$rows" --batch-size 8192 --hidden 1024,1024,1024
+    local mlp
+    for mlp in ${MLPS:-128-64 1024x3}; do
+        case $mlp in
+            128-64) one mlp-128-64 --rows "$rows" --batch-size 8192 --hidden 128,64 ;;
+            1024x3) one mlp-1024x3 --rows "$rows" --batch-size 8192 --hidden 1024,1024,1024 ;;
+            *) echo "MLPS: $mlp is not one of 128-64 1024x3" >&2; return 2 ;;
+        esac
+    done
     local decode
     for decode in ${DECODES:-cpu gpu raw}; do
         one "${MODEL:-resnet50}-$decode" --workload images --model "${MODEL:-resnet50}" \
