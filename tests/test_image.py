@@ -42,10 +42,21 @@ def _podman_env() -> dict:
     return env
 
 
-def podman_run(*args: str, volumes: tuple = ()) -> subprocess.CompletedProcess:
+def podman_run(*args: str, volumes: tuple = (), stores=None,
+               timeout: float = 600) -> subprocess.CompletedProcess:
+    """`args` in a container of the image with no network, or with `stores` (the
+    object_stores fixture) only their private network: their host names, their folder
+    (certificates, the service-account key) and their variables."""
     flags = [f"--volume={host}:{inside}" for host, inside in volumes]
-    return subprocess.run(["podman", "run", "--rm", "--network", "none", *flags, IMAGE, *args],
-                          capture_output=True, text=True, env=_podman_env(), timeout=600)
+    if stores is None:
+        flags.append("--network=none")
+    else:
+        flags += [f"--network=ns:{stores.network_namespace}",
+                  f"--volume={stores.hosts_file}:/etc/hosts:ro",
+                  f"--volume={stores.work_dir}:{stores.work_dir}",
+                  *(f"--env={name}={value}" for name, value in stores.env.items())]
+    return subprocess.run(["podman", "run", "--rm", *flags, IMAGE, *args],
+                          capture_output=True, text=True, env=_podman_env(), timeout=timeout)
 
 
 def _built_beside(timeout: float = 3600) -> bool:
@@ -114,13 +125,7 @@ def test_tf_io_gfile_in_the_image_reaches_s3_and_gcs(image, object_stores):
     tensorflow-io), and our components through our file layer: in a container on the stores'
     private network, each reads on both stores what the other wrote."""
     buckets = [object_stores.make_bucket(scheme, "image-reach") for scheme in ("gs", "s3")]
-    result = subprocess.run(
-        ["podman", "run", "--rm", f"--network=ns:{object_stores.network_namespace}",
-         f"--volume={object_stores.hosts_file}:/etc/hosts:ro",
-         f"--volume={object_stores.work_dir}:{object_stores.work_dir}",
-         *[f"--env={name}={value}" for name, value in object_stores.env.items()],
-         IMAGE, "python", "-c", REACH_BOTH_STORES, *buckets],
-        capture_output=True, text=True, env=_podman_env(), timeout=600)
+    result = podman_run("python", "-c", REACH_BOTH_STORES, *buckets, stores=object_stores)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines()[-2:] == [f"{b} {b}" for b in buckets], result.stdout
 
@@ -179,17 +184,12 @@ def test_the_compiled_pipeline_runs_in_the_image_as_open_source_kfp_runs_it(
     bucket = object_stores.make_bucket(scheme, "kfp-image")
     outputs = tmp_path / "outputs"
     outputs.mkdir()
-    container_env = [f"--env={name}={value}" for name, value in object_stores.env.items()]
 
     def execute(command: list[str], task_image: str) -> int:
         assert task_image == image
         assert command[:3] == ["python", "-m", "pipeline.task_entrypoint"], command[:3]
-        result = subprocess.run(
-            ["podman", "run", "--rm", f"--network=ns:{object_stores.network_namespace}",
-             f"--volume={object_stores.hosts_file}:/etc/hosts:ro",
-             f"--volume={object_stores.work_dir}:{object_stores.work_dir}",
-             f"--volume={outputs}:{outputs}", *container_env, image, *command],
-            capture_output=True, text=True, env=_podman_env(), timeout=900)
+        result = podman_run(*command, volumes=((outputs, outputs),), stores=object_stores,
+                            timeout=900)
         if result.returncode:
             print(result.stderr[-5000:])
         return result.returncode
