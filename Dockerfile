@@ -33,20 +33,24 @@ ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
 ARG PIP_FIND_LINKS
 ARG PIP_CERT
-# Dependencies only (setup.py's install_requires under constraints.txt), before any source:
-# a code change reuses this layer. TF_PACKAGE=tensorflow-cpu (the default) swaps TensorFlow's
-# wheel for the CPU-only wheel of the same version (the same `tensorflow` module without the
-# CUDA kernels, which this image has no CUDA libraries to run: 951 MiB installed against
-# 1,701 MiB);
-# --build-arg TF_PACKAGE=tensorflow keeps the wheel the constraints pin.
+# Dependencies only (the lines of constraints.txt not marked dev-only: setup.py's
+# install_requires, already resolved), before any source: a code change reuses this layer.
+# scripts/install-venv.sh --image installs them as it installs .venv (uv, then pip for the
+# releases uv cannot install on this Python), with nothing to resolve: pip's resolution of
+# this set took two thirds of its install (bench/RESULTS.md, "The image's install with uv").
+# TF_PACKAGE=tensorflow-cpu (the default) installs, for the lock's TensorFlow, the CPU-only
+# wheel of the same version (the same `tensorflow` module without the CUDA kernels, which
+# this image has no CUDA libraries to run: 951 MiB installed against 1,701 MiB);
+# --build-arg TF_PACKAGE=tensorflow installs the wheel the constraints pin.
 ARG TF_PACKAGE=tensorflow-cpu
-COPY constraints.txt setup.py scripts/install_requires.py /tmp/deps/
+COPY constraints.txt /tmp/deps/
+COPY scripts/install-venv.sh scripts/pip-settings.sh /tmp/deps/scripts/
 # What no run uses: TensorFlow's C++ headers (for building custom ops), tensorflow-io's op
 # libraries (150 MB; only its file-system plugins, libtensorflow_io_plugins.so, are loaded: s3://
 # for tf.io.gfile), the packages' own test
 # suites, debug sections of the shared libraries (strip, from binutils, which g++ brings and
-# which is named in the purge: apt keeps it as python3.11 suggests it), and DROP_PACKAGES:
-# installed as requirements
+# which is named in the purge: apt keeps it as python3.11 suggests it), and DROP_PACKAGES,
+# never installed: requirements
 # of requirements but used only by TensorFlow's build tools (libclang), a notebook server
 # (widgetsnbextension's jupyterlab and notebook) or an interactive shell's completion (jedi);
 # `pip check` names them as missing. Bytecode is kept for the modules the pipeline's steps
@@ -56,22 +60,14 @@ notebook-shim babel jedi parso"
 # One RUN, so one layer: the venv, the install and what is then taken out of them are never
 # committed apart (a layer of the whole install, then one rewriting every stripped library,
 # cost 3.5 GB and 1.7 GB of layer writes; a layer of the new venv alone kept 23 MB, pip's and
-# setuptools' files and bytecode that this one replaces or deletes), and --no-compile leaves the
-# byte-compiling to the imports at the end, which compile only what the steps load (a cold
-# `make image` on 2 cores: 413 s, against 552 s with the two layers and pip's compiling).
+# setuptools' files and bytecode that this one replaces or deletes), and nothing is
+# byte-compiled by the install: the imports at the end compile only what the steps load.
+# g++ builds the pins that have no wheel and a C extension (pyfarmhash, crcmod).
 RUN python3.11 -m venv /opt/venv \
     && apt-get update \
     && apt-get install -y --no-install-recommends g++ python3.11-dev \
-    && cd /tmp/deps \
-    && python install_requires.py setup.py > requirements.txt \
-    && pip install --no-compile --ignore-requires-python -c constraints.txt -r requirements.txt \
-    && if [ "$TF_PACKAGE" != tensorflow ]; then \
-        pip uninstall -y tensorflow \
-        && pip install --no-compile --no-deps \
-            "$TF_PACKAGE==$(sed -n 's/^tensorflow==//p' constraints.txt)"; \
-    fi \
+    && bash /tmp/deps/scripts/install-venv.sh --image /opt/venv \
     && cd / && rm -rf /tmp/deps \
-    && if [ -n "$DROP_PACKAGES" ]; then pip uninstall -y $DROP_PACKAGES; fi \
     && cd /opt/venv/lib/python3.11/site-packages \
     && rm -rf tensorflow/include \
     && rm -f tensorflow_io/python/ops/libtensorflow_io.so \

@@ -1,29 +1,62 @@
 #!/usr/bin/env bash
-# Installs constraints.txt's locked set (the project's requirements and its dev extras') and
-# this project, editable, into the venv given, as `make install` does:
+# Installs constraints.txt's locked set into the venv given: `make install` (the project's
+# requirements, its dev extras' and the project itself, editable) or, with --image, the
+# image's dependency layer (the Dockerfile: the lines not marked dev-only, before any source).
 #
 # 1. uv installs the lock as it stands (--no-deps: constraints.txt is the whole resolved set),
-#    downloading in parallel and byte-compiling on every core (a fresh install in well under
-#    half of pip's time on 2 cores: bench/RESULTS.md, "The install and the image");
+#    downloading in parallel (and, for .venv, byte-compiling on every core): a fresh install
+#    in well under half of pip's time on 2 cores, and the image's in a third of the time pip
+#    took to resolve and install its part of a set that is already resolved (bench/RESULTS.md,
+#    "The install and the image");
 # 2. pip installs the releases marked `requires-python-excluded` in constraints.txt, whose
 #    metadata excludes the Python they run on here (uv has no --ignore-requires-python),
-#    and this project;
-# 3. `pip check` fails the install if an installed release's requirements (this project's
-#    install_requires among them) are not all met.
+#    and, for .venv, this project;
+# 3. for .venv, `pip check` fails the install if an installed release's requirements (this
+#    project's install_requires among them) are not all met.
 #
-# uv is given the indexes and find-links folders pip is configured with (the machine's wheel
-# of PyTorch's CPU build, say), as scripts/build-image.sh gives them to the image's pip, and
-# takes the best match across them, as pip does (uv's default stops at the first index that
-# has a package at all).
+# uv is given the indexes and find-links folders pip is configured with (pip.conf and PIP_*
+# variables: the machine's wheel of PyTorch's CPU build, say, or the image build's
+# arguments), and takes the best match across them, as pip does (uv's default stops at the
+# first index that has a package at all).
 #
-#   bash scripts/install-venv.sh VENV
+# With --image (settings from the environment, as the Dockerfile's build arguments):
+#   TF_PACKAGE     the wheel installed for the lock's `tensorflow` (tensorflow-cpu: the same
+#                  module without the CUDA kernels the image has no CUDA libraries to run)
+#   DROP_PACKAGES  names left out though the resolved set holds them (the Dockerfile says why)
+# uv runs from a folder of its own and keeps no cache (both removed after), and nothing is
+# byte-compiled.
+#
+#   bash scripts/install-venv.sh [--image] VENV
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=${1:?usage: install-venv.sh VENV}
+image=0
+if [ "${1:-}" = --image ]; then image=1; shift; fi
+venv=${1:?usage: install-venv.sh [--image] VENV}
 bin=$venv/bin
 marker='requires-python-excluded'
 
-"$bin/pip" install -q -c constraints.txt uv
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if [ $image = 1 ]; then
+    "$bin/pip" install -q --no-compile --target "$work/uv" -c constraints.txt uv
+    uv=$work/uv/bin/uv
+    # The lock's lines for the image, names compared as pip normalizes them.
+    lock() {
+        awk -v drop=" ${DROP_PACKAGES:-} " -v tf="${TF_PACKAGE:-tensorflow}" '
+            /^[A-Za-z0-9]/ && !/dev-only/ {
+                name = tolower($1); sub(/==.*/, "", name); gsub(/[._]+/, "-", name)
+                if (index(drop, " " name " ")) next
+                if (name == "tensorflow") sub(/^[^=]*/, tf)
+                print
+            }' constraints.txt
+    }
+    options=(--no-cache)
+else
+    "$bin/pip" install -q -c constraints.txt uv
+    uv=$bin/uv
+    lock() { cat constraints.txt; }
+    options=(--compile-bytecode)
+fi
 
 . scripts/pip-settings.sh
 sources=()
@@ -36,14 +69,20 @@ for key in index-url extra-index-url find-links; do
         sources+=("--$key" "$location")
     done
 done
+cert=$(pip_setting "$conf" cert)
 
-lock=$(mktemp)
-trap 'rm -f "$lock"' EXIT
-grep -v -- "$marker" constraints.txt >"$lock"
-"$bin/uv" pip install -q --python "$bin/python" --no-deps --compile-bytecode \
-    --index-strategy unsafe-best-match "${sources[@]}" -r "$lock"
+lock | grep -v -- "$marker" >"$work/requirements.txt"
+# pip's CA bundle (a TLS-intercepting proxy's) for uv too; uv's own roots otherwise.
+env ${cert:+SSL_CERT_FILE="$cert"} "$uv" pip install -q --python "$bin/python" --no-deps \
+    "${options[@]}" --index-strategy unsafe-best-match "${sources[@]}" \
+    -r "$work/requirements.txt"
 
-excluded=$(sed -n "s/^\([^#[:space:]]*\).*$marker.*/\1/p" constraints.txt)
-# shellcheck disable=SC2086
-"$bin/pip" install -q --no-deps --ignore-requires-python -c constraints.txt $excluded -e .
-"$bin/pip" check
+excluded=$(lock | sed -n "s/^\([^#[:space:]]*\).*$marker.*/\1/p")
+if [ $image = 1 ]; then
+    # shellcheck disable=SC2086
+    "$bin/pip" install -q --no-compile --no-deps --ignore-requires-python $excluded
+else
+    # shellcheck disable=SC2086
+    "$bin/pip" install -q --no-deps --ignore-requires-python -c constraints.txt $excluded -e .
+    "$bin/pip" check
+fi

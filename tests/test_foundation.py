@@ -94,14 +94,18 @@ def test_dockerfile_base_matches_the_pinned_python():
     # No ENTRYPOINT: Kubeflow and Vertex run each task's own command.
     assert not re.search(r"^ENTRYPOINT", dockerfile, re.M)
     # The dependencies' layer comes before the source, so a code change reuses it.
-    assert dockerfile.index("-r requirements.txt") < dockerfile.index("COPY components")
+    assert dockerfile.index("install-venv.sh --image") < dockerfile.index("COPY components")
+
+
+# The image's Python: the python3.11 of Debian 12 (bookworm), the Dockerfile's base.
+IMAGE_PYTHON = "3.11.2"
 
 
 def test_the_lock_marks_exactly_the_releases_whose_metadata_excludes_this_python():
     """scripts/install-venv.sh gives pip the releases constraints.txt marks
-    `requires-python-excluded` (uv cannot ignore Requires-Python) and uv the rest: a release
-    marked wrongly, or one left unmarked, would fail the install or fall to the wrong tool.
-    Each pin is also what is installed."""
+    `requires-python-excluded` (uv cannot ignore Requires-Python) and uv the rest, here and
+    in the image: a release marked wrongly, or one left unmarked, would fail the install or
+    fall to the wrong tool. Each pin is also what is installed."""
     import importlib.metadata
     from packaging.specifiers import SpecifierSet
     from packaging.utils import canonicalize_name
@@ -121,9 +125,54 @@ def test_the_lock_marks_exactly_the_releases_whose_metadata_excludes_this_python
         dist = importlib.metadata.distribution(name)
         assert dist.version in SpecifierSet(f"=={version}"), (name, dist.version, version)
         requires = dist.metadata.get("Requires-Python")
-        if requires and python not in SpecifierSet(requires):
+        if requires and any(version not in SpecifierSet(requires)
+                            for version in (python, IMAGE_PYTHON)):
             excluded.add(name)
     assert marked and marked == excluded
+
+
+def test_the_lock_marks_exactly_what_the_dev_extra_adds_to_the_install_requires():
+    """The image installs the lines of constraints.txt not marked `dev-only`, with no
+    resolver (scripts/install-venv.sh --image): they must be exactly the releases this
+    project's install_requires need, as a resolver would walk them (requirements of
+    requirements, their extras and environment markers), here over the installed metadata.
+    A line marked wrongly would leave a test package in the image or a requirement out."""
+    import importlib.metadata
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    def closure(requirements: list[str]) -> set[str]:
+        extras_of: dict[str, set[str]] = {}
+        pending = [Requirement(line) for line in requirements]
+        while pending:
+            requirement = pending.pop()
+            name = canonicalize_name(requirement.name)
+            if name in extras_of and set(requirement.extras) <= extras_of[name]:
+                continue
+            extras = extras_of.setdefault(name, set())
+            extras.update(requirement.extras)
+            for line in importlib.metadata.requires(name) or []:
+                child = Requirement(line)
+                if child.marker is None or any(child.marker.evaluate({"extra": extra})
+                                               for extra in {""} | extras):
+                    child.marker = None
+                    pending.append(child)
+        return set(extras_of)
+
+    own = [line for line in importlib.metadata.requires("tfrecord-pipeline")
+           if Requirement(line).marker is None]
+    pins, dev_only = set(), set()
+    with open(os.path.join(ROOT, "constraints.txt")) as f:
+        for line in f:
+            match = re.match(r"^([A-Za-z0-9_.\-]+)==", line)
+            if match:
+                name = canonicalize_name(match.group(1))
+                pins.add(name)
+                if "dev-only" in line:
+                    dev_only.add(name)
+    needed = closure(own)
+    assert needed <= pins, sorted(needed - pins)
+    assert dev_only and sorted(dev_only) == sorted(pins - needed)
 
 
 def test_cli_help_lists_commands():
