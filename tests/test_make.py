@@ -137,14 +137,13 @@ def test_the_install_fills_numbas_cache_so_a_first_run_compiles_no_loop(tmp_path
         done = python(cache, "-c", _FIRST_RUN, taxi_csv, str(tmp_path / work))
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    cold = first_run(tmp_path / "empty-cache", "cold")
-    assert cold["misses"] > 0 and cold["hits"] == 0, cold  # nothing cached: all compiled
+    # A first run without the cache compiling every loop is not run again here: it is what
+    # a miss counts, and any loop jit_cache.py left out is a miss below.
     cache = tmp_path / "cache"
     filled = python(cache, "-m", "components.jit_cache")
     assert filled.stderr.splitlines()[-1].startswith("numba cache filled in ")
-    # A loop that calls another compiles both, and loads as one: fewer loads than compiles.
     warm = first_run(cache, "warm")
-    assert warm["misses"] == 0 and warm["hits"] > 0, (cold, warm)
+    assert warm["misses"] == 0 and warm["hits"] > 0, warm
 
 
 def test_a_build_waits_for_the_one_already_running_in_this_checkout(tmp_path):
