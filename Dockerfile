@@ -37,7 +37,7 @@ ARG PIP_CERT
 # install_requires, already resolved), before any source: a code change reuses this layer.
 # scripts/install-venv.sh --image installs them as it installs .venv (uv, then pip for the
 # releases uv cannot install on this Python), with nothing to resolve: pip's resolution of
-# this set took two thirds of its install (bench/RESULTS.md, "The image's install with uv").
+# this set took two thirds of its install (bench/RESULTS.md, "the image's install with uv").
 # TF_PACKAGE=tensorflow-cpu (the default) installs, for the lock's TensorFlow, the CPU-only
 # wheel of the same version (the same `tensorflow` module without the CUDA kernels, which
 # this image has no CUDA libraries to run: 951 MiB installed against 1,701 MiB);

@@ -5,9 +5,9 @@
 #
 # 1. uv installs the lock as it stands (--no-deps: constraints.txt is the whole resolved set),
 #    downloading in parallel (and, for .venv, byte-compiling on every core): a fresh install
-#    in well under half of pip's time on 2 cores, and the image's in a third of the time pip
-#    took to resolve and install its part of a set that is already resolved (bench/RESULTS.md,
-#    "The install and the image");
+#    in well under half of pip's time on 2 cores, the image's part in about a quarter of the
+#    time pip took to resolve and install it (bench/RESULTS.md, "The install and the image"
+#    and "the image's install with uv");
 # 2. pip installs the releases marked `requires-python-excluded` in constraints.txt, whose
 #    metadata excludes the Python they run on here (uv has no --ignore-requires-python),
 #    and, for .venv, this project;
