@@ -101,6 +101,19 @@ def test_dockerfile_base_matches_the_pinned_python():
 IMAGE_PYTHON = "3.11.2"
 
 
+def lock_pins() -> dict[str, tuple[str, str]]:
+    """constraints.txt's pins: {normalized name: (version, the marks after it)}."""
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    with open(os.path.join(ROOT, "constraints.txt")) as f:
+        for line in f:
+            match = re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)(.*)$", line)
+            if match:
+                pins[canonicalize_name(match.group(1))] = (match.group(2), match.group(3))
+    return pins
+
+
 def test_the_lock_marks_exactly_the_releases_whose_metadata_excludes_this_python():
     """scripts/install-venv.sh gives pip the releases constraints.txt marks
     `requires-python-excluded` (uv cannot ignore Requires-Python) and uv the rest, here and
@@ -108,20 +121,12 @@ def test_the_lock_marks_exactly_the_releases_whose_metadata_excludes_this_python
     fall to the wrong tool. Each pin is also what is installed."""
     import importlib.metadata
     from packaging.specifiers import SpecifierSet
-    from packaging.utils import canonicalize_name
 
-    pins, marked = {}, set()
-    with open(os.path.join(ROOT, "constraints.txt")) as f:
-        for line in f:
-            match = re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)", line)
-            if match:
-                name = canonicalize_name(match.group(1))
-                pins[name] = match.group(2)
-                if "requires-python-excluded" in line:
-                    marked.add(name)
+    pins = lock_pins()
+    marked = {name for name, (_, marks) in pins.items() if "requires-python-excluded" in marks}
     python = ".".join(map(str, sys.version_info[:3]))
     excluded = set()
-    for name, version in pins.items():
+    for name, (version, _) in pins.items():
         dist = importlib.metadata.distribution(name)
         assert dist.version in SpecifierSet(f"=={version}"), (name, dist.version, version)
         requires = dist.metadata.get("Requires-Python")
@@ -161,18 +166,11 @@ def test_the_lock_marks_exactly_what_the_dev_extra_adds_to_the_install_requires(
 
     own = [line for line in importlib.metadata.requires("tfrecord-pipeline")
            if Requirement(line).marker is None]
-    pins, dev_only = set(), set()
-    with open(os.path.join(ROOT, "constraints.txt")) as f:
-        for line in f:
-            match = re.match(r"^([A-Za-z0-9_.\-]+)==", line)
-            if match:
-                name = canonicalize_name(match.group(1))
-                pins.add(name)
-                if "dev-only" in line:
-                    dev_only.add(name)
+    pins = lock_pins()
+    dev_only = {name for name, (_, marks) in pins.items() if "dev-only" in marks}
     needed = closure(own)
-    assert needed <= pins, sorted(needed - pins)
-    assert dev_only and sorted(dev_only) == sorted(pins - needed)
+    assert needed <= set(pins), sorted(needed - set(pins))
+    assert dev_only and sorted(dev_only) == sorted(set(pins) - needed)
 
 
 def test_cli_help_lists_commands():
