@@ -14,7 +14,8 @@
 #       SCALE=N divides the rows and images by N (SCALE=10 checks the path in a minute);
 #       DECODES ("cpu gpu raw") picks the image decodes, each a run of its own, so that one
 #       that fails does not take the others with it (the status says whether any failed);
-#       MODEL (resnet50) the image model; MLPS ("128-64 1024x3") the tabular MLPs.
+#       MODEL (resnet50) the image model; MLPS ("128-64 1024x3") the tabular MLPs;
+#       IMAGE_SIZE (256) and CROP (224) the images' side and the model's input side.
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
@@ -86,7 +87,8 @@ print('\n'.join(display.format_table(gpu_feed.table(json.load(open(sys.argv[1]))
     for decode in ${DECODES:-cpu gpu raw}; do
         one "${MODEL:-resnet50}-$decode" --workload images --model "${MODEL:-resnet50}" \
             --decode "$decode" \
-            --images "$images" --image-size 256 --crop 224 --batch-size 256
+            --images "$images" --image-size "${IMAGE_SIZE:-256}" --crop "${CROP:-224}" \
+            --batch-size 256
     done
     return "$failed"
 }

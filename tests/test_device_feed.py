@@ -505,7 +505,7 @@ def test_the_gpu_machine_script_saves_each_run_and_a_failed_one_fails_alone(tmp_
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "SCALE": "400", "MODEL": "small-conv",
-           "DECODES": "gpu raw", "MLPS": "128-64"}
+           "DECODES": "gpu raw", "MLPS": "128-64", "IMAGE_SIZE": "64", "CROP": "56"}
     result = subprocess.run(["bash", "bench/gpu_machine.sh", "run", str(out)], cwd=root,
                             env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 1, result.stderr[-3000:]
@@ -516,6 +516,7 @@ def test_the_gpu_machine_script_saves_each_run_and_a_failed_one_fails_alone(tmp_
     assert {report["device"] for report in reports.values()} == {"cpu"}
     assert reports["mlp-128-64"]["paths"]["end to end"]["rows"] == 4_000_000 // 400
     assert reports["small-conv-raw"]["paths"]["end to end (raw)"]["rows"] == 20_000 // 400
+    assert (reports["small-conv-raw"]["image_size"], reports["small-conv-raw"]["crop"]) == (64, 56)
     assert result.stdout.count("device: cpu;") == 2
     assert "== small-conv-gpu failed" in result.stderr
     assert "--decode gpu decodes on a CUDA device" in result.stderr
