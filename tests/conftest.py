@@ -25,8 +25,12 @@ os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", _SPARK_JVM)
 
 import pytest  # noqa: E402
 
+import pathlib  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
+
+import forked  # noqa: E402
 
 from components.example_gen.sources.locate import taxi_csv_path  # noqa: E402
 from pipeline import datasets  # noqa: E402
@@ -35,17 +39,18 @@ from pipeline import datasets  # noqa: E402
 def tfrp(*args, check: bool = True, cwd=None, as_user: bool = False,
          temp_dir: str | None = None) -> subprocess.CompletedProcess:
     """Runs the `tfrp` command line in a child process. By default Python's and TensorFlow's
-    warnings are off, to keep failures readable; `as_user` runs it exactly as a user's shell
-    would, for tests about what the user sees. `temp_dir` is its TMPDIR."""
+    warnings are off, to keep failures readable, and the child is forked from a process
+    that has imported what `tfrp run` imports (tests/forked.py); `as_user` runs it as its own
+    process, exactly as a user's shell would, for tests about what the user sees. `temp_dir`
+    is its TMPDIR."""
     env = dict(os.environ, **({"TMPDIR": temp_dir} if temp_dir else {}))
-    flags = []
     if as_user:
         env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+        result = subprocess.run([sys.executable, "-m", "pipeline.cli", *args],
+                                capture_output=True, text=True, env=env, cwd=cwd)
     else:
         env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-        flags = ["-W", "ignore"]
-    result = subprocess.run([sys.executable, *flags, "-m", "pipeline.cli", *args],
-                            capture_output=True, text=True, env=env, cwd=cwd)
+        (result,) = _forked_tfrp([args], env, cwd)
     if check and result.returncode != 0:
         raise AssertionError(result.stderr[-3000:])
     return result
@@ -54,18 +59,45 @@ def tfrp(*args, check: bool = True, cwd=None, as_user: bool = False,
 def tfrp_concurrently(*commands: tuple) -> list[subprocess.CompletedProcess]:
     """Runs several `tfrp` command lines at once (whole pipelines spend much of their time
     waiting, so two share the machine's cores well) and checks each, as `tfrp` does."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    processes = [(args, subprocess.Popen([sys.executable, "-W", "ignore", "-m", "pipeline.cli",
-                                          *args], stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True, env=env))
-                 for args in commands]
-    results = []
-    for args, process in processes:
-        stdout, stderr = process.communicate()
-        if process.returncode != 0:
-            raise AssertionError(f"tfrp {' '.join(args)}:\n{stderr[-3000:]}")
-        results.append(subprocess.CompletedProcess(args, process.returncode, stdout, stderr))
+    results = _forked_tfrp(commands, dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), None)
+    for args, result in zip(commands, results):
+        if result.returncode != 0:
+            raise AssertionError(f"tfrp {' '.join(args)}:\n{result.stderr[-3000:]}")
     return results
+
+
+# What `tfrp run` and `tfrp compile` import, for the processes `tfrp` forks its children
+# from: one for each environment the tests' commands run with (the variables a library reads
+# as it is imported are the parent's), the two last used kept.
+TFRP_WARM = ["pipeline.cli.tfrp", "pipeline.local_runner", "pipeline.kubeflow_runner",
+             "pipeline.report", "tfx.components.trainer.executor",
+             "tfx.components.pusher.executor", "tfx.components.example_validator.executor"]
+_tfrp_parents: dict[tuple, forked.ForkServer] = {}
+
+
+def _forked_tfrp(commands, env: dict, cwd) -> list[subprocess.CompletedProcess]:
+    key = tuple(sorted((name, value) for name, value in env.items()
+                       if name != "PYTEST_CURRENT_TEST"))  # set for each test: not imported
+    parent = _tfrp_parents.pop(key, None) or forked.ForkServer("pipeline.cli", TFRP_WARM, env)
+    _tfrp_parents[key] = parent  # the last used, last
+    while len(_tfrp_parents) > 2:
+        _tfrp_parents.pop(next(iter(_tfrp_parents))).close()
+    with tempfile.TemporaryDirectory(prefix="tfrp-output-") as folder:
+        started = [(args, parent.start(list(args), os.path.join(folder, f"{n}.out"),
+                                       os.path.join(folder, f"{n}.err"), env, cwd))
+                   for n, args in enumerate(commands)]
+        results = []
+        for n, (args, child) in enumerate(started):
+            status = parent.wait(child)
+            stdout, stderr = (pathlib.Path(folder, f"{n}.{stream}").read_text(errors="replace")
+                              for stream in ("out", "err"))
+            results.append(subprocess.CompletedProcess(args, status, stdout, stderr))
+    return results
+
+
+def pytest_sessionfinish(session) -> None:
+    while _tfrp_parents:
+        _tfrp_parents.popitem()[1].close()
 
 
 DAMAGED_PHOTOS = ("truncated.jpg", "empty.jpg", "notes.jpg", "scan.tif")

@@ -1,0 +1,113 @@
+"""Our processes' commands (`python -m pipeline.cli ...`, the compiled pipeline's
+`python -m pipeline.task_entrypoint ...`) run in children forked from one process that has
+already imported what they import, instead of each in a new interpreter.
+
+A pipeline task or a `tfrp run` spends much of its process on imports: TFX, TensorFlow and
+Beam, 7,000 modules and more, 4 to 6 CPU-s on 2 cores, against a second or two for the work
+of a 1,500-row task. The parent imports the command's entry module as the command's own
+process does (its first lines install the process's exit handler and put off
+`tfx.components`' `__init__`, before anything else is imported), then the modules the
+commands import, without running anything: TensorFlow's runtime, Beam's workers and every
+thread a command starts begin in the child. A child takes the caller's environment and
+folder, runs the module as `python -m` does, with the command's arguments, its output going
+to files, and ends as the command's process ends (threads joined, exit handlers, then
+`pipeline/process_exit.py`'s status).
+
+What this leaves out is an interpreter's start, and so the environment variables libraries
+read when they are imported are the parent's: a caller whose command needs other values runs
+it as its own process. Tests about a process's start (what a command imports, a user's
+shell, the image's tasks) start their own processes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Optional
+
+PARENT = r"""
+import atexit, importlib, json, os, runpy, sys, tempfile, threading, traceback
+module, warm = json.loads(sys.argv[1])
+for name in warm:
+    importlib.import_module(name)
+replies = os.fdopen(os.dup(1), "w")
+children = {}
+for line in sys.stdin:
+    request = json.loads(line)
+    if "wait" in request:
+        _, wait_status = os.waitpid(children.pop(request["wait"]), 0)
+        replies.write(json.dumps({"status": os.waitstatus_to_exitcode(wait_status)}) + "\n")
+        replies.flush()
+        continue
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        children[request["id"]] = pid
+        continue
+    status = 1
+    try:
+        replies.close()
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        tempfile.tempdir = None  # found again from TMPDIR
+        sys.argv = [module, *request["args"]]
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)  # as `python -m`
+        except SystemExit as finished:
+            code = finished.code
+            status = 0 if code is None else code if isinstance(code, int) else 1
+            if isinstance(code, str):
+                print(code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+        threading._shutdown()
+        atexit._run_exitfuncs()  # the last one, process_exit's, ends the child
+    finally:
+        os._exit(status)
+"""
+
+
+class ForkServer:
+    """Runs `python -W ignore -m MODULE ARGS` in forked children: `warm` are the modules the
+    parent imports first, in order (the entry module's own first: the imports its process
+    makes before any other). The parent starts with `env`."""
+
+    def __init__(self, module: str, warm: list[str], env: dict):
+        self._parent = subprocess.Popen(
+            [sys.executable, "-W", "ignore", "-c", PARENT, json.dumps([module, warm])],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._started = 0
+
+    def start(self, args: list[str], stdout: str, stderr: str, env: dict,
+              cwd: Optional[str] = None) -> int:
+        """Starts the command with `args`, its output into the files `stdout` and `stderr`;
+        an id for `wait`."""
+        self._started += 1
+        self._send({"id": self._started, "args": args, "stdout": stdout, "stderr": stderr,
+                    "env": env, "cwd": cwd or os.getcwd()})
+        return self._started
+
+    def wait(self, started: int) -> int:
+        """The exit status of the command `start` gave this id."""
+        self._send({"wait": started})
+        reply = self._parent.stdout.readline()
+        if not reply:
+            raise RuntimeError(f"the commands' parent process ended ({self._parent.wait()})")
+        return json.loads(reply)["status"]
+
+    def run(self, args: list[str], stdout: str, stderr: str, env: dict,
+            cwd: Optional[str] = None) -> int:
+        return self.wait(self.start(args, stdout, stderr, env, cwd))
+
+    def _send(self, request: dict) -> None:
+        self._parent.stdin.write(json.dumps(request) + "\n")
+        self._parent.stdin.flush()
+
+    def close(self) -> None:
+        self._parent.stdin.close()
+        self._parent.wait(timeout=60)
