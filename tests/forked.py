@@ -14,9 +14,9 @@ to files, and ends as the command's process ends (threads joined, exit handlers,
 `pipeline/process_exit.py`'s status).
 
 What this leaves out is an interpreter's start, and so the environment variables libraries
-read when they are imported are the parent's: a caller whose command needs other values runs
-it as its own process. Tests about a process's start (what a command imports, a user's
-shell, the image's tasks) start their own processes.
+read when they are imported are the parent's: a caller keeps a parent for each environment
+its commands run with (tests/conftest.py's `tfrp`). Tests about a process's start (what a
+command imports, a user's shell, the image's tasks) start their own processes.
 """
 from __future__ import annotations
 
