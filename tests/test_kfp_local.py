@@ -24,6 +24,7 @@ the image, each task its own process, on gs://.
 from __future__ import annotations
 
 import csv
+import itertools
 import os
 import sys
 
@@ -66,11 +67,11 @@ def kfp_runs(tmp_path_factory, taxi_csv):
                    [os.path.dirname(sys.executable), os.environ["PATH"]]))
 
     # Each task in a child of one process that has imported what the tasks import
-    # (tests/forked.py: 34 CPU-s for these runs, against 107 with a process a task).
+    # (tests/forked.py: 33 CPU-s for these runs, against 107 with a process a task).
     tasks = forked.ForkServer("pipeline.task_entrypoint", [
         "pipeline.task_entrypoint",
         "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"], env)
-    logs = iter(range(1000))
+    logs = itertools.count()
 
     def execute(command: list[str], image: str) -> int:
         assert command[:3] == ["python", "-m", "pipeline.task_entrypoint"], command[:3]
@@ -88,12 +89,15 @@ def kfp_runs(tmp_path_factory, taxi_csv):
         serving = folder / "serving"
         return done, sorted(os.listdir(serving)) if serving.exists() else []
 
-    runs = [run()]
-    write_trips(taxi_csv, str(data / "trips.csv"), 3000, 2400)  # replaced, same path
-    runs.append(run(train_steps=1))
-    runs.append(run(through={"StatisticsGen", "Trainer", "production_model"}, train_steps=1))
-    runs.append(run(through={"ShardedExampleGen"}, data_root=str(other), train_steps=1))
-    tasks.close()
+    try:
+        runs = [run()]
+        write_trips(taxi_csv, str(data / "trips.csv"), 3000, 2400)  # replaced, same path
+        runs.append(run(train_steps=1))
+        runs.append(run(through={"StatisticsGen", "Trainer", "production_model"},
+                        train_steps=1))
+        runs.append(run(through={"ShardedExampleGen"}, data_root=str(other), train_steps=1))
+    finally:
+        tasks.close()
     return folder, runs
 
 
