@@ -97,41 +97,57 @@ def test_dockerfile_base_matches_the_pinned_python():
     assert dockerfile.index("install-venv.sh --image") < dockerfile.index("COPY components")
 
 
-# The image's Python: the python3.11 of Debian 12 (bookworm), the Dockerfile's base.
+# The image's Python: the python3.11 of Debian 12 (bookworm), the Dockerfile's base, and
+# what a .venv made with that system's python3.11 runs on.
 IMAGE_PYTHON = "3.11.2"
+THIS_PYTHON = ".".join(map(str, sys.version_info[:3]))
 
 
-def lock_pins() -> dict[str, tuple[str, str]]:
-    """constraints.txt's pins: {normalized name: (version, the marks after it)}."""
+def marker_environment(python: str, extra: str = "") -> dict[str, str]:
+    """What an environment marker sees on `python` (a full version), for `extra`."""
+    return {"python_full_version": python, "python_version": python.rsplit(".", 1)[0],
+            "extra": extra}
+
+
+def lock_pins() -> dict[str, tuple[str, str, object]]:
+    """constraints.txt's pins: {normalized name: (version, the marks after it, its
+    environment marker or None)}."""
+    from packaging.markers import Marker
     from packaging.utils import canonicalize_name
 
     pins = {}
     with open(os.path.join(ROOT, "constraints.txt")) as f:
         for line in f:
-            match = re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)(.*)$", line)
+            match = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;]+)\s*(?:;([^#]*))?(.*)$", line)
             if match:
-                pins[canonicalize_name(match.group(1))] = (match.group(2), match.group(3))
+                marker = Marker(match.group(3).strip()) if match.group(3) else None
+                pins[canonicalize_name(match.group(1))] = (match.group(2), match.group(4), marker)
     return pins
+
+
+def installed_here(marker) -> bool:
+    return marker is None or marker.evaluate(marker_environment(THIS_PYTHON))
 
 
 def test_the_lock_marks_exactly_the_releases_whose_metadata_excludes_this_python():
     """scripts/install-venv.sh gives pip the releases constraints.txt marks
     `requires-python-excluded` (uv cannot ignore Requires-Python) and uv the rest, here and
     in the image: a release marked wrongly, or one left unmarked, would fail the install or
-    fall to the wrong tool. Each pin is also what is installed."""
+    fall to the wrong tool. Each pin this Python installs is also what is installed."""
     import importlib.metadata
     from packaging.specifiers import SpecifierSet
 
     pins = lock_pins()
-    marked = {name for name, (_, marks) in pins.items() if "requires-python-excluded" in marks}
-    python = ".".join(map(str, sys.version_info[:3]))
+    marked = {name for name, (_, marks, _) in pins.items() if "requires-python-excluded" in marks}
     excluded = set()
-    for name, (version, _) in pins.items():
+    for name, (version, _, marker) in pins.items():
+        if not installed_here(marker):
+            continue
         dist = importlib.metadata.distribution(name)
         assert dist.version in SpecifierSet(f"=={version}"), (name, dist.version, version)
         requires = dist.metadata.get("Requires-Python")
         if requires and any(version not in SpecifierSet(requires)
-                            for version in (python, IMAGE_PYTHON)):
+                            for version in (THIS_PYTHON, IMAGE_PYTHON)):
             excluded.add(name)
     assert marked and marked == excluded
 
@@ -141,10 +157,16 @@ def test_the_lock_marks_exactly_what_the_dev_extra_adds_to_the_install_requires(
     resolver (scripts/install-venv.sh --image): they must be exactly the releases this
     project's install_requires need, as a resolver would walk them (requirements of
     requirements, their extras and environment markers), here over the installed metadata.
-    A line marked wrongly would leave a test package in the image or a requirement out."""
+    A line marked wrongly would leave a test package in the image or a requirement out.
+    Markers are read for this Python and for the image's, which is also Debian 12's: a
+    requirement only one of them has (redis's async-timeout below 3.11.3) must be pinned,
+    or an install on the other fails `pip check`. A pin this Python does not install is
+    taken as having no requirements of its own (its metadata is not here to read)."""
     import importlib.metadata
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
+
+    pins = lock_pins()
 
     def closure(requirements: list[str]) -> set[str]:
         extras_of: dict[str, set[str]] = {}
@@ -156,18 +178,20 @@ def test_the_lock_marks_exactly_what_the_dev_extra_adds_to_the_install_requires(
                 continue
             extras = extras_of.setdefault(name, set())
             extras.update(requirement.extras)
+            if name not in pins or not installed_here(pins[name][2]):
+                continue  # unpinned: the assertion below names it
             for line in importlib.metadata.requires(name) or []:
                 child = Requirement(line)
-                if child.marker is None or any(child.marker.evaluate({"extra": extra})
-                                               for extra in {""} | extras):
+                if child.marker is None or any(
+                        child.marker.evaluate(marker_environment(python, extra))
+                        for python in (THIS_PYTHON, IMAGE_PYTHON) for extra in {""} | extras):
                     child.marker = None
                     pending.append(child)
         return set(extras_of)
 
     own = [line for line in importlib.metadata.requires("tfrecord-pipeline")
            if Requirement(line).marker is None]
-    pins = lock_pins()
-    dev_only = {name for name, (_, marks) in pins.items() if "dev-only" in marks}
+    dev_only = {name for name, (_, marks, _) in pins.items() if "dev-only" in marks}
     needed = closure(own)
     assert needed <= set(pins), sorted(needed - set(pins))
     assert dev_only and sorted(dev_only) == sorted(set(pins) - needed)
