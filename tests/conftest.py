@@ -25,10 +25,8 @@ os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", _SPARK_JVM)
 
 import pytest  # noqa: E402
 
-import pathlib  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 
 import forked  # noqa: E402
 
@@ -82,17 +80,8 @@ def _forked_tfrp(commands, env: dict, cwd) -> list[subprocess.CompletedProcess]:
     _tfrp_parents[key] = parent  # the last used, last
     while len(_tfrp_parents) > 2:
         _tfrp_parents.pop(next(iter(_tfrp_parents))).close()
-    with tempfile.TemporaryDirectory(prefix="tfrp-output-") as folder:
-        started = [(args, parent.start(list(args), os.path.join(folder, f"{n}.out"),
-                                       os.path.join(folder, f"{n}.err"), env, cwd))
-                   for n, args in enumerate(commands)]
-        results = []
-        for n, (args, child) in enumerate(started):
-            status = parent.wait(child)
-            stdout, stderr = (pathlib.Path(folder, f"{n}.{stream}").read_text(errors="replace")
-                              for stream in ("out", "err"))
-            results.append(subprocess.CompletedProcess(args, status, stdout, stderr))
-    return results
+    started = [parent.start(list(args), env, cwd) for args in commands]
+    return [parent.wait(child) for child in started]
 
 
 def pytest_sessionfinish(session) -> None:

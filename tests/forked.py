@@ -10,7 +10,7 @@ process does (its first lines install the process's exit handler and put off
 commands import, without running anything: TensorFlow's runtime, Beam's workers and every
 thread a command starts begin in the child. A child takes the caller's environment and
 folder, runs the module as `python -m` does, with the command's arguments, its output going
-to files, and ends as the command's process ends (threads joined, exit handlers, then
+to files the caller gets back as a `CompletedProcess`'s, and ends as the command's process ends (threads joined, exit handlers, then
 `pipeline/process_exit.py`'s status).
 
 What this leaves out is an interpreter's start, and so the environment variables libraries
@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from typing import Optional
 
 PARENT = r"""
@@ -81,28 +83,43 @@ class ForkServer:
         self._parent = subprocess.Popen(
             [sys.executable, "-W", "ignore", "-c", PARENT, json.dumps([module, warm])],
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._outputs = tempfile.mkdtemp(prefix="forked-output-")
         self._started = 0
+        self._args: dict[int, list[str]] = {}  # of the commands not yet waited for
 
-    def start(self, args: list[str], stdout: str, stderr: str, env: dict,
-              cwd: Optional[str] = None) -> int:
-        """Starts the command with `args`, its output into the files `stdout` and `stderr`;
-        an id for `wait`."""
+    def start(self, args: list[str], env: dict, cwd: Optional[str] = None) -> int:
+        """Starts the command with `args`; an id for `wait`."""
         self._started += 1
-        self._send({"id": self._started, "args": args, "stdout": stdout, "stderr": stderr,
-                    "env": env, "cwd": cwd or os.getcwd()})
-        return self._started
+        started = self._started
+        self._args[started] = list(args)
+        self._send({"id": started, "args": list(args), "stdout": self._output(started, "out"),
+                    "stderr": self._output(started, "err"), "env": env,
+                    "cwd": cwd or os.getcwd()})
+        return started
 
-    def wait(self, started: int) -> int:
-        """The exit status of the command `start` gave this id."""
+    def wait(self, started: int) -> subprocess.CompletedProcess:
+        """What the command `start` gave this id printed, and its exit status."""
         self._send({"wait": started})
         reply = self._parent.stdout.readline()
         if not reply:
             raise RuntimeError(f"the commands' parent process ended ({self._parent.wait()})")
-        return json.loads(reply)["status"]
+        stdout, stderr = (self._read_output(started, stream) for stream in ("out", "err"))
+        return subprocess.CompletedProcess(self._args.pop(started), json.loads(reply)["status"],
+                                           stdout, stderr)
 
-    def run(self, args: list[str], stdout: str, stderr: str, env: dict,
-            cwd: Optional[str] = None) -> int:
-        return self.wait(self.start(args, stdout, stderr, env, cwd))
+    def run(self, args: list[str], env: dict,
+            cwd: Optional[str] = None) -> subprocess.CompletedProcess:
+        return self.wait(self.start(args, env, cwd))
+
+    def _output(self, started: int, stream: str) -> str:
+        return os.path.join(self._outputs, f"{started}.{stream}")
+
+    def _read_output(self, started: int, stream: str) -> str:
+        path = self._output(started, stream)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        os.remove(path)
+        return text
 
     def _send(self, request: dict) -> None:
         self._parent.stdin.write(json.dumps(request) + "\n")
@@ -111,3 +128,4 @@ class ForkServer:
     def close(self) -> None:
         self._parent.stdin.close()
         self._parent.wait(timeout=60)
+        shutil.rmtree(self._outputs, ignore_errors=True)

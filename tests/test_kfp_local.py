@@ -24,7 +24,6 @@ the image, each task its own process, on gs://.
 from __future__ import annotations
 
 import csv
-import itertools
 import os
 import sys
 
@@ -71,16 +70,13 @@ def kfp_runs(tmp_path_factory, taxi_csv):
     tasks = forked.ForkServer("pipeline.task_entrypoint", [
         "pipeline.task_entrypoint",
         "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"], env)
-    logs = itertools.count()
 
     def execute(command: list[str], image: str) -> int:
         assert command[:3] == ["python", "-m", "pipeline.task_entrypoint"], command[:3]
-        log = str(folder / f"task-{next(logs)}")
-        status = tasks.run(command[3:], log + ".out", log + ".err", env, cwd=str(folder))
-        if status:
-            with open(log + ".err", encoding="utf-8", errors="replace") as f:
-                print(f.read()[-5000:])
-        return status
+        result = tasks.run(command[3:], env, cwd=str(folder))
+        if result.returncode:
+            print(result.stderr[-5000:])
+        return result.returncode
 
     def run(through=None, **parameters) -> tuple[kfp_launch.Run, list[str]]:
         done = kfp_launch.run_spec(spec, str(folder / "root"), execute,
