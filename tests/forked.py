@@ -50,9 +50,12 @@ for line in sys.stdin:
     status = 1
     try:
         replies.close()
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+        written = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], written),
+                                (2, request["stderr"], written)):
+            opened = os.open(path, flags, 0o644)
+            os.dup2(opened, fd)
+            os.close(opened)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
