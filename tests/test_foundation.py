@@ -179,7 +179,7 @@ def test_the_lock_marks_exactly_what_the_dev_extra_adds_to_the_install_requires(
             extras = extras_of.setdefault(name, set())
             extras.update(requirement.extras)
             if name not in pins or not installed_here(pins[name][2]):
-                continue  # unpinned: the assertion below names it
+                continue  # unpinned (the assertion below names it), or no metadata here
             for line in importlib.metadata.requires(name) or []:
                 child = Requirement(line)
                 if child.marker is None or any(
