@@ -10,8 +10,8 @@ process does (its first lines install the process's exit handler and put off
 commands import, without running anything: TensorFlow's runtime, Beam's workers and every
 thread a command starts begin in the child. A child takes the caller's environment and
 folder, runs the module as `python -m` does, with the command's arguments, its output going
-to files the caller gets back as a `CompletedProcess`'s, and ends as the command's process ends (threads joined, exit handlers, then
-`pipeline/process_exit.py`'s status).
+to files (the caller gets them back in a `CompletedProcess`), and ends as the command's
+process ends (threads joined, exit handlers, then `pipeline/process_exit.py`'s status).
 
 What this leaves out is an interpreter's start, and so the environment variables libraries
 read when they are imported are the parent's: a caller keeps a parent for each environment
