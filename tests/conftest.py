@@ -47,7 +47,6 @@ def tfrp(*args, check: bool = True, cwd=None, as_user: bool = False,
         result = subprocess.run([sys.executable, "-m", "pipeline.cli", *args],
                                 capture_output=True, text=True, env=env, cwd=cwd)
     else:
-        env["TF_CPP_MIN_LOG_LEVEL"] = "3"
         (result,) = _forked_tfrp([args], env, cwd)
     if check and result.returncode != 0:
         raise AssertionError(result.stderr[-3000:])
@@ -57,7 +56,7 @@ def tfrp(*args, check: bool = True, cwd=None, as_user: bool = False,
 def tfrp_concurrently(*commands: tuple) -> list[subprocess.CompletedProcess]:
     """Runs several `tfrp` command lines at once (whole pipelines spend much of their time
     waiting, so two share the machine's cores well) and checks each, as `tfrp` does."""
-    results = _forked_tfrp(commands, dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), None)
+    results = _forked_tfrp(commands, os.environ, None)
     for args, result in zip(commands, results):
         if result.returncode != 0:
             raise AssertionError(f"tfrp {' '.join(args)}:\n{result.stderr[-3000:]}")
@@ -73,7 +72,8 @@ TFRP_WARM = ["pipeline.cli.tfrp", "pipeline.local_runner", "pipeline.kubeflow_ru
 _tfrp_parents: dict[tuple, forked.ForkServer] = {}
 
 
-def _forked_tfrp(commands, env: dict, cwd) -> list[subprocess.CompletedProcess]:
+def _forked_tfrp(commands, env, cwd) -> list[subprocess.CompletedProcess]:
+    env = dict(env, TF_CPP_MIN_LOG_LEVEL="3")  # with `-W ignore`: warnings off
     key = tuple(sorted((name, value) for name, value in env.items()
                        if name != "PYTEST_CURRENT_TEST"))  # set for each test: not imported
     parent = _tfrp_parents.pop(key, None) or forked.ForkServer("pipeline.cli", TFRP_WARM, env)
