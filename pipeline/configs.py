@@ -25,6 +25,7 @@ from components.shards import ShardingOptions
 from components.trainer import tasks
 from components.trainer.options import DEFAULT_SEED, InputConfig, TrainerOptions
 from components.transform.options import TransformOptions
+from pipeline.kubernetes_platform import TaskEnvironment
 from pipeline.resources import TaskResources
 
 DEFAULT_ROOT = "tfrp_runs"
@@ -90,6 +91,16 @@ class PipelineConfig:
     # What each heavy task of a compiled pipeline asks its cluster for: trainer_cpu,
     # trainer_memory, trainer_accelerator, transform_cpu, ... (pipeline/resources.py).
     resources: TaskResources = dataclasses.field(default_factory=TaskResources)
+    # Environment variables of every compiled task, plain and from Kubernetes secrets:
+    # task_env, task_secret_env (pipeline/kubernetes_platform.py).
+    environment: TaskEnvironment = dataclasses.field(default_factory=TaskEnvironment)
+    # A compiled task that fails runs again up to task_retries times (0: never), the first
+    # after task_retry_backoff seconds and each next after twice the last (kfp's set_retry).
+    task_retries: int = setting(2, "Retries of a failed task on Kubeflow or Vertex (0: none).",
+                                minimum=0, flag=False)
+    task_retry_backoff: int = setting(30, "Seconds before a failed task's first retry on "
+                                          "Kubeflow or Vertex.",
+                                      minimum=0, maximum=3600, flag=False)
     on_bad_record: str = ExampleGenOptions.on_bad_record
     # ExampleGen's engine: "beam" (beam_runner and the Beam flags below) or "spark"
     # (spark_master, e.g. spark://host:7077 or yarn; unset: local[*]). The other components
@@ -197,6 +208,9 @@ class PipelineConfig:
     image: str = DEFAULT_IMAGE
     image_tag: str = setting(DEFAULT_IMAGE_TAG, "Tag of the container image the components "
                                                 "run.")
+    # The image of a compiled task given an accelerator (TensorFlow's CUDA build, `make
+    # image-gpu`). Unset: <image>:<image_tag>-gpu.
+    gpu_image: Optional[str] = None
     # Where the image holds the project (the Dockerfile's WORKDIR): a compiled pipeline reads
     # the bundled schemas there. An image of your own may put it elsewhere.
     image_workdir: str = CONTAINER_WORKDIR
@@ -235,6 +249,10 @@ class PipelineConfig:
     @property
     def image_uri(self) -> str:
         return f"{self.image}:{self.image_tag}"
+
+    @property
+    def gpu_image_uri(self) -> str:
+        return self.gpu_image or f"{self.image_uri}-gpu"
 
     @property
     def resolved_pipeline_root(self) -> str:

@@ -13,11 +13,15 @@ from tfx.orchestration.kubeflow.v2.kubeflow_v2_dag_runner import (
 
 from components import fileio
 from components.options import OPTIONS_KEY
-from pipeline import datasets, resources, run_settings, task_entrypoint
+from pipeline import datasets, kubernetes_platform, resources, run_settings, task_entrypoint
 from pipeline.configs import PipelineConfig
+from pipeline.kubernetes_platform import DEFAULT_TARGET, KFP, TARGETS, VERTEX
 from pipeline.pipeline import PRODUCTION_MODEL, create_pipeline
 
 JOB_FILE = "pipeline_job.json"
+# Output names written as YAML: the PipelineSpec, then the platform spec's document if any,
+# the package kfp's client takes (.yaml, .yml, .zip or .tar.gz). Any other name: JSON.
+YAML_SUFFIXES = (".yaml", ".yml")
 
 
 def container_config(config: PipelineConfig) -> PipelineConfig:
@@ -33,16 +37,23 @@ def container_config(config: PipelineConfig) -> PipelineConfig:
         serving_dir=config.serving_dir or posixpath.join(pipeline_root, "serving"))
 
 
-def compile_pipeline(config: PipelineConfig, output_path: str) -> str:
+def compile_pipeline(config: PipelineConfig, output_path: str,
+                     target: str = DEFAULT_TARGET) -> str:
     """Writes the pipeline for `config` to `output_path` as a KFP v2 PipelineSpec (schema 2.1:
-    parameters are plain constants); every component runs config.image_uri. It has no
-    `resolver` task (the production model is a step of ours), so open-source Kubeflow
-    Pipelines runs it as well as Vertex.
+    parameters are plain constants) for `target`, open-source Kubeflow Pipelines (kfp) or
+    Vertex AI (vertex); every component runs config.image_uri, and a task given an
+    accelerator config.gpu_image_uri. It has no `resolver` task (the production model is a
+    step of ours), so open-source Kubeflow Pipelines runs it as well as Vertex.
 
     TFX's runner writes a Vertex PipelineJob (the spec wrapped with a runtime config). We keep
     the spec itself, with the pipeline root as its default: that is the file Kubeflow
-    Pipelines uploads and kfp's loader reads, and Vertex's PipelineJob takes it as well.
+    Pipelines uploads and kfp's loader reads, and Vertex's PipelineJob takes it as well. A
+    `.yaml` output is kfp's package, the spec and then, for kfp, the Kubernetes platform spec
+    (secrets as environment variables, node selectors), which a JSON file cannot hold.
     """
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r}: compile for {' or '.join(sorted(TARGETS))}")
+    target = TARGETS[target]
     if config.spans > 1:
         # TFX 1.16's KFP v2 compiler knows only the latest-artifact and latest-blessed-model
         # resolvers (kubeflow/v2/step_builder.py); stock's span window cannot be compiled.
@@ -50,6 +61,7 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> str:
                          "SpanRangeStrategy resolver, which TFX's Kubeflow v2 / Vertex "
                          "compiler cannot compile; run it on LocalDagRunner, or set spans=1 "
                          "(the latest span) for Kubeflow and Vertex")
+    check_target(config, target, output_path)
     config = container_config(config)
     warn_without_registry(config.image_uri)
     output_path = fileio.absolute(output_path)
@@ -73,11 +85,14 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> str:
         production["cachingOptions"] = {"enableCache": False}
     add_run_settings(spec, config)
     resources.apply(spec, config.resources)
+    set_gpu_images(spec, config)
+    set_retry_policy(spec, config)
+    platform = deploy_on(spec, config, target)
     for executor in spec["deploymentSpec"]["executors"].values():
         container = executor.get("container", {})
         if container.get("command") == ["python", "-m", task_entrypoint.TFX_ENTRYPOINT]:
             container["command"] = ["python", "-m", task_entrypoint.__name__]
-    text = json.dumps(spec, indent=2, sort_keys=True)
+    text = package_text(spec, platform, output_path)
     if fileio.is_remote(output_path):
         fileio.write_text(output_path, text)  # an object appears whole or not at all
     else:
@@ -86,6 +101,90 @@ def compile_pipeline(config: PipelineConfig, output_path: str) -> str:
         fileio.write_text(partial, text)
         fileio.rename(partial, output_path)
     return output_path
+
+
+def _minio(config: PipelineConfig) -> bool:
+    return kubernetes_platform.on_minio(config.resolved_pipeline_root, config.data_root,
+                                        config.serving_dir)
+
+
+def check_target(config: PipelineConfig, target: str, output_path: str) -> None:
+    """What `target` cannot run, refused in one line before anything is compiled: an
+    accelerator named as the other backend names it; on Vertex, which runs no Kubernetes
+    objects of ours, secrets and node selectors; a Kubernetes platform spec in a JSON file."""
+    resources.check_accelerators(config.resources, vertex=target == VERTEX)
+    selectors = [f"{prefix}_node_selector" for prefix in resources.TASKS
+                 if getattr(config.resources, f"{prefix}_node_selector", None)]
+    if target == VERTEX:
+        if selectors:
+            raise ValueError(f"{selectors[0]}: Vertex AI picks a task's machine from its "
+                             f"accelerator and takes no node selector; compile with --target "
+                             f"kfp for open-source Kubeflow Pipelines")
+        if config.environment.task_secret_env:
+            raise ValueError("task_secret_env: Vertex AI mounts no Kubernetes secrets; its "
+                             "tasks reach Google Cloud as the job's service account (tfrp "
+                             "submit --service-account); compile with --target kfp for "
+                             "open-source Kubeflow Pipelines")
+        return
+    secrets = kubernetes_platform.task_secret_env(config.environment, _minio(config))
+    if (secrets or selectors) and not output_path.endswith(YAML_SUFFIXES):
+        what = "secrets as environment variables" if secrets else selectors[0]
+        raise ValueError(f"{output_path}: {what} go in the Kubernetes platform spec, which "
+                         f"only a YAML package holds (kfp's client takes .yaml); write "
+                         f"{posixpath.splitext(output_path)[0]}.yaml")
+
+
+def set_gpu_images(spec: dict, config: PipelineConfig) -> None:
+    """A task given an accelerator runs the GPU image (TensorFlow's CUDA build); every other
+    task keeps the CPU image, which is far smaller and needs no CUDA node."""
+    for executor in spec["deploymentSpec"]["executors"].values():
+        container = executor["container"]
+        if "accelerator" in container.get("resources", {}):
+            container["image"] = config.gpu_image_uri
+
+
+def set_retry_policy(spec: dict, config: PipelineConfig) -> None:
+    """Every task's retryPolicy, as kfp's `set_retry(task_retries, task_retry_backoff)`
+    writes it (each wait twice the last, within kfp's one-hour cap); none at 0 retries.
+    Open-source KFP compiles it into Argo's retryStrategy; Vertex retries the task itself.
+    A retry runs in the URIs the first attempt had: ExampleGen and Transform clear what an
+    earlier attempt left there (docs/RELIABILITY.md)."""
+    if not config.task_retries:
+        return
+    policy = {"maxRetryCount": config.task_retries,
+              "backoffDuration": f"{config.task_retry_backoff}s", "backoffFactor": 2.0,
+              "backoffMaxDuration": "3600s"}
+    for task in spec["root"]["dag"]["tasks"].values():
+        task["retryPolicy"] = dict(policy)
+
+
+def deploy_on(spec: dict, config: PipelineConfig, target: str) -> dict:
+    """Every task's environment in its container, and for kfp the platform spec: each
+    executor's secrets as environment variables and its task's node selector. Returns the
+    platform spec, {} for none."""
+    minio = target == KFP and _minio(config)
+    kubernetes_platform.set_env(spec, kubernetes_platform.task_env(config.environment, minio))
+    if target != KFP:
+        return {}
+    secrets = kubernetes_platform.task_secret_env(config.environment, minio)
+    configs = {}
+    for task_name, task in spec["root"]["dag"]["tasks"].items():
+        label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
+        configs[label] = kubernetes_platform.executor_config(
+            secrets, config.resources.node_selector(task_name))
+    return kubernetes_platform.platform_spec(configs)
+
+
+def package_text(spec: dict, platform: dict, output_path: str) -> str:
+    """The file's text: for a .yaml or .yml name kfp's package, the spec and then the platform
+    spec's document (when there is one); else the spec as JSON."""
+    if output_path.endswith(YAML_SUFFIXES):
+        import yaml
+
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+        return yaml.dump_all([spec, platform] if platform else [spec], Dumper=dumper,
+                             sort_keys=True)
+    return json.dumps(spec, indent=2, sort_keys=True)
 
 
 def warn_without_registry(image: str) -> None:

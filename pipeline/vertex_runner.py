@@ -18,6 +18,10 @@ class ParameterError(ValueError):
     """A --param the compiled pipeline does not take, or a value of the wrong type."""
 
 
+class TemplateError(ValueError):
+    """A compiled pipeline Vertex cannot run: one compiled for open-source Kubeflow."""
+
+
 def runtime_parameters(template_path: str) -> dict[str, dict]:
     """{name: its definition (parameterType, defaultValue)} of the spec's runtime
     parameters."""
@@ -51,16 +55,37 @@ def _boolean(text: str) -> bool:
 
 
 def _spec(template_path: str) -> dict:
+    """The PipelineSpec of a compiled file, JSON or YAML. A YAML package whose spec is
+    followed by a Kubernetes platform spec (secrets, node selectors) was compiled for
+    open-source Kubeflow Pipelines, as was one naming a Kubernetes accelerator
+    (nvidia.com/gpu): Vertex runs neither, so it is refused in one line."""
     if not fileio.exists(template_path):
         raise FileNotFoundError(f"no compiled pipeline at {template_path}; run `tfrp "
                                 f"compile` first")
-    return json.loads(fileio.read_text(template_path))
+    text = fileio.read_text(template_path)
+    if text.lstrip().startswith("{"):
+        documents = [json.loads(text)]
+    else:
+        import yaml
+
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        documents = [doc for doc in yaml.load_all(text, Loader=loader) if doc is not None]
+    spec = documents[0]
+    accelerators = sorted({
+        executor.get("container", {}).get("resources", {}).get("accelerator", {}).get("type")
+        for executor in spec.get("deploymentSpec", {}).get("executors", {}).values()} - {None})
+    kubernetes = [name for name in accelerators if "/" in name]
+    if len(documents) > 1 or kubernetes:
+        what = f"accelerator {kubernetes[0]}" if kubernetes else "Kubernetes platform spec"
+        raise TemplateError(f"{template_path} was compiled for open-source Kubeflow "
+                             f"Pipelines (its {what}); compile it with --target vertex")
+    return spec
 
 
 def build_job(template_path: str, project: str, region: str, pipeline_root: str,
               credentials: Any = None, enable_caching: Optional[bool] = None,
               parameters: Optional[Mapping[str, Any]] = None):
-    """The PipelineJob for the compiled JSON at `template_path` (a path or a bucket's URI),
+    """The PipelineJob for the compiled file at `template_path` (a path or a bucket's URI),
     with `parameters` set. Building it reads only the file: with explicit `credentials`
     nothing else touches the network until `.submit()`."""
     from google.cloud import aiplatform

@@ -278,23 +278,62 @@ def test_runtime_parameters_reach_the_tasks_through_the_run_settings_task(compil
     assert example_gen["source"] == str(data) and example_gen["source_fingerprint"]
 
 
-@pytest.mark.slow
-def test_resources_go_on_the_tasks_containers_as_kfp_writes_them(tmp_path):
-    """Per-component resources land in the executors' container resources, in the units
-    kfp's own set_memory_limit/set_cpu_limit/set_accelerator_* write, and kfp reads the file;
-    the default image, with no registry host, is warned about in one line."""
-    from kfp import compiler, components, dsl
+# Credentials in the compiling machine's environment, each distinctive: none may reach a spec.
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "AKIATFRPCOMPILETEST7", "AWS_SECRET_ACCESS_KEY":
+               "tfrp/compile+secret-value-never-in-a-spec", "AWS_SESSION_TOKEN":
+               "tfrp-session-token-never-in-a-spec", "GOOGLE_APPLICATION_CREDENTIALS":
+               "/nonexistent/tfrp-google-key-never-in-a-spec.json"}
+MINIO_ROOT = "minio://mlpipeline/v2/artifacts"
+GKE_T4 = {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}
 
-    output = tmp_path / "pipeline.json"
-    result = tfrp("compile", "--output", str(output), "--pipeline-root", "gs://b/r",
-                  "--set", "trainer_accelerator=NVIDIA_TESLA_T4:1",
-                  "--set", "trainer_memory=32G", "--set", "transform_cpu=500m",
-                  "--set", "evaluator_memory=512Mi")
-    warned = [line for line in result.stderr.splitlines() if "registry host" in line]
-    assert len(warned) == 1 and "Docker Hub" in warned[0], result.stderr
-    spec = components.load_component_from_file(str(output)).pipeline_spec
-    executors = json.loads(output.read_text())["deploymentSpec"]["executors"]
-    assert spec.deployment_spec["executors"]["Trainer_executor"]["container"]["resources"]
+
+@pytest.fixture(scope="module")
+def compiled_for_kfp(tmp_path_factory):
+    """`--target kfp` to a YAML package on KFP's MinIO, with a GPU Trainer on GKE's T4 nodes,
+    compiled as the user's shell would with credentials in its environment; (the file, the
+    command's result)."""
+    output = tmp_path_factory.mktemp("kfp_package") / "pipeline.yaml"
+    with pytest.MonkeyPatch.context() as environment:
+        for name, value in CREDENTIALS.items():
+            environment.setenv(name, value)
+        result = tfrp("compile", "--target", "kfp", "--output", str(output),
+                      "--pipeline-root", MINIO_ROOT,
+                      "--set", "trainer_accelerator=nvidia.com/gpu:1",
+                      "--set", "trainer_node_selector=cloud.google.com/gke-accelerator="
+                               "nvidia-tesla-t4",
+                      "--set", "trainer_memory=32G", "--set", "transform_cpu=500m",
+                      "--set", "evaluator_memory=512Mi", "--set", "task_env=TFRP_STAGE=test",
+                      as_user=True)
+    assert str(output) in result.stdout
+    return output, result
+
+
+@pytest.fixture(scope="module")
+def compiled_for_vertex(tmp_path_factory):
+    """`--target vertex` to YAML, a T4 Trainer in a GPU image of the user's, other retries."""
+    output = tmp_path_factory.mktemp("vertex_package") / "pipeline.yaml"
+    tfrp("compile", "--target", "vertex", "--output", str(output),
+         "--pipeline-root", "gs://test-bucket/root",
+         "--set", "trainer_accelerator=NVIDIA_TESLA_T4:1", "--set", "trainer_memory=32G",
+         "--set", "gpu_image=gcr.io/test-project/tfrp-cuda:7", "--set", "task_retries=5",
+         "--set", "task_retry_backoff=90", "--set", "task_env=TFRP_STAGE=test")
+    return output
+
+
+def documents(path) -> list[dict]:
+    """A compiled file's documents: the spec, and the platform spec when it has one."""
+    text = path.read_text()
+    return [json.loads(text)] if path.suffix == ".json" else list(yaml.safe_load_all(text))
+
+
+def executors_of(path) -> dict:
+    return documents(path)[0]["deploymentSpec"]["executors"]
+
+
+def kfp_compiles(tmp_path, configure) -> dict:
+    """The PipelineSpec kfp 2.7's own compiler writes for one task that `configure(task)`
+    sets up: the reference for what ours must hold."""
+    from kfp import compiler, dsl
 
     @dsl.container_component
     def reference():
@@ -302,27 +341,207 @@ def test_resources_go_on_the_tasks_containers_as_kfp_writes_them(tmp_path):
 
     @dsl.pipeline
     def expected():
-        reference().set_accelerator_type("NVIDIA_TESLA_T4").set_accelerator_limit(1) \
-            .set_memory_limit("32G").set_cpu_limit("500m")
+        configure(reference())
 
-    reference_file = tmp_path / "reference.json"
-    compiler.Compiler().compile(expected, str(reference_file))
-    kfp_resources = next(iter(yaml.safe_load(reference_file.read_text())["deploymentSpec"][
-        "executors"].values()))["container"]["resources"]
-    ours = executors["Trainer_executor"]["container"]["resources"]
-    assert ours["accelerator"] == kfp_resources["accelerator"]
-    assert ours["memoryLimit"] == kfp_resources["memoryLimit"]
+    path = tmp_path / "reference.yaml"
+    compiler.Compiler().compile(expected, str(path))
+    return yaml.safe_load(path.read_text())
+
+
+def kfp_resources(tmp_path, configure) -> dict:
+    spec = kfp_compiles(tmp_path, configure)
+    return next(iter(spec["deploymentSpec"]["executors"].values()))["container"]["resources"]
+
+
+@pytest.mark.slow
+def test_resources_go_on_the_tasks_containers_as_kfp_writes_them(compiled_for_kfp, tmp_path):
+    """Per-component resources land in the executors' container resources exactly as kfp
+    2.7's set_memory_limit/set_cpu_limit/set_accelerator_* write them (512Mi and 500m
+    included: the numeric fields, in gigabytes and CPUs, which every KFP backend and Vertex
+    read; the newer string fields are not in kfp 2.7's PipelineSpec, and its client refuses a
+    file that has them); the default image, with no registry host, is warned about in one
+    line."""
+    output, result = compiled_for_kfp
+    warned = [line for line in result.stderr.splitlines() if "registry host" in line]
+    assert len(warned) == 1 and "Docker Hub" in warned[0], result.stderr
+    executors = executors_of(output)
+    assert executors["Trainer_executor"]["container"]["resources"] == kfp_resources(
+        tmp_path, lambda task: task.set_accelerator_type("nvidia.com/gpu")
+        .set_accelerator_limit(1).set_memory_limit("32G"))
     assert executors["ShardedTransform_executor"]["container"]["resources"] == \
-        {"cpuLimit": kfp_resources["cpuLimit"]}
+        kfp_resources(tmp_path, lambda task: task.set_cpu_limit("500m")) == {"cpuLimit": 0.5}
     assert executors["Evaluator_executor"]["container"]["resources"] == \
-        {"memoryLimit": 512 * 2 ** 20 / 1e9}
+        kfp_resources(tmp_path, lambda task: task.set_memory_limit("512Mi"))
     assert "resources" not in executors["StatisticsGen_executor"]["container"]
-    refused = tfrp("compile", "--output", str(tmp_path / "no.json"),
-                   "--set", "trainer_accelerator=NVIDIA_TESLA_T4:two", check=False)
+    refused = tfrp("compile", "--output", str(tmp_path / "no.yaml"),
+                   "--set", "trainer_accelerator=nvidia.com/gpu:two", check=False)
     assert refused.stderr.strip().splitlines()[-1] == (
-        "Error: trainer_accelerator is TYPE or TYPE:COUNT (NVIDIA_TESLA_T4:1), not "
-        "'NVIDIA_TESLA_T4:two'")
-    assert not (tmp_path / "no.json").exists()
+        "Error: trainer_accelerator is TYPE or TYPE:COUNT (nvidia.com/gpu:1, "
+        "NVIDIA_TESLA_T4:1), not 'nvidia.com/gpu:two'")
+    assert not (tmp_path / "no.yaml").exists()
+
+
+@pytest.mark.slow
+def test_the_kfp_target_writes_what_open_source_kfp_reads(compiled_for_kfp, tmp_path):
+    """For open-source KFP the accelerator is the Kubernetes resource its driver puts in the
+    pod's limits, and the node selector goes in the platform spec under the Trainer's
+    executor, as kfp-kubernetes' add_node_selector writes it; kfp's loader reads the
+    package, platform spec included."""
+    from kfp import components
+
+    output, _ = compiled_for_kfp
+    accelerator = executors_of(output)["Trainer_executor"]["container"]["resources"][
+        "accelerator"]
+    assert accelerator == {"type": "nvidia.com/gpu", "count": "1"}
+    spec, platform = documents(output)
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert set(executors) == set(spec["deploymentSpec"]["executors"])
+    assert executors["Trainer_executor"]["nodeSelector"] == {"labels": GKE_T4}
+    assert [label for label, config in executors.items() if "nodeSelector" in config] == \
+        ["Trainer_executor"]
+    loaded = components.load_component_from_file(str(output))
+    assert set(loaded.pipeline_spec.root.dag.tasks) == COMPONENTS | {RUN_SETTINGS}
+    assert loaded.pipeline_spec.default_pipeline_root == MINIO_ROOT
+    trainer = loaded.platform_spec.platforms["kubernetes"].deployment_spec.executors[
+        "Trainer_executor"]
+    assert dict(trainer["nodeSelector"]["labels"]) == GKE_T4
+
+
+@pytest.mark.slow
+def test_the_vertex_target_writes_vertex_names_and_no_kubernetes_spec(compiled_for_vertex,
+                                                                      tmp_path):
+    """For Vertex the accelerator is its own type, as kfp writes it, the file holds the spec
+    alone, kfp's loader reads it, and `tfrp submit` builds the job from the YAML."""
+    from kfp import components
+
+    (spec,) = documents(compiled_for_vertex)
+    assert spec["deploymentSpec"]["executors"]["Trainer_executor"]["container"][
+        "resources"] == kfp_resources(
+        tmp_path, lambda task: task.set_accelerator_type("NVIDIA_TESLA_T4")
+        .set_accelerator_limit(1).set_memory_limit("32G"))
+    loaded = components.load_component_from_file(str(compiled_for_vertex))
+    assert loaded.name == "tfrp-taxi" and not loaded.platform_spec.platforms
+    job = json.loads(tfrp("submit", "--template", str(compiled_for_vertex), "--project",
+                          "test-project", "--region", "europe-west4", "--pipeline-root",
+                          "gs://test-bucket/run-4", "--dry-run").stdout)
+    assert job["pipelineSpec"] == spec
+
+
+@pytest.mark.slow
+def test_each_target_refuses_what_its_backend_cannot_run_in_one_line(compiled_for_kfp,
+                                                                     tmp_path):
+    """A Vertex accelerator for kfp and a Kubernetes one for Vertex, each with the name to
+    use; a Kubernetes platform spec in JSON; a kfp package submitted to Vertex."""
+    def refusal(*args):
+        output = tmp_path / "refused.yaml"
+        result = tfrp("compile", "--output", str(output), *args, check=False)
+        assert result.returncode != 0 and not output.exists()
+        return result.stderr.strip().splitlines()[-1]
+
+    line = refusal("--target", "kfp", "--set", "trainer_accelerator=NVIDIA_TESLA_T4:1")
+    assert line.startswith("Error: trainer_accelerator=NVIDIA_TESLA_T4:1 is a Vertex AI "
+                           "accelerator type;"), line
+    assert "trainer_accelerator=nvidia.com/gpu:1" in line and \
+        "trainer_node_selector=cloud.google.com/gke-accelerator=nvidia-tesla-t4" in line
+    line = refusal("--target", "vertex", "--set", "trainer_accelerator=nvidia.com/gpu:1")
+    assert line.startswith("Error: trainer_accelerator=nvidia.com/gpu:1 is a Kubernetes "
+                           "resource"), line
+    assert "trainer_accelerator=NVIDIA_TESLA_T4:1" in line and "NVIDIA_L4" in line
+    line = refusal("--target", "vertex", "--set",
+                   "trainer_node_selector=cloud.google.com/gke-accelerator=nvidia-tesla-t4")
+    assert line.startswith("Error: trainer_node_selector: Vertex AI"), line
+    json_output = tmp_path / "pipeline.json"
+    result = tfrp("compile", "--output", str(json_output), "--pipeline-root", MINIO_ROOT,
+                  check=False)
+    assert result.returncode != 0 and not json_output.exists()
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        f"only a YAML package holds (kfp's client takes .yaml); write {tmp_path}/pipeline.yaml")
+    output, _ = compiled_for_kfp
+    submitted = tfrp("submit", "--template", str(output), "--project", "p", "--region", "r",
+                     "--pipeline-root", "gs://b/r", "--dry-run", check=False)
+    assert submitted.stderr.strip().splitlines()[-1] == (
+        f"Error: {output} was compiled for open-source Kubeflow Pipelines (its accelerator "
+        "nvidia.com/gpu); compile it with --target vertex")
+
+
+@pytest.mark.slow
+def test_the_gpu_image_runs_the_tasks_given_an_accelerator_alone(compiled_for_kfp,
+                                                                 compiled_for_vertex):
+    """`make image-gpu`'s name, <image>:<tag>-gpu, unless gpu_image names another; every
+    task without an accelerator keeps the CPU image."""
+    output, _ = compiled_for_kfp
+    for path, gpu_image in ((output, f"{DEFAULT_IMAGE}:{DEFAULT_IMAGE_TAG}-gpu"),
+                            (compiled_for_vertex, "gcr.io/test-project/tfrp-cuda:7")):
+        images = {label: executor["container"]["image"]
+                  for label, executor in executors_of(path).items()}
+        assert images.pop("Trainer_executor") == gpu_image
+        assert set(images.values()) == {f"{DEFAULT_IMAGE}:{DEFAULT_IMAGE_TAG}"}, images
+
+
+@pytest.mark.slow
+def test_every_task_reads_minio_from_env_and_secrets_and_no_credential_is_written(
+        compiled_for_kfp, compiled_for_vertex, tmp_path):
+    """On KFP's MinIO every task gets its endpoint and the task_env setting's variables in
+    its container, and its keys from KFP's own secret by reference, as kfp-kubernetes 1.2's
+    use_secret_as_env writes it. The compile ran with credentials in its environment: none
+    is anywhere in the file. Vertex's file has the plain variables only."""
+    output, _ = compiled_for_kfp
+    spec, platform = documents(output)
+    secrets = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for label, executor in spec["deploymentSpec"]["executors"].items():
+        assert executor["container"]["env"] == [
+            {"name": "AWS_ENDPOINT_URL", "value": "http://minio-service.kubeflow:9000"},
+            {"name": "TFRP_STAGE", "value": "test"}], label
+        assert secrets[label]["secretAsEnv"] == [{
+            "secretName": "mlpipeline-minio-artifact",
+            "keyToEnv": [{"secretKey": "accesskey", "envVar": "AWS_ACCESS_KEY_ID"},
+                         {"secretKey": "secretkey", "envVar": "AWS_SECRET_ACCESS_KEY"}]}]
+    text = output.read_text()
+    for name, value in CREDENTIALS.items():
+        assert value not in text, name
+    for executor in executors_of(compiled_for_vertex).values():
+        assert executor["container"]["env"] == [{"name": "TFRP_STAGE", "value": "test"}]
+    refused = tfrp("compile", "--output", str(tmp_path / "refused.yaml"),
+                   "--set", "task_env=AWS_SECRET_ACCESS_KEY=plain", check=False)
+    assert refused.stderr.strip().splitlines()[-1].startswith(
+        "Error: task_env would write AWS_SECRET_ACCESS_KEY's value into the compiled "
+        "pipeline;")
+
+
+@pytest.mark.slow
+def test_the_yaml_package_passes_the_kfp_clients_own_check(compiled_for_kfp):
+    """kfp's client reads a package (`create_run_from_pipeline_package`, `upload_pipeline`)
+    with `_extract_pipeline_yaml`: the spec and the platform spec under a strict parse, sent
+    together to the server."""
+    from kfp.client.client import _extract_pipeline_yaml
+
+    output, _ = compiled_for_kfp
+    package = _extract_pipeline_yaml(str(output))
+    assert package.pipeline_spec.pipeline_info.name == "tfrp-taxi"
+    assert set(package.pipeline_spec.root.dag.tasks) == COMPONENTS | {RUN_SETTINGS}
+    assert list(package.platform_spec.platforms) == ["kubernetes"]
+    sent = package.to_dict()
+    assert set(sent) == {"pipeline_spec", "platform_spec"}
+    assert sent["platform_spec"] == documents(output)[1]
+
+
+@pytest.mark.slow
+def test_every_task_has_the_retry_policy_kfp_set_retry_writes(compiled, compiled_for_vertex,
+                                                              tmp_path):
+    """Two retries 30 s apart and doubling by default, as `set_retry(2, "30s")` writes them;
+    task_retries and task_retry_backoff set them; 0 retries writes none."""
+    from pipeline.kubeflow_runner import set_retry_policy
+
+    for path, retries, backoff in ((compiled, 2, "30s"), (compiled_for_vertex, 5, "90s")):
+        expected = kfp_compiles(tmp_path, lambda task: task.set_retry(retries, backoff))
+        (policy,) = [task["retryPolicy"] for task in expected["root"]["dag"]["tasks"].values()]
+        tasks = documents(path)[0]["root"]["dag"]["tasks"]
+        assert set(tasks) == COMPONENTS | {RUN_SETTINGS}
+        for name, task in tasks.items():
+            assert task["retryPolicy"] == policy, (path, name)
+    spec = {"root": {"dag": {"tasks": {"a": {}}}}}
+    set_retry_policy(spec, PipelineConfig.create(None, {"task_retries": "0"}))
+    assert spec == {"root": {"dag": {"tasks": {"a": {}}}}}
 
 
 @pytest.mark.slow

@@ -17,6 +17,10 @@ from components.example_gen.options import ExampleGenOptions  # noqa: E402
 from components.trainer.options import DATA_SERVICE_PORT  # noqa: E402
 from pipeline.cli.options import given_settings, setting_options, usage_error  # noqa: E402
 from pipeline.cli.output import Commands, configure_output, one_line  # noqa: E402
+from pipeline.kubernetes_platform import DEFAULT_TARGET, TARGETS  # noqa: E402
+
+# Where `compile` writes and `submit` reads: a YAML package, which kfp's client and Vertex take.
+COMPILED_PIPELINE = "build/pipeline.yaml"
 
 
 @click.group(cls=Commands)
@@ -106,25 +110,31 @@ def report_command(config_file, assignments, run_id, output, **named) -> None:
 
 @main.command("compile")
 @_config_options
-@click.option("--target", type=click.Choice(["kubeflow"]), default="kubeflow", show_default=True,
-              help="Kubeflow Pipelines v2 JSON; Vertex AI Pipelines runs the same file.")
-@click.option("--output", default="build/pipeline.json", show_default=True)
+@click.option("--target", type=click.Choice(list(TARGETS)), default=DEFAULT_TARGET,
+              show_default=True,
+              help="The backend: kfp, open-source Kubeflow Pipelines (kubeflow is the same); "
+                   "vertex, Vertex AI Pipelines. Each takes its own accelerator names; kfp's "
+                   "file carries the tasks' Kubernetes secrets and node selectors.")
+@click.option("--output", default=COMPILED_PIPELINE, show_default=True,
+              help="A .yaml (or .yml) file is the package kfp's client uploads and runs, and "
+                   "Vertex takes; any other name, the spec as JSON. A path or a bucket's URI.")
 def compile_command(config_file, assignments, target, output, **named) -> None:
-    """Compile the pipeline for Kubeflow Pipelines v2 / Vertex AI, every component in the
-    configured image."""
+    """Compile the pipeline for Kubeflow Pipelines v2 or Vertex AI, every component in the
+    configured image (a task given an accelerator, its GPU image)."""
     config = _load_config(config_file, assignments, **named)
     from pipeline import kubeflow_runner
 
     try:
-        path = kubeflow_runner.compile_pipeline(config, output)
+        path = kubeflow_runner.compile_pipeline(config, output, target)
     except ValueError as e:
         raise click.ClickException(str(e))
     click.echo(f"Compiled {config.pipeline_name} ({target}, image {config.image_uri}) to {path}")
 
 
 @main.command()
-@click.option("--template", default="build/pipeline.json", show_default=True,
-              help="The output of `tfrp compile` (a path, or gs://...).")
+@click.option("--template", default=COMPILED_PIPELINE, show_default=True,
+              help="The output of `tfrp compile --target vertex` (YAML or JSON; a path, or "
+                   "gs://...).")
 @click.option("--project", required=True, help="Google Cloud project.")
 @click.option("--region", required=True, help="Vertex AI region, e.g. us-central1.")
 @click.option("--pipeline-root", required=True,
@@ -150,7 +160,8 @@ def submit(template, project, region, pipeline_root, service_account, params,
         given[key] = value
     try:
         parameters = vertex_runner.parameter_values(template, given)
-    except (vertex_runner.ParameterError, FileNotFoundError) as error:
+    except (vertex_runner.ParameterError, vertex_runner.TemplateError,
+            FileNotFoundError) as error:
         raise click.ClickException(str(error))
     if dry_run:
         job = vertex_runner.dry_run_job(template, project, region, pipeline_root, parameters)
