@@ -30,7 +30,7 @@ import os
 import posixpath
 import re
 import shutil
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, NamedTuple, Optional, Sequence
 
 # Names a reader of our outputs never lists: staging and bookkeeping (`.staging-*`,
 # `_attempts`, `_chunks`, `.crc`, `_SUCCESS`).
@@ -177,7 +177,8 @@ def _store(store: str, settings: tuple):
 
 # A forked child (a DataLoader worker, a Beam worker) makes its own connections: the parent's
 # filesystem objects hold threads and sockets that do not survive a fork.
-os.register_at_fork(after_in_child=lambda: (_store.cache_clear(), _gcs_client.cache_clear()))
+os.register_at_fork(after_in_child=lambda: (_store.cache_clear(), _gcs_client.cache_clear(),
+                                             _s3_client.cache_clear()))
 
 _CAUSES = (
     (re.compile(r"credential|UNAUTHENTICATED|Unauthorized|PERMISSION_DENIED|AccessDenied|Forbidden|"
@@ -219,8 +220,9 @@ def calling_store(uri: str) -> Iterator[None]:
     except OSError as e:
         raise StorageError(uri, _cause(str(e)), str(e)) from e
     except Exception as e:
-        # google-cloud-storage's and google-auth's errors (gs:// ranged reads) are their own.
-        if type(e).__module__.startswith("google."):
+        # google-cloud-storage's and google-auth's errors (gs:// ranged reads) are their own,
+        # as are boto3's (s3:// listings of versions).
+        if type(e).__module__.startswith(("google.", "botocore.")):
             raise StorageError(uri, _cause(f"{type(e).__name__} {e}"), str(e)) from e
         # pyarrow's GCS client reports a credential it cannot use (a broken key file) as
         # ArrowInvalid, a ValueError; a parse error of the data is one too, and stays one.
@@ -520,6 +522,132 @@ def stat(path: str) -> tuple[int, int]:
 
 def size(path: str) -> int:
     return os.path.getsize(path) if not is_remote(path) else stat(path)[0]
+
+
+class FileVersion(NamedTuple):
+    """What tells one content of a file from another without reading it: its size, the
+    store's version (a local file's modification time in ns, a GCS object's generation, an
+    S3 object's ETag) and when that version was written (ns since the epoch), which orders
+    changes."""
+
+    size: int
+    version: str
+    written_ns: int
+
+
+def file_versions(paths: Sequence[str]) -> dict[str, FileVersion]:
+    """Each of `paths` that exists, with its version. On gs:// and s3:// it comes from one
+    listing a bucket (the store's own client: pyarrow 10's FileInfo has neither the
+    generation nor the ETag, and a modification time alone misses a replacement within its
+    resolution); elsewhere (and on s3:// without boto3, which the image leaves out) from each
+    file's size and modification time."""
+    found: dict[str, FileVersion] = {}
+    in_buckets: dict[tuple[str, str], set[str]] = {}
+    elsewhere: dict[str, list[str]] = {}
+    for path in paths:
+        if not is_remote(path):
+            try:
+                found[path] = _local_version(path)
+            except FileNotFoundError:
+                pass
+        elif _lister(scheme(path)) is not None:
+            bucket, _, key = path.split("://", 1)[1].partition("/")
+            in_buckets.setdefault((scheme(path), bucket), set()).add(key)
+        else:
+            elsewhere.setdefault(scheme(path), []).append(path)
+    for (store, bucket), keys in in_buckets.items():
+        # One listing from the keys' common prefix: a folder's files share theirs.
+        prefix = os.path.commonprefix(sorted(keys))
+        for key, version in _lister(store)(bucket, prefix):
+            if key in keys:
+                found[f"{store}://{bucket}/{key}"] = version
+    for uris in elsewhere.values():
+        store, _ = filesystem(uris[0])
+        with calling_store(uris[0]):
+            infos = store.get_file_info([filesystem(uri)[1] for uri in uris])
+        for uri, info in zip(uris, infos):
+            if info.type.name == "File":
+                found[uri] = _arrow_version(info)
+    return found
+
+
+def versions_below(folder: str) -> dict[str, FileVersion]:
+    """Every file below `folder` (as `walk` lists them) with its version (`file_versions`);
+    on a store from one listing."""
+    if not is_remote(folder):
+        return file_versions([join(root, name) for root, _, names in walk(folder)
+                              for name in names])
+    top = folder.rstrip("/")
+    lister = _lister(scheme(top))
+    if lister is None:
+        _, inner = filesystem(top)
+        return {f"{top}/{entry.path[len(inner):].strip('/')}": _arrow_version(entry)
+                for entry in _entries(top, True) if entry.type.name == "File"}
+    bucket, _, key = top.split("://", 1)[1].partition("/")
+    prefix = f"{key}/" if key else ""
+    # A key ending in "/" is a folder's marker object, not a file (`walk` skips it too).
+    return {f"{scheme(top)}://{bucket}/{name}": version
+            for name, version in lister(bucket, prefix) if not name.endswith("/")}
+
+
+def _local_version(path: str) -> FileVersion:
+    found = os.stat(path)
+    return FileVersion(found.st_size, str(found.st_mtime_ns), found.st_mtime_ns)
+
+
+def _arrow_version(info) -> FileVersion:
+    return FileVersion(info.size or 0, str(info.mtime_ns or 0), info.mtime_ns or 0)
+
+
+def _epoch_ns(moment) -> int:
+    """A timezone-aware datetime (the stores' clients give them) in ns since the epoch."""
+    import datetime
+
+    since = moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+    return since // datetime.timedelta(microseconds=1) * 1000
+
+
+def _gcs_versions(bucket: str, prefix: str) -> Iterator[tuple[str, FileVersion]]:
+    with calling_store(f"gs://{bucket}/{prefix}"):
+        client = _gcs_client(tuple(sorted(storage_settings().items())))
+        for blob in client.list_blobs(
+                bucket, prefix=prefix,
+                fields="items(name,size,generation,timeCreated),nextPageToken"):
+            # A new generation is a new object, so its creation time is when it was written.
+            written = _epoch_ns(blob.time_created) if blob.time_created else 0
+            yield blob.name, FileVersion(int(blob.size or 0), str(blob.generation), written)
+
+
+@functools.lru_cache(maxsize=None)
+def _s3_client(settings: tuple):
+    import boto3
+
+    endpoint = s3_endpoint()
+    if endpoint:
+        endpoint = "://".join(_split_endpoint(endpoint))
+    return boto3.client("s3", endpoint_url=endpoint, region_name=s3_region())
+
+
+def _s3_versions(bucket: str, prefix: str) -> Iterator[tuple[str, FileVersion]]:
+    with calling_store(f"s3://{bucket}/{prefix}"):
+        client = _s3_client(tuple(sorted(storage_settings().items())))
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket,
+                                                                     Prefix=prefix):
+            for item in page.get("Contents", []):
+                yield item["Key"], FileVersion(item["Size"], item["ETag"].strip('"'),
+                                               _epoch_ns(item["LastModified"]))
+
+
+def _lister(store: str):
+    """The listing of (key, version) pairs under a bucket's prefix that `store`'s own client
+    gives, or None where pyarrow's sizes and times are all there is."""
+    if store == "s3":
+        try:
+            import boto3  # noqa: F401
+        except ImportError:  # a test dependency, not the image's (constraints.txt: dev-only)
+            return None
+        return _s3_versions
+    return {"gs": _gcs_versions}.get(store)
 
 
 def _entries(path: str, recursive: bool) -> list:

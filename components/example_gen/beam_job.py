@@ -15,6 +15,7 @@ import apache_beam as beam
 
 from components import beam_shards, shards
 from components.example_gen import encode
+from components.example_gen.inputs import unchanged_source
 from components.example_gen.options import ExampleGenOptions
 from components.example_gen.sources import locate, registry
 from components.example_gen.sources.base import FileProfile
@@ -116,6 +117,8 @@ def run(options: ExampleGenOptions, output_dir: str,
     """Runs ExampleGen into `output_dir` and returns the manifest.
 
     Outputs appear only when the whole run succeeded; on failure the staging folder is removed.
+    A source that changed since the run's fingerprint was taken, or while it was read, fails
+    the run before its commit (`unchanged_source`).
     `make_pipeline` lets the TFX executor supply its own configured Beam pipeline; `progress`
     shows progress bars on a terminal (the CLI's default).
     """
@@ -124,7 +127,7 @@ def run(options: ExampleGenOptions, output_dir: str,
     shards.check_output_dir(output_dir)  # before any work, not after
     Progress.current = Progress(len(files)) if progress else None
     try:
-        with shards.staged_output(output_dir) as staging:
+        with shards.staged_output(output_dir) as staging, unchanged_source(options):
             pipeline = make_pipeline() if make_pipeline else beam.Pipeline(
                 argv=list(beam_pipeline_args or []))
             with pipeline:

@@ -9,7 +9,7 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
 from components import shards, tfx_artifacts
-from components.example_gen import engine
+from components.example_gen import engine, inputs
 from components.example_gen.options import ExampleGenOptions
 from components.options import OPTIONS_KEY
 
@@ -27,11 +27,10 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                                               options.span, options.version)
         # Stock's fingerprint of the files when stock's utilities resolved the inputs (spans,
         # pre-split patterns); else the files read and their rows.
-        stock = (options.source_fingerprint or "").startswith("split:")
+        stock = inputs.stock_fingerprint(options.source_fingerprint)
         examples.set_string_custom_property(
             example_gen_utils.FINGERPRINT_PROPERTY_NAME,
-            options.source_fingerprint if stock else
-            ",".join(f"{s['path']}:{s['rows_in']}" for s in manifest["sources"]))
+            stock or ",".join(f"{s['path']}:{s['rows_in']}" for s in manifest["sources"]))
         if options.resolved_spans:  # a range: stock's span property holds its last span
             tfx_artifacts.set_spans(examples, tfx_artifacts.SPANS, options.resolved_spans)
         examples.set_int_custom_property("rows_written", manifest["rows_written"])

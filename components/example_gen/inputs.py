@@ -3,12 +3,14 @@ input_config: TFX's span and version specs, span ranges, and pre-split inputs. S
 utilities (and so TFX) are imported only when a source has specs or pre-split patterns."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import re
+from typing import Iterator, Optional
 
 from components import fileio
-from typing import Optional
-
 from components.example_gen.options import ExampleGenOptions
+from components.example_gen.sources.base import SourceError
 
 # TFX's specs in a source pattern ({SPAN} and {VERSION} may carry a width: {SPAN:2}).
 SPAN_SPECS = ("{SPAN", "{VERSION", "{YYYY}", "{MM}", "{DD}")
@@ -88,16 +90,73 @@ def resolve_inputs(options: ExampleGenOptions) -> ExampleGenOptions:
 def settle_inputs(options: ExampleGenOptions) -> ExampleGenOptions:
     """What a run of `options` reads, settled now: the spans and patterns resolved
     (`resolve_inputs`) and a fingerprint of the files (`locate.source_fingerprint`), so a
-    replaced source never comes from the cache. A local run settles them when its pipeline
-    is built, just before it runs; a compiled pipeline's first task settles them each time
-    it runs (`pipeline/example_gen_driver.py`), as stock ExampleGen's driver does."""
+    replaced source never comes from the cache and ExampleGen can check that it reads what
+    was fingerprinted (`unchanged_source`). A local run settles them when its pipeline is
+    built, just before it runs; a compiled pipeline's first task settles them each time it
+    runs (`pipeline/run_settings.py`), as stock ExampleGen's driver does. Resolved spans keep
+    stock's fingerprint (the Examples artifact records it), ours on the line after it."""
     from components.example_gen.sources import locate
 
     options = resolve_inputs(options)
-    if options.source_fingerprint is None:
-        options = dataclasses.replace(
-            options, source_fingerprint=locate.source_fingerprint(options.source))
-    return options
+    ours = locate.source_fingerprint(*[pattern for _, pattern in options.input_patterns()])
+    fingerprint = "\n".join(filter(None, [stock_fingerprint(options.source_fingerprint),
+                                          ours]))
+    return dataclasses.replace(options, source_fingerprint=fingerprint or None)
+
+
+# `locate.fingerprint`'s form: 16 hex digits of digest, "@", the newest file's time in ns.
+OWN_FINGERPRINT = re.compile(r"^([0-9a-f]{16})@(\d+)$")
+
+
+def stock_fingerprint(fingerprint: Optional[str]) -> Optional[str]:
+    """The lines of `fingerprint` that stock's utilities computed (a resolved span's), or
+    None."""
+    lines = [line for line in (fingerprint or "").splitlines() if line.startswith("split:")]
+    return "\n".join(lines) or None
+
+
+def own_fingerprint(fingerprint: Optional[str]) -> Optional[str]:
+    """The line of `fingerprint` that `locate.fingerprint` computed, or None (a bundled
+    source's, or options nobody settled, as the `tfrp examplegen` command's)."""
+    lines = (fingerprint or "").splitlines()
+    return lines[-1] if lines and OWN_FINGERPRINT.match(lines[-1]) else None
+
+
+@contextlib.contextmanager
+def unchanged_source(options: ExampleGenOptions) -> Iterator[None]:
+    """Around a run's reading of its source: the files are checked against the fingerprint
+    settled for the run before anything is read, and again when all is read, so the run stops
+    before it commits an output if a file changed in between, with one line naming the file
+    (or the source, for a file removed before the read). Without a fingerprint of ours it
+    checks nothing."""
+    from components.example_gen.sources import locate
+
+    settled = own_fingerprint(options.source_fingerprint)
+    if settled is None:
+        yield
+        return
+    patterns = [pattern for _, pattern in options.input_patterns()]
+    before = locate.source_versions(patterns)
+    if locate.fingerprint(before) != settled:
+        newest = int(OWN_FINGERPRINT.match(settled).group(2))
+        written = sorted(path for path, version in before.items()
+                         if version.written_ns > newest)
+        if written:
+            raise _changed(written[0], "changed after the run took its fingerprint")
+        raise _changed(options.source, "a file was removed, or replaced by one with an "
+                                       "older time, after the run took its fingerprint")
+    yield
+    after = fileio.file_versions(sorted(before))
+    for path in sorted(before):
+        if path not in after:
+            raise _changed(path, "removed while the run read it")
+        if after[path] != before[path]:
+            raise _changed(path, "changed while the run read it")
+
+
+def _changed(path: str, how: str) -> SourceError:
+    return SourceError(f"{path}: the source changed during the run ({how}); no output was "
+                       "committed: run again to read the source as it is now")
 
 
 def needs_resolving(options: ExampleGenOptions) -> bool:

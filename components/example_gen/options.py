@@ -51,8 +51,9 @@ class ExampleGenOptions(JsonOptions):
     # splits), the resolved patterns, one per span. Unset when `source` is read as it is.
     resolved_inputs: Optional[dict] = None
     resolved_spans: Optional[list] = None
-    # Sizes and modification times of local source files, taken when the pipeline is built:
-    # an edited source changes the component's parameters, so a cached run re-reads it.
+    # A fingerprint of the source files (`inputs.settle_inputs`), taken when the pipeline is
+    # built or, compiled, when its run starts: an edited source changes the component's
+    # parameters, so a cached run re-reads it, and a run stops if its files no longer match.
     source_fingerprint: Optional[str] = None
     # The span and version a `{SPAN}`/`{YYYY}{MM}{DD}`/`{VERSION}` source resolved to when the
     # pipeline was built (the component resolves it, as stock ExampleGen's driver does); set

@@ -3,7 +3,7 @@ fingerprinted."""
 from __future__ import annotations
 
 import posixpath
-from typing import Optional
+from typing import Optional, Sequence
 
 from components import fileio
 from components.example_gen.sources.base import SourceError
@@ -42,27 +42,45 @@ def resolve_source(source: str) -> str:
     raise SourceError(f"{source}: {paths[0]} is missing from the installed {package} package")
 
 
-def source_fingerprint(source: str) -> Optional[str]:
-    """A digest of the files under `source` (names, sizes, modification times), on a disk or
-    an object store (where a replaced object has a new time), or None for a bundled source,
-    which changes only with the installed package. It is a parameter of ExampleGen, so a
-    changed file makes ExampleGen run again rather than come from the cache."""
+def source_versions(sources: Sequence[str]) -> dict[str, fileio.FileVersion]:
+    """The files a fingerprint of `sources` covers, each with its version
+    (`fileio.FileVersion`): below a folder every file (an image folder's images are data
+    too), else the files a path or glob names."""
+    versions: dict[str, fileio.FileVersion] = {}
+    for source in sources:
+        if fileio.isdir(source):
+            versions.update(fileio.versions_below(source))
+        else:
+            versions.update(fileio.file_versions(list_files(source)))
+    return versions
+
+
+def fingerprint(versions: dict[str, fileio.FileVersion]) -> str:
+    """`<digest>@<newest>`: a digest of each file's path, size and version, and when the
+    newest of them was written. Unchanged files give the same fingerprint at every run, and
+    a file written after it was taken is known by its time."""
     import hashlib
 
-    if source.startswith(BUNDLED_PREFIX):
+    digest = hashlib.sha256()
+    for path in sorted(versions):
+        size, version, _ = versions[path]
+        digest.update(f"{path}:{size}:{version}\n".encode())
+    newest = max((v.written_ns for v in versions.values()), default=0)
+    return f"{digest.hexdigest()[:16]}@{newest}"
+
+
+def source_fingerprint(*sources: str) -> Optional[str]:
+    """The `fingerprint` of the files under `sources` (sizes and modification times on a
+    disk, generations on gs://, ETags on s3://), or None for a bundled source, which changes
+    only with the installed package. It is a parameter of ExampleGen, so a changed file makes
+    ExampleGen run again rather than come from the cache, and ExampleGen checks that what it
+    reads still has it (`inputs.unchanged_source`)."""
+    if any(source.startswith(BUNDLED_PREFIX) for source in sources):
         return None
     try:
-        paths = list_files(source)  # a folder: every file below it, an image folder's too
-        if fileio.isdir(source):  # an image folder's images are data too
-            paths = sorted(set(paths) | {fileio.join(root, n) for root, _, names in
-                                         fileio.walk(source) for n in names})
+        return fingerprint(source_versions(sources))
     except SourceError:
         return None  # the executor reports the missing source with its own message
-    digest = hashlib.sha256()
-    for path in paths:
-        size, mtime_ns = fileio.stat(path)
-        digest.update(f"{path}:{size}:{mtime_ns}\n".encode())
-    return digest.hexdigest()[:16]
 
 
 def detect_format(path: str) -> str:
