@@ -18,6 +18,9 @@ Where a store is found, from the standard variables:
 - s3://: `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` (MinIO, Ceph, an emulator),
   `AWS_REGION` or `AWS_DEFAULT_REGION`, and the AWS SDK's credential chain
   (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, profiles, instance roles).
+- minio://: open-source Kubeflow Pipelines' name for its in-cluster MinIO (its default
+  pipeline root, `minio://mlpipeline/v2/artifacts`): the same objects as s3://, at the
+  endpoint the s3:// variables name.
 """
 from __future__ import annotations
 
@@ -55,6 +58,11 @@ def is_remote(path: str) -> bool:
 
 def scheme(path: str) -> str:
     return path.split("://", 1)[0] if is_remote(path) else ""
+
+
+# Schemes that name S3 objects under another name (launcher_v2.go's LocalPathForURI mounts
+# minio:// beside s3://).
+S3_ALIASES = {"minio": "s3"}
 
 
 # ---- names --------------------------------------------------------------------------------
@@ -140,6 +148,7 @@ def _split_endpoint(endpoint: str) -> tuple[str, str]:
 def filesystem(uri: str):
     """(pyarrow filesystem, path inside it) for a URI."""
     store = scheme(uri)
+    store = S3_ALIASES.get(store, store)
     inner = uri.split("://", 1)[1]
     inner = inner.rstrip("/") or inner
     try:

@@ -17,8 +17,6 @@ through fileio, on exact keys.
 """
 from __future__ import annotations
 
-import atexit
-import ctypes
 import os
 import re
 from typing import Optional, Sequence
@@ -35,9 +33,13 @@ def needs_tensorflow_io(*uris: Optional[str]) -> bool:
 def register_for(*uris: Optional[str]) -> bool:
     """Makes tf.io.gfile able to open the URIs given (None and other schemes are skipped);
     True when tensorflow-io was loaded for them. Call it before the first s3:// access.
-    Once its S3 client has connected, tensorflow-io aborts the process's exit in C++: our
-    entry points end the process before that (pipeline/process_exit.py), and any other
-    program ends with its own status (`end_without_native_teardown`)."""
+
+    It leaves the process's exit alone. Once its S3 client has connected, tensorflow-io
+    0.37.1 aborts in C++ after Python has finished exiting (the AWS SDK's static EC2
+    metadata client is destroyed after the SDK's logger: "pure virtual method called",
+    SIGABRT), whatever status Python exits with. Our entry points end their process before
+    that (pipeline/process_exit.py); a program of the caller's exits as a program that
+    imports tensorflow-io does, its own exit handlers and output untouched by us."""
     if not needs_tensorflow_io(*uris):
         return False
     endpoint = fileio.s3_endpoint()
@@ -52,7 +54,6 @@ def register_for(*uris: Optional[str]) -> bool:
         raise fileio.StorageError(
             first, "TensorFlow reaches s3:// only through tensorflow-io, which is not "
             "installed here (pip install the tensorflow-io of constraints.txt)", str(e)) from e
-    end_without_native_teardown()
     return True
 
 
@@ -61,28 +62,3 @@ def register_for_arguments(arguments: Sequence[str]) -> bool:
     task's executor input is JSON in one argument)."""
     return register_for(*re.findall(r"s3://[^\s\"'\\]+", " ".join(arguments)))
 
-
-_guarded = False
-
-
-def end_without_native_teardown() -> None:
-    """Once tensorflow-io's S3 client has connected, a process aborts in C++ after Python has
-    finished exiting (tensorflow-io 0.37.1 with TensorFlow 2.16: the AWS SDK's static EC2
-    metadata client is destroyed after the SDK's logger; "pure virtual method called",
-    SIGABRT, status 134) whatever status Python exits with, so a user's program that read a
-    bucket through our readers would report a failure. This makes C's exit(), which Python
-    calls with its status after its own finalization, call `_exit` with that status first:
-    glibc's `on_exit` hands the handler the status, and a handler registered last runs
-    first, so it is registered at Python's exit, after whatever the S3 client registered
-    when it connected. Only the native libraries' static destructors are skipped. Without
-    `on_exit` (musl) nothing is installed."""
-    global _guarded
-    if not _guarded:
-        atexit.register(_register_exit_handler)
-        _guarded = True
-
-
-def _register_exit_handler() -> None:
-    libc = ctypes.CDLL(None)
-    if hasattr(libc, "on_exit"):
-        libc.on_exit(ctypes.cast(libc._exit, ctypes.c_void_p), None)

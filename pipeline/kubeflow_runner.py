@@ -13,6 +13,7 @@ from tfx.orchestration.kubeflow.v2.kubeflow_v2_dag_runner import (
 
 from components import fileio
 from components.options import OPTIONS_KEY
+from components.production_model.component import SERVING_STATE
 from pipeline import datasets, kubernetes_platform, resources, run_settings, task_entrypoint
 from pipeline.configs import PipelineConfig
 from pipeline.kubernetes_platform import DEFAULT_TARGET, KFP, TARGETS, VERTEX
@@ -22,6 +23,11 @@ JOB_FILE = "pipeline_job.json"
 # Output names written as YAML: the PipelineSpec, then the platform spec's document if any,
 # the package kfp's client takes (.yaml, .yml, .zip or .tar.gz). Any other name: JSON.
 YAML_SUFFIXES = (".yaml", ".yml")
+# The run's id, which both backends' drivers put in place of this constant input parameter
+# before they compute the task's cache key (kubeflow/pipelines backend/src/v2/driver/
+# driver.go, resolveInputParameter: `case "{{$.pipeline_job_uuid}}"`; kfp's
+# dsl.PIPELINE_JOB_ID_PLACEHOLDER on Vertex).
+RUN_ID_PLACEHOLDER = "{{$.pipeline_job_uuid}}"
 
 
 def container_config(config: PipelineConfig) -> PipelineConfig:
@@ -79,19 +85,21 @@ def compile_pipeline(config: PipelineConfig, output_path: str,
     spec = job["pipelineSpec"]
     spec["defaultPipelineRoot"] = job["runtimeConfig"]["gcsOutputDirectory"]
     # The model in production changes with every push, while the step's inputs do not: a
-    # cached result would be the serving folder as it was at the first run.
+    # cached result would be the serving folder as it was at the first run. Caching switched
+    # off in the spec is not enough: `enable_caching=True` at submit (kfp's Client, Vertex's
+    # PipelineJob) turns every task's cache on, so the step's serving state is the run's id,
+    # a key no later run repeats.
     production = spec["root"]["dag"]["tasks"].get(PRODUCTION_MODEL)
     if production:
         production["cachingOptions"] = {"enableCache": False}
+        production["inputs"]["parameters"][SERVING_STATE] = {
+            "runtimeValue": {"constant": RUN_ID_PLACEHOLDER}}
     add_run_settings(spec, config)
     resources.apply(spec, config.resources)
     set_gpu_images(spec, config)
     set_retry_policy(spec, config)
     platform = deploy_on(spec, config, target)
-    for executor in spec["deploymentSpec"]["executors"].values():
-        container = executor.get("container", {})
-        if container.get("command") == ["python", "-m", task_entrypoint.TFX_ENTRYPOINT]:
-            container["command"] = ["python", "-m", task_entrypoint.__name__]
+    use_task_entrypoint(spec)
     text = package_text(spec, platform, output_path)
     if fileio.is_remote(output_path):
         fileio.write_text(output_path, text)  # an object appears whole or not at all
@@ -101,6 +109,21 @@ def compile_pipeline(config: PipelineConfig, output_path: str,
         fileio.write_text(partial, text)
         fileio.rename(partial, output_path)
     return output_path
+
+
+def use_task_entrypoint(spec: dict) -> None:
+    """Every TFX task runs our task entrypoint (pipeline/task_entrypoint.py), told the output
+    artifacts its component declares: a backend may hand a task more (open-source KFP's
+    driver adds `executor-logs`), which TFX's entrypoint cannot load."""
+    declared = {component["executorLabel"]: sorted(
+        component.get("outputDefinitions", {}).get("artifacts", {}))
+        for component in spec["components"].values() if "executorLabel" in component}
+    for label, executor in spec["deploymentSpec"]["executors"].items():
+        container = executor.get("container", {})
+        if container.get("command") == ["python", "-m", task_entrypoint.TFX_ENTRYPOINT]:
+            container["command"] = ["python", "-m", task_entrypoint.__name__]
+            container["args"] = [*container.get("args", []), task_entrypoint.OUTPUTS_FLAG,
+                                 json.dumps(declared.get(label, []))]
 
 
 def _minio(config: PipelineConfig) -> bool:
@@ -246,14 +269,18 @@ def add_run_settings(spec: dict, config: PipelineConfig) -> None:
     spec["components"][task_name] = {
         "executorLabel": executor,
         "inputDefinitions": {"parameters": {
+            run_settings.RUN_ID: {"parameterType": "STRING"},
             **{name: {"parameterType": kinds[name]} for name in defaults}, **strings}},
         "outputDefinitions": {"parameters": strings}}
     spec["deploymentSpec"]["executors"][executor] = {"container": {
         "image": config.image_uri, "command": ["python", "-m", task_entrypoint.__name__],
         "args": run_settings.ARGS}}
+    # Never from the cache, even with every task's cache forced on at submit: its run-id
+    # parameter makes each run's key new, so each run settles its inputs afresh.
     tasks[task_name] = {
         "cachingOptions": {"enableCache": False}, "componentRef": {"name": task_name},
         "inputs": {"parameters": {
+            run_settings.RUN_ID: {"runtimeValue": {"constant": RUN_ID_PLACEHOLDER}},
             **{name: {"componentInputParameter": name} for name in defaults},
             **{name: tasks[task]["inputs"]["parameters"][key]
                for name, (task, key) in settled.items()}}},

@@ -30,6 +30,7 @@ from components.options import OPTIONS_KEY
 TASK = "run-settings"
 FLAG = "--run-settings"  # the task entrypoint's first argument for this task
 ARGS = [FLAG, "--executor-input", "{{$}}"]
+RUN_ID = "pipeline_run"  # the run's id: this task's cache key is new at every run
 EXAMPLE_GEN = "ShardedExampleGen"
 TRAINER, EVALUATOR, PUSHER = "Trainer", "Evaluator", "Pusher"
 PRODUCTION_MODEL = "production_model"
@@ -139,7 +140,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     given = executor_input["inputs"].get("parameterValues", {})
     runtime = {p.name: given[p.name] for p in RUNTIME_PARAMETERS if p.name in given}
     outputs = settle(runtime, {name: value for name, value in given.items()
-                               if name not in runtime})
+                               if name not in runtime and name != RUN_ID})
     output_file = executor_input["outputs"]["outputFile"]
     fileio.makedirs(fileio.dirname(output_file))
     fileio.write_json(output_file, {"parameterValues": outputs})

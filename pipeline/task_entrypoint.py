@@ -7,6 +7,14 @@ Kubeflow v2 executor entrypoint, run
   Kubeflow Pipelines' driver rebuilds input artifacts from ML Metadata with an empty type
   (`Schema: ""`), and TFX's entrypoint cannot find the artifact's class without it
   (tensorflow/tfx#7768); Vertex passes the types on, and they are then left as they are;
+- with only the output artifacts the component declares (`--declared_outputs`, written by
+  the compiler): open-source Kubeflow Pipelines (2.5 and later, `PUBLISH_LOGS` on by
+  default) adds an `executor-logs` output of type `system.Artifact` to every task
+  (backend/src/v2/driver/driver.go, provisionOutputs), which its launcher writes itself and
+  TFX's entrypoint cannot import ("Could not import system.Artifact");
+- with `minio://` URIs (open-source KFP's default pipeline root) read as the `s3://` objects
+  they are: the stores' endpoint comes from the environment (AWS_ENDPOINT_URL), and
+  tf.io.gfile has no minio:// scheme;
 - after tf.io.gfile has been given s3:// for the URIs the task's arguments name (stock
   components write their artifacts through it, components/tf_filesystems.py), with the
   process ending on the task's own exit status (pipeline/process_exit.py).
@@ -29,6 +37,32 @@ from pipeline import run_settings  # noqa: E402
 TFX_ENTRYPOINT = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
 INVOCATION_FLAG = "--json_serialized_invocation_args"
 INPUTS_SPEC_FLAG = "--json_serialized_inputs_spec_args"
+OUTPUTS_FLAG = "--declared_outputs"  # ours: a JSON list of the component's output names
+
+
+def with_declared_outputs(args: list[str]) -> list[str]:
+    """`args` without OUTPUTS_FLAG and its value, and with the executor input's outputs
+    limited to the names it lists (all of them without the flag)."""
+    if OUTPUTS_FLAG not in args:
+        return args
+    at = args.index(OUTPUTS_FLAG)
+    declared = set(json.loads(args[at + 1]))
+    args = [*args[:at], *args[at + 2:]]
+    if INVOCATION_FLAG not in args:
+        return args
+    at = args.index(INVOCATION_FLAG) + 1
+    invocation = json.loads(args[at])
+    outputs = invocation.get("outputs", {}).get("artifacts", {})
+    if set(outputs) <= declared:
+        return args
+    invocation["outputs"]["artifacts"] = {name: artifacts for name, artifacts in outputs.items()
+                                          if name in declared}
+    return [*args[:at], json.dumps(invocation), *args[at + 1:]]
+
+
+def minio_as_s3(args: list[str]) -> list[str]:
+    """`args` with every minio:// URI written as s3://, the scheme both file layers know."""
+    return [arg.replace("minio://", "s3://") for arg in args]
 
 
 def with_input_types(args: list[str]) -> list[str]:
@@ -57,10 +91,11 @@ def main() -> None:
 
 
 def _task() -> None:
-    if sys.argv[1:2] == [run_settings.FLAG]:
-        run_settings.main(sys.argv[2:])
+    args = minio_as_s3(sys.argv[1:])
+    if args[:1] == [run_settings.FLAG]:
+        run_settings.main(args[1:])
         return
-    args = with_input_types(sys.argv[1:])
+    args = with_input_types(with_declared_outputs(args))
     tf_filesystems.register_for_arguments(args)
     sys.argv = [TFX_ENTRYPOINT, *args]
     runpy.run_module(TFX_ENTRYPOINT, run_name="__main__", alter_sys=True)

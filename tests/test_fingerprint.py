@@ -280,3 +280,18 @@ def test_without_boto3_an_s3_fingerprint_holds_pyarrows_sizes_and_times(object_s
     for size, version, written_ns in found["below"].values():
         assert size == len("a,b\n0,x0\n") and version == str(written_ns) and written_ns > 0
     assert own_fingerprint(found["fingerprint"])
+
+
+@pytest.mark.spark
+def test_the_spark_engine_stops_on_a_changed_file_as_the_beam_job_does(taxi_csv, tmp_path):
+    """ExampleGen on Spark (`engine: spark`) runs the same check around its read."""
+    source = tmp_path / "source"
+    taxi_parts(source, taxi_csv, ("trips-0.csv.gz", "trips-1.csv"))
+    settled = settle_inputs(ExampleGenOptions(source=str(source), engine="spark",
+                                              spark_master="local[1]"))
+    edit(str(source / "trips-1.csv"))
+    out = tmp_path / "out"
+    message = one_line_error(settled, out)
+    assert message.startswith(f"{source / 'trips-1.csv'}: {CHANGED} (changed after the run "
+                              "took its fingerprint)"), message
+    assert_nothing_written(out)

@@ -11,6 +11,7 @@ import logging
 
 from components import shards
 from components.example_gen import encode
+from components.example_gen.inputs import unchanged_source
 from components.example_gen.options import ExampleGenOptions
 from components.example_gen.sources import registry
 from components.example_gen.sources.base import FileProfile, SourceError, input_error_line
@@ -32,7 +33,9 @@ def run(options: ExampleGenOptions, output_dir: str, spark=None) -> dict:
     context = spark.sparkContext
     indexed = [(i, path, split) for i, (path, split) in enumerate(zip(files, file_splits))]
     try:
-        with shards.staged_output(output_dir) as staging:
+        # As the Beam job: a source file changed since the run's fingerprint, or during the
+        # read, stops the run before its commit.
+        with shards.staged_output(output_dir) as staging, unchanged_source(options):
             profiles = context.parallelize(indexed, len(indexed)).map(
                 _ProfileFile(fmt)).collect()
             profile = encode.merge_profiles(profiles)
