@@ -783,3 +783,45 @@ def test_the_stock_evaluator_is_one_setting_away(tmp_path):
         assert set(evaluator.outputs) == {"evaluation", "blessing"}
     with pytest.raises(Exception, match="evaluator must be fast or stock"):
         PipelineConfig.create(None, {"evaluator": "tfma"})
+
+
+def deployment_commands(program: str) -> list[list[str]]:
+    """The `program` commands of docs/DEPLOYMENT.md's shell blocks, as a shell splits them
+    (continued lines joined)."""
+    import shlex
+
+    with open(os.path.join(ROOT, "docs", "DEPLOYMENT.md"), encoding="utf-8") as f:
+        blocks = re.findall(r"```sh\n(.*?)```", f.read(), re.S)
+    lines = "\n".join(blocks).replace("\\\n", " ").splitlines()
+    return [shlex.split(line, comments=True)[1:] for line in lines
+            if line.startswith(program + " ")]
+
+
+@pytest.mark.slow
+def test_the_deployment_guides_compile_and_submit_commands_run_as_written(tmp_path):
+    """Each `tfrp compile` and `tfrp submit` of docs/DEPLOYMENT.md, as written, with its
+    output in a temporary folder and `--dry-run` (no network, no credentials): each compiles,
+    kfp's client takes each kfp package (`_extract_pipeline_yaml`, the first thing
+    `create_run_from_pipeline_package` and `upload_pipeline` do), and each submit builds
+    its job."""
+    from kfp.client.client import _extract_pipeline_yaml
+
+    commands = deployment_commands("tfrp")
+    compiles = [c for c in commands if c[0] == "compile"]
+    submits = [c for c in commands if c[0] == "submit"]
+    assert len(compiles) >= 2 and len(submits) >= 2, commands
+    for n, command in enumerate(compiles):
+        output = str(tmp_path / f"{n}" / "pipeline.yaml")
+        at = command.index("--output") + 1
+        tfrp(*command[:at], output, *command[at + 1:])
+        target = command[command.index("--target") + 1]
+        if target == "kfp":
+            assert _extract_pipeline_yaml(output).pipeline_spec.pipeline_info.name
+    for command in submits:
+        at = command.index("--template") + 1
+        result = tfrp(*command[:at], str(tmp_path / "0" / "pipeline.yaml"),
+                      *command[at + 1:], "--dry-run")
+        json.loads(result.stdout)  # the job, as it would be sent
+        given = [command[i + 1] for i, flag in enumerate(command) if flag == "--param"]
+        for value in (param.split("=", 1)[1] for param in given):
+            assert value in result.stdout, (value, result.stdout[-2000:])
