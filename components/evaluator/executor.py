@@ -3,18 +3,19 @@ with stock's config handling before it and stock's ModelBlessing after it."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Optional
 
 from tfx.components.evaluator import constants
-from tfx.dsl.components.base import base_executor
+from tfx.dsl.components.base import base_beam_executor, base_executor
 from tfx.types import artifact_utils, standard_component_specs as keys
 from tfx.utils import io_utils, json_utils, path_utils, proto_utils
 
 from components import fileio, tf_filesystems
-from components.evaluator import evaluate
+from components.evaluator import evaluate, stock_executor
 from components.evaluator.options import EvaluatorOptions
 from components.evaluator.stock_executor import without_empty_baseline
 from components.options import OPTIONS_KEY
+from components.statistics_gen import releases
 
 
 class Executor(base_executor.BaseExecutor):
@@ -29,6 +30,12 @@ class Executor(base_executor.BaseExecutor):
            exec_properties: dict[str, Any]) -> None:
         import tensorflow_model_analysis as tfma
 
+        if not releases.fast_path_tested("tensorflow-model-analysis", "Evaluator"):
+            # The fast path calls TFMA internals that another release may have changed.
+            stock_executor.Executor(_beam_context(self._context)).Do(
+                input_dict, output_dict,
+                {k: v for k, v in exec_properties.items() if k != OPTIONS_KEY})
+            return
         input_dict = without_empty_baseline(input_dict)
         options = EvaluatorOptions.from_json(exec_properties.get(OPTIONS_KEY) or "{}")
         for unsupported in (keys.FEATURE_SLICING_SPEC_KEY, keys.MODULE_FILE_KEY,
@@ -86,6 +93,20 @@ class Executor(base_executor.BaseExecutor):
             return
         write_blessing(artifact_utils.get_single_instance(output_dict[keys.BLESSING_KEY]),
                        input_dict, exec_properties, result.validation.validation_ok)
+
+
+def _beam_context(context: Optional[base_executor.BaseExecutor.Context]
+                  ) -> Optional[base_beam_executor.BaseBeamExecutor.Context]:
+    """Our executor's context as stock's Beam executor takes it (Beam's defaults: this
+    component is launched without Beam arguments)."""
+    if context is None:
+        return None
+    return base_beam_executor.BaseBeamExecutor.Context(
+        extra_flags=context.extra_flags, executor_output_uri=context.executor_output_uri,
+        tmp_dir=context._tmp_dir, unique_id=context._unique_id,  # noqa: SLF001 - no getters
+        stateful_working_dir=context.stateful_working_dir,
+        pipeline_node=context.pipeline_node, pipeline_info=context.pipeline_info,
+        pipeline_run_id=context.pipeline_run_id)
 
 
 def split_files(split_uri: str) -> list[str]:

@@ -16,7 +16,7 @@ from tfx.types import artifact_utils, standard_component_specs as specs
 from tfx.utils import io_utils, json_utils
 
 from components.codec import schema_file
-from components.statistics_gen import stats_job
+from components.statistics_gen import releases, stats_job
 from components.statistics_gen.options import StatisticsGenOptions
 
 # StatsOptions attributes (as its to_json names them) and the StatisticsGenOptions setting
@@ -58,6 +58,10 @@ class Executor(stock.Executor):
 
     def Do(self, input_dict: dict[str, list], output_dict: dict[str, list],
            exec_properties: dict[str, Any]) -> None:
+        if not releases.fast_path_tested("tensorflow-data-validation", "StatisticsGen"):
+            # The fast path rebuilds this TFDV's protos and reads StatsOptions' internals.
+            super().Do(input_dict, output_dict, exec_properties)
+            return
         examples = artifact_utils.get_single_instance(input_dict[specs.EXAMPLES_KEY])
         stats_options = tfdv.StatsOptions.from_json(
             exec_properties.get(specs.STATS_OPTIONS_JSON_KEY) or tfdv.StatsOptions().to_json())

@@ -38,16 +38,13 @@ import pyarrow.compute as pc
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
 from components import fileio, tfrecord_io
-from components.codec import parser, schema_file, wire
+from components.codec import schema_file, wire
 from components.statistics_gen.options import StatisticsGenOptions
 
 STATS_FILE = "FeatureStats.pb"  # stock StatisticsGen's file name in each Split-<name>/
 
 # A block's sorted values go to the quantiles sketch as at most this many weighted points.
 _SUMMARY_POINTS = 2048
-# Records of each file whose feature types are read when no schema.pbtxt says them.
-_SAMPLE_RECORDS = 2048
-_SAMPLE_BYTES = 1 << 20
 # Distinct (value, count) pairs of a string feature kept before they are merged.
 _PENDING_VALUES = 1 << 20
 # TFDV computes a numeric feature's histograms from this many quantiles per quantiles bucket.
@@ -141,63 +138,140 @@ def split_files(examples_uri: str, split: str) -> list[str]:
     return record_files(folder)
 
 
-def _samples(files: list[str]) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """(file, its first `_SAMPLE_RECORDS` records decoded by tfx_bsl with no schema: a
-    column per feature, typed by the records)."""
-    for path in files:
-        for block in tfrecord_io.iter_record_blocks(path, _SAMPLE_BYTES):
-            count = min(len(block.starts), _SAMPLE_RECORDS)
-            yield path, parser.decode_examples([
-                block.buffer[s:e].tobytes() for s, e in
-                zip(block.starts[:count].tolist(), block.ends[:count].tolist())])
-            break
+_SCHEMA_KINDS = {wire.FLOAT_KIND: schema_pb2.FLOAT, wire.INT_KIND: schema_pb2.INT,
+                 wire.BYTES_KIND: schema_pb2.BYTES}
 
 
 def infer_schema(files: list[str]) -> tuple[schema_pb2.Schema, list[str]]:
-    """Feature types read from the first records of each file, for records without a
-    schema.pbtxt (stock ExampleGen's): (the schema to decode with, the features seen only
-    with no value list). A feature that first appears
-    after a file's first `_SAMPLE_RECORDS` records is not seen; one whose sampled type is
-    wrong later stops the decoder with the file and offset."""
-    kinds: dict[str, Optional[int]] = {}
-    where: dict[str, str] = {}
-    for path, batch in _samples(files):
-        for name, field in zip(batch.schema.names, batch.schema):
-            kind = _schema_kind(field.type)
-            known = kinds.get(name)
-            if kind is not None and known is not None and known != kind:
-                raise ValueError(
-                    f"{path}: feature {name!r} holds {schema_pb2.FeatureType.Name(kind)} "
-                    f"values, {where[name]} holds {schema_pb2.FeatureType.Name(known)}")
-            if known is None:
-                kinds[name], where[name] = kind, path
+    """Every feature of every record and the kind of list it holds, for records without a
+    schema.pbtxt (stock ExampleGen's, ImportExampleGen's): (the schema to decode with, in the
+    order the features first appear; the features seen only with no value list). One
+    compiled pass over all records (`_unlisted_feature`) that stops only at a feature it
+    has not met yet, so a feature first met at the last record is counted as TFDV counts
+    it; a feature whose kind changes is refused with both places."""
+    names: list[str] = []
+    kinds: list[int] = []  # schema kind, or -1 while seen only with no list
+    where: list[str] = []
+    keys, key_offsets, known = np.zeros(0, np.uint8), np.zeros(1, np.int64), np.zeros(0, np.int64)
+    for path in files:
+        for block in tfrecord_io.iter_record_blocks(path):
+            first = 0
+            while True:
+                record, key_start, key_end, kind = _unlisted_feature(
+                    wire.frozen(block.buffer), block.starts, block.ends, first,
+                    wire.frozen(keys), wire.frozen(key_offsets), wire.frozen(known))
+                if record < 0:
+                    break
+                here = f"{path} at offset {block.record_offset(record)}"
+                if key_start < 0:
+                    raise ValueError(f"{here}: the record is not a serialized tf.Example")
+                try:
+                    name = block.buffer[key_start:key_end].tobytes().decode("utf-8")
+                except UnicodeDecodeError:
+                    raise ValueError(f"{here}: a feature name is not UTF-8") from None
+                schema_kind = _SCHEMA_KINDS[kind] if kind >= 0 else -1
+                if name not in names:
+                    names.append(name)
+                    kinds.append(schema_kind)
+                    where.append(here)
+                    keys = np.frombuffer("".join(names).encode("utf-8"), np.uint8)
+                    key_offsets = np.concatenate([[0], np.cumsum(
+                        [len(n.encode("utf-8")) for n in names])]).astype(np.int64)
+                else:
+                    index = names.index(name)
+                    if kinds[index] >= 0:
+                        raise ValueError(
+                            f"{here}: feature {name!r} holds "
+                            f"{schema_pb2.FeatureType.Name(schema_kind)} values, "
+                            f"{where[index]} {schema_pb2.FeatureType.Name(kinds[index])}")
+                    kinds[index], where[index] = schema_kind, here
+                known = np.array([_WIRE_KINDS.get(k, -1) for k in kinds], np.int64)
+                first = record
     schema = schema_pb2.Schema()
     kindless = []
-    for name, kind in kinds.items():
-        # A feature seen only with no list is decoded as bytes, TFDV's type for it: later
-        # values of another kind stop the decoder rather than go uncounted.
-        schema.feature.add(name=name, type=schema_pb2.BYTES if kind is None else kind)
-        if kind is None:
+    for name, kind in zip(names, kinds):
+        # A feature seen only with no list is decoded as bytes, TFDV's type for it.
+        schema.feature.add(name=name, type=schema_pb2.BYTES if kind < 0 else kind)
+        if kind < 0:
             kindless.append(name)
     return schema, kindless
 
 
-def _schema_kind(arrow_type: pa.DataType) -> Optional[int]:
-    while pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
-        arrow_type = arrow_type.value_type
-    if pa.types.is_integer(arrow_type):
-        return schema_pb2.INT
-    if pa.types.is_floating(arrow_type):
-        return schema_pb2.FLOAT
-    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type) or \
-            pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
-        return schema_pb2.BYTES
-    return None
+_WIRE_KINDS = {schema: wire_kind for wire_kind, schema in _SCHEMA_KINDS.items()}
 
 
 # --- Compiled loops ------------------------------------------------------------------------
 
 _jit = numba.njit(cache=True, nogil=True)
+
+
+@_jit
+def _unlisted_feature(buffer, starts, ends, first: int, keys, key_offsets, kinds):
+    """From record `first` on, the first Features map entry that the known features
+    (named keys[key_offsets[f]:key_offsets[f + 1]], holding lists of wire kind kinds[f], -1
+    while seen with no list) do not account for: a name not among them, or a list where
+    none or one of another kind was seen. (record, key start, key end, its list's wire kind
+    or -1); (-1, 0, 0, -1) when there is none; (record, -1, -1, -1) when the record is
+    malformed."""
+    features = len(key_offsets) - 1
+    guess = 0
+    for r in range(first, len(starts)):
+        position, end = starts[r], ends[r]
+        while position < end:
+            entry, features_end = wire._next_message(buffer, position, end)
+            if entry < 0:
+                return r, -1, -1, -1
+            while entry < features_end:
+                field, entry_end = wire._next_message(buffer, entry, features_end)
+                if field < 0:
+                    return r, -1, -1, -1
+                keyed = False
+                key_start = key_end = value_start = value_end = 0
+                while field < entry_end:
+                    tag, field = wire._get_tag(buffer, field, entry_end)
+                    if field < 0:
+                        return r, -1, -1, -1
+                    if tag == 0x0A or tag == 0x12:
+                        inner, inner_end = wire._message_end(buffer, field, entry_end)
+                        if inner < 0:
+                            return r, -1, -1, -1
+                        if tag == 0x0A:
+                            keyed = True
+                            key_start, key_end = inner, inner_end
+                        else:
+                            value_start, value_end = inner, inner_end
+                        field = inner_end
+                    else:
+                        field = wire._skip_field(buffer, field, entry_end, tag & 7)
+                        if field < 0:
+                            return r, -1, -1, -1
+                entry = entry_end
+                if not keyed:
+                    continue
+                kind = -1
+                value = value_start
+                while value < value_end:
+                    tag, value = wire._get_tag(buffer, value, value_end)
+                    if value < 0:
+                        return r, -1, -1, -1
+                    if tag == 0x0A or tag == 0x12 or tag == 0x1A:  # bytes, float, int64 list
+                        kind = wire.BYTES_KIND if tag == 0x0A else \
+                            wire.FLOAT_KIND if tag == 0x12 else wire.INT_KIND
+                        inner, value = wire._message_end(buffer, value, value_end)
+                        if inner < 0:
+                            return r, -1, -1, -1
+                    else:
+                        value = wire._skip_field(buffer, value, value_end, tag & 7)
+                        if value < 0:
+                            return r, -1, -1, -1
+                f = wire._key_index(buffer, key_start, key_end, keys, key_offsets, guess)
+                if f < 0 or (kind >= 0 and kinds[f] != kind):
+                    return r, key_start, key_end, kind
+                # Writers keep one order of features, so the next entry is nearly always
+                # the next known feature.
+                guess = f + 1 if f + 1 < features else 0
+            position = features_end
+    return -1, 0, 0, -1
 
 
 @_jit
