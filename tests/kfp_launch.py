@@ -13,7 +13,7 @@ one of two modes:
 
 kfp 2.7's `kfp.local` runs a spec's DAG itself, but hands each task's input artifacts on as
 generic `system.Artifact`s, so TFX's entrypoint cannot load them; hence this module. Each
-task's resolved container command runs through `execute(command, image)`, on this machine's
+task's resolved container command runs through `execute(command, image, env)`, on this machine's
 interpreter or in the image, which returns the finished process (its status and output).
 
 What no stand-in reproduces is listed in docs/DEPLOYMENT.md ("What a test reproduces").
@@ -86,25 +86,48 @@ class Run:
         return self.folders.values()
 
 
-def load_spec(spec_file: str) -> pipeline_spec_pb2.PipelineSpec:
-    """The PipelineSpec of a compiled file: JSON, or the YAML package kfp's client takes (the
-    spec, then any platform spec, as documents of one stream)."""
+def load_package(spec_file: str) -> tuple[pipeline_spec_pb2.PipelineSpec, dict]:
+    """The PipelineSpec of a compiled file and its Kubernetes platform spec's executors ({}
+    without one): JSON, or the YAML package kfp's client takes (the spec, then any platform
+    spec, as documents of one stream)."""
     with open(spec_file, encoding="utf-8") as f:
         text = f.read()
     if spec_file.endswith((".yaml", ".yml")):
-        document = next(iter(yaml.safe_load_all(text)))
+        document, *platforms = list(yaml.safe_load_all(text))
     else:
-        document = json.loads(text)
-    return json_format.ParseDict(document, pipeline_spec_pb2.PipelineSpec())
+        document, platforms = json.loads(text), []
+    kubernetes = {}
+    for platform in platforms:
+        kubernetes.update(platform.get("platforms", {}).get("kubernetes", {})
+                          .get("deploymentSpec", {}).get("executors", {}))
+    return json_format.ParseDict(document, pipeline_spec_pb2.PipelineSpec()), kubernetes
+
+
+def task_environment(container: dict, kubernetes: dict, secrets: dict[str, dict[str, str]]
+                     ) -> dict[str, str]:
+    """The environment a task's pod gets from the spec: the container's `env`, then each
+    `secretAsEnv` of its executor's Kubernetes config, read from `secrets` (the cluster's, by
+    name: {secret: {key: value}}), as the kubelet fills them in. A secret or key the
+    cluster lacks stops the pod (CreateContainerConfigError)."""
+    env = {variable["name"]: variable.get("value", "") for variable in container.get("env", [])}
+    for secret in kubernetes.get("secretAsEnv", []):
+        for mapping in secret.get("keyToEnv", []):
+            try:
+                env[mapping["envVar"]] = secrets[secret["secretName"]][mapping["secretKey"]]
+            except KeyError:
+                raise TaskFailed(f"CreateContainerConfigError: secret {secret['secretName']!r} "
+                                 f"has no key {mapping['secretKey']!r} here") from None
+    return env
 
 
 def run_spec(spec_file: str, pipeline_root: str,
-             execute: Callable[[list[str], str], subprocess.CompletedProcess],
+             execute: Callable[[list[str], str, dict[str, str]], subprocess.CompletedProcess],
              outputs_dir: str, mode: str = KFP_OSS,
              parameters: Optional[dict] = None, cache_dir: Optional[str] = None,
              enable_caching: Optional[bool] = None, publish_logs: bool = True,
              copy: Optional[Callable[[str, str], None]] = None,
-             through: Optional[set[str]] = None) -> Run:
+             through: Optional[set[str]] = None,
+             secrets: Optional[dict[str, dict[str, str]]] = None) -> Run:
     """Runs every task of the spec in `spec_file` in dependency order under `pipeline_root`
     (a bucket's URI: the schemes its backend takes). Each task's executor output and the
     launcher's local copies (`pod/`) are local files under `outputs_dir/<run>/<task>/`.
@@ -113,6 +136,8 @@ def run_spec(spec_file: str, pipeline_root: str,
     Vertex's PipelineJob do when given it at submit; `publish_logs` is the API server's
     PUBLISH_LOGS. `copy(source, destination)` makes the launcher's copies (default: our file
     layer, in this process). `through` runs only those tasks and the tasks they depend on.
+    `execute(command, image, env)` runs a task's command with `env`, what its pod gets from
+    the spec (`task_environment`, from the cluster's `secrets`), over its own.
     Raises RunRefused for a run the API server refuses, TaskFailed at the first task that
     fails after its retries, as KFP stops a run."""
     if mode not in MODES:
@@ -122,7 +147,7 @@ def run_spec(spec_file: str, pipeline_root: str,
         raise RunRefused(f"pipeline root {pipeline_root}: {mode} takes only "
                          f"{', '.join(ROOT_SCHEMES[mode])} roots")
     copy = copy or _copy_existing
-    spec = load_spec(spec_file)
+    spec, kubernetes = load_package(spec_file)
     if enable_caching is not None:
         # kfp 2.7 client.py, create_run_from_pipeline_package -> _override_caching_options;
         # aiplatform's PipelineJob(enable_caching=...) sets every task's the same way.
@@ -188,7 +213,9 @@ def run_spec(spec_file: str, pipeline_root: str,
             pipeline_resource_name=run_name, task_resource_name=name,
             pipeline_root=pipeline_root, unique_pipeline_id=run_id)
         pod = os.path.join(local_root, "pod")
-        _run_with_retries(run, name, task.retry_policy, command, container["image"],
+        env = task_environment(container, kubernetes.get(component.executor_label, {}),
+                               secrets or {})
+        _run_with_retries(run, name, task.retry_policy, command, container["image"], env,
                           executor_input, pod, execute, copy, mode)
         produced[name], produced_parameters[name] = _outputs_after(executor_input)
         run.folders[name] = task_root
@@ -201,7 +228,7 @@ def run_spec(spec_file: str, pipeline_root: str,
 
 def _run_with_retries(run: Run, name: str,
                       policy: pipeline_spec_pb2.PipelineTaskSpec.RetryPolicy,
-                      command: list[str], image: str,
+                      command: list[str], image: str, env: dict[str, str],
                       executor_input: pipeline_spec_pb2.ExecutorInput, pod: str,
                       execute: Callable, copy: Callable, mode: str) -> None:
     """The task's pod, and as many more as its retry policy allows while it fails: Argo
@@ -214,7 +241,7 @@ def _run_with_retries(run: Run, name: str,
         if mode == KFP_OSS:
             _download_inputs(executor_input, pod, copy)
             _prepare_output_folders(executor_input, pod)
-        finished = execute(command, image)
+        finished = execute(command, image, env)
         if mode == KFP_OSS:
             _write_log(executor_input, pod, finished)
         if finished.returncode == 0:

@@ -50,6 +50,10 @@ TASKS = {"run-settings", "ImportSchemaGen", "ShardedExampleGen", "StatisticsGen"
          "ExampleValidator", "ShardedTransform", "production_model", "Trainer", "Evaluator",
          "Pusher"}
 BUCKET = "kfp"
+# What a task's environment must not hold of its own, so that the spec's env and secret
+# references are what reach the store.
+STORE_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID",
+             "AWS_SECRET_ACCESS_KEY", "S3_ENDPOINT")
 
 
 def write_trips(taxi_csv: str, path: str, first: int, count: int) -> None:
@@ -81,6 +85,12 @@ def kfp_runs(tmp_path_factory, taxi_csv, stores):
     local = folder / "trips.csv"
     env = {**os.environ, **stores.env, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ROOT,
            "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
+    # The tasks reach the store only as a pod on a minio:// root does: its endpoint from the
+    # spec's env, its keys from KFP's secret through the spec's platform part.
+    task_base_env = {name: value for name, value in env.items() if name not in STORE_ENV}
+    cluster_secrets = {"mlpipeline-minio-artifact": {
+        "accesskey": stores.env["AWS_ACCESS_KEY_ID"],
+        "secretkey": stores.env["AWS_SECRET_ACCESS_KEY"]}}
     data, other = f"s3://{BUCKET}/data", f"s3://{BUCKET}/other"
     serving = f"s3://{BUCKET}/serving"
     spec = str(folder / "pipeline.yaml")
@@ -93,9 +103,9 @@ def kfp_runs(tmp_path_factory, taxi_csv, stores):
     faults: dict[str, str] = {}  # a text of a task's command -> the fault of its next run
     finished: list[tuple[list[str], subprocess.CompletedProcess]] = []
 
-    def execute(command: list[str], image: str) -> subprocess.CompletedProcess:
+    def execute(command: list[str], image: str, pod_env: dict) -> subprocess.CompletedProcess:
         assert command[:3] == ["python", "-m", "pipeline.task_entrypoint"], command[:3]
-        task_env = dict(env)
+        task_env = {**task_base_env, **pod_env}
         for marker in list(faults):
             if any(marker in arg for arg in command):
                 task_env["TFRP_INJECT_FAULT"] = faults.pop(marker)
@@ -109,7 +119,7 @@ def kfp_runs(tmp_path_factory, taxi_csv, stores):
         done = kfp_launch.run_spec(spec, root, execute, str(folder / "outputs"),
                                    mode=kfp_launch.KFP_OSS, parameters=parameters,
                                    cache_dir=str(folder / "kfp-cache"), enable_caching=True,
-                                   through=through)
+                                   through=through, secrets=cluster_secrets)
         return done, sorted(fileio.listdir(serving)) if fileio.exists(serving) else []
 
     try:
@@ -119,7 +129,8 @@ def kfp_runs(tmp_path_factory, taxi_csv, stores):
         fileio.copy_file(str(local), f"{other}/trips.csv")
         tfrp("compile", "--output", spec, "--pipeline-root", f"minio://{BUCKET}/root",
              "--data-root", data, "--set", f"serving_dir={serving}",
-             "--set", f"image_workdir={ROOT}")
+             "--set", f"image_workdir={ROOT}",
+             "--set", f"task_env=AWS_ENDPOINT_URL={stores.env['AWS_ENDPOINT_URL']}")
         minio = f"minio://{BUCKET}/root"
         runs = [run(minio)]
         write_trips(taxi_csv, str(local), 3000, 2400)  # replaced, same URI
@@ -133,7 +144,8 @@ def kfp_runs(tmp_path_factory, taxi_csv, stores):
         faults["components.transform.executor"] = "kill-in-commit=2"
         retried = kfp_launch.run_spec(
             spec, f"s3://{BUCKET}/retried", execute, str(folder / "outputs"),
-            mode=kfp_launch.KFP_OSS, parameters={"serving_dir": f"{serving}-retried"})
+            mode=kfp_launch.KFP_OSS, parameters={"serving_dir": f"{serving}-retried"},
+            secrets=cluster_secrets)
         retried_pushes = sorted(fileio.listdir(f"{serving}-retried"))
         pusher_log = fileio.read_text(
             f"{runs[0][0]['Pusher']}/{kfp_launch.LOGS_OUTPUT}")
@@ -144,7 +156,7 @@ def kfp_runs(tmp_path_factory, taxi_csv, stores):
     return {"runs": runs, "retried": (retried, retried_pushes), "serving": serving,
             "faults_left": dict(faults), "pusher_log": pusher_log, "finished": finished,
             "env": stores.env, "compiled": compiled, "spec": spec,
-            "outputs": str(folder / "outputs")}
+            "outputs": str(folder / "outputs"), "secrets": cluster_secrets}
 
 
 def rows_written(run: kfp_launch.Run, task: str, key: str) -> int:
@@ -243,16 +255,20 @@ def test_a_task_killed_mid_commit_is_retried_into_the_same_uris_and_succeeds(kfp
     assert fileio.exists(f"{kfp_runs['serving']}-retried/{version}/saved_model.pb")
 
 
-def test_the_spec_names_no_credential_of_the_environment_it_was_compiled_in(kfp_runs):
-    """It was compiled with the store's keys in the environment (`environment` above)."""
+def test_the_tasks_reached_the_store_through_the_specs_env_and_secret_references(kfp_runs):
+    """No task had the store's endpoint or keys of its own (`STORE_ENV`): every one came
+    from the spec, the keys by KFP's secret's name. The spec was compiled with the keys in
+    the environment and holds none of them."""
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         assert kfp_runs["env"][name] not in kfp_runs["compiled"]
+    assert "mlpipeline-minio-artifact" in kfp_runs["compiled"]
+    assert kfp_runs["env"]["AWS_ENDPOINT_URL"] in kfp_runs["compiled"]
 
 
 def test_the_run_is_refused_or_its_parameters_typed_as_the_backend_does(kfp_runs):
     """A string for a NUMBER_INTEGER root parameter and a root on a local disk are refused
     before any task runs; a name the root does not declare is ignored."""
-    def execute(command, image):
+    def execute(command, image, env):
         raise AssertionError(f"no task should run: {command[3:5]}")
 
     spec, outputs = kfp_runs["spec"], kfp_runs["outputs"]
@@ -264,4 +280,4 @@ def test_the_run_is_refused_or_its_parameters_typed_as_the_backend_does(kfp_runs
         kfp_launch.run_spec(spec, outputs, execute, outputs)
     with pytest.raises(AssertionError, match="no task should run"):  # it started
         kfp_launch.run_spec(spec, f"minio://{BUCKET}/refused", execute, outputs,
-                            parameters={"no_such_setting": 5})
+                            parameters={"no_such_setting": 5}, secrets=kfp_runs["secrets"])
