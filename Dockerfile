@@ -41,7 +41,9 @@ ARG PIP_CERT
 # TF_PACKAGE=tensorflow-cpu (the default) installs, for the lock's TensorFlow, the CPU-only
 # wheel of the same version (the same `tensorflow` module without the CUDA kernels, which
 # this image has no CUDA libraries to run: 951 MiB installed against 1,701 MiB);
-# --build-arg TF_PACKAGE=tensorflow installs the wheel the constraints pin.
+# --build-arg TF_PACKAGE=tensorflow installs the wheel the constraints pin, and
+# TF_PACKAGE=tensorflow[and-cuda] (`make image-gpu`) that wheel with its CUDA libraries, the
+# NVIDIA wheels constraints.txt pins as gpu-image-only (CUDA runtime, cuDNN, cuBLAS ...).
 ARG TF_PACKAGE=tensorflow-cpu
 COPY constraints.txt /tmp/deps/
 COPY scripts/install-venv.sh scripts/pip-settings.sh /tmp/deps/scripts/
@@ -63,6 +65,11 @@ notebook-shim babel jedi parso"
 # setuptools' files and bytecode that this one replaces or deletes), and nothing is
 # byte-compiled by the install: the imports at the end compile only what the steps load.
 # g++ builds the pins that have no wheel and a C extension (pyfarmhash, crcmod).
+# The GPU image's NVIDIA wheels (site-packages/nvidia) are left whole, and their lib folders
+# go into the loader's path (ld.so.conf.d), as a CUDA install's would: a library opened by
+# name is looked for in the opening module's RUNPATH alone, and TensorFlow's modules name
+# most of those folders, not all (cuRAND; NVRTC, which cuDNN's runtime-compiled kernels open
+# and whose RUNPATH names nvrtc/lib where the wheel installs cuda_nvrtc/lib).
 RUN python3.11 -m venv /opt/venv \
     && apt-get update \
     && apt-get install -y --no-install-recommends g++ python3.11-dev \
@@ -73,9 +80,11 @@ RUN python3.11 -m venv /opt/venv \
     && rm -f tensorflow_io/python/ops/libtensorflow_io.so \
         tensorflow_io/python/ops/libtensorflow_io_golang.so \
         tensorflow_io/python/ops/libtensorflow_io_ffmpeg_*.so tensorflow_io/core/libavro_atds_tests.so \
-    && find . -type d -name tests -prune -exec rm -rf {} + \
-    && (find . -type f \( -name '*.so' -o -name '*.so.*' \) -exec strip --strip-debug {} + \
-        || true) \
+    && find . -path ./nvidia -prune -o -type d -name tests -prune -exec rm -rf {} + \
+    && (find . -path ./nvidia -prune -o -type f \( -name '*.so' -o -name '*.so.*' \) \
+        -exec strip --strip-debug {} + || true) \
+    && if [ -d nvidia ]; then ls -d "$PWD"/nvidia/*/lib >/etc/ld.so.conf.d/nvidia-wheels.conf \
+        && ldconfig; fi \
     && apt-get purge -y --auto-remove g++ python3.11-dev binutils \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log \
     && find /opt/venv -type d -name __pycache__ -prune -exec rm -rf {} + \

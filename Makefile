@@ -11,7 +11,7 @@ IMAGE_TAG ?= 0.1.0
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: run test test-all test-quick install system-packages image clean
+.PHONY: run test test-all test-quick install system-packages image image-gpu clean
 
 install: $(STAMP)
 
@@ -55,6 +55,13 @@ test-quick: $(STAMP)
 # base with mmdebstrap when no registry is reachable.
 image:
 	IMAGE=$(IMAGE) IMAGE_TAG=$(IMAGE_TAG) bash scripts/build-image.sh
+
+# The same image with TensorFlow's CUDA build and its CUDA libraries (constraints.txt's
+# gpu-image-only pins), tagged <tag>-gpu: the name the compiler gives the Trainer's task
+# when it asks for an accelerator.
+image-gpu:
+	IMAGE=$(IMAGE) IMAGE_TAG=$(IMAGE_TAG)-gpu bash scripts/build-image.sh \
+		--build-arg 'TF_PACKAGE=tensorflow[and-cuda]'
 
 clean:
 	rm -rf tfrp_runs build .pytest_cache

@@ -10,7 +10,11 @@
 #       On the GPU machine, from the repository root: installs the wheels (WHEELS, .whl) into
 #       a temporary folder where the modules are missing, then runs the tabular MLPs and
 #       ResNet-50 (each decode), writing machine.txt and <run>.json under OUT (six files) and
-#       each run's table to stdout.
+#       each run's table to stdout. First it checks TensorFlow on the GPU as the GPU image
+#       (`make image-gpu`) runs it: where nvidia-smi answers and a TensorFlow built with CUDA
+#       imports, TensorFlow must list the GPU and run a matmul on it (a failure fails the
+#       status; the runs still run); otherwise one line says why the check is skipped. Its
+#       line goes into machine.txt.
 #       SCALE=N divides the rows and images by N (SCALE=10 checks the path in a minute);
 #       DECODES ("cpu gpu raw") picks the image decodes, each a run of its own, so that one
 #       that fails does not take the others with it (the status says whether any failed);
@@ -36,6 +40,50 @@ fetch() {
     ls -l "$wheels"
 }
 
+# TensorFlow's CUDA build on the GPU (the GPU image's: tensorflow[and-cuda] at the lock's pin),
+# in one line; status 1 only where such a TensorFlow is here and fails on the GPU.
+TF_GPU_CHECK='
+import sys, time
+try:
+    import tensorflow as tf
+except ImportError as error:
+    sys.exit(print(f"tensorflow gpu: skipped, TensorFlow is not importable here ({error})"))
+if not tf.test.is_built_with_cuda():
+    sys.exit(print(f"tensorflow gpu: skipped, TensorFlow {tf.__version__} is not a CUDA build"))
+import numpy as np
+gpus = tf.config.list_physical_devices("GPU")
+if not gpus:
+    sys.exit(print(f"tensorflow gpu: FAILED, TensorFlow {tf.__version__} lists no GPU") or 1)
+a = np.random.default_rng(0).standard_normal((2048, 2048), dtype=np.float32)
+with tf.device("/GPU:0"):
+    x = tf.constant(a)
+    tf.matmul(x, x).numpy()  # the first: kernels loaded
+    start = time.perf_counter()
+    product = tf.matmul(x, x)
+    result = product.numpy()
+    took = time.perf_counter() - start
+# TF32 (Ampere and later) keeps the product within a percent of float32 arithmetic.
+ok = product.device.endswith("GPU:0") and np.allclose(result, a @ a, rtol=1e-2, atol=0.5)
+verdict = "ok" if ok else "FAILED, wrong product or device"
+print(f"tensorflow gpu: {verdict}, TensorFlow {tf.__version__} lists {len(gpus)} GPU(s); "
+      f"a 2048x2048 matmul on {product.device}: {took * 1000:.1f} ms")
+sys.exit(0 if ok else 1)
+'
+tf_gpu() {
+    if ! nvidia-smi -L >/dev/null 2>&1; then
+        echo "tensorflow gpu: skipped, nvidia-smi does not answer (no GPU or no driver here)"
+        return 0
+    fi
+    local log line status=0
+    log=$(mktemp)
+    line=$(TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2} "$PYTHON" -c "$TF_GPU_CHECK" \
+           2>"$log") || status=$?
+    echo "${line:-tensorflow gpu: FAILED (status $status)}"
+    [ "$status" -eq 0 ] || [ -n "$line" ] || tail -5 "$log"  # it ended before its line
+    rm -f "$log"
+    return "$status"
+}
+
 run() {
     local out=$1 wheels=${WHEELS:-.whl} scale=${SCALE:-1}
     mkdir -p "$out"
@@ -55,8 +103,10 @@ assert u.find_spec('tfx')" 2>/dev/null; then
 print('python', sys.version.split()[0], 'numpy', numpy.__version__, 'pyarrow',
       pyarrow.__version__, 'torch', torch.__version__)"
     } > "$out/machine.txt" 2>&1
+    local failed=0
+    tf_gpu >> "$out/machine.txt" || failed=1
     cat "$out/machine.txt"
-    local workers=$(( $(nproc) - 1 )) work failed=0
+    local workers=$(( $(nproc) - 1 )) work
     work=$(mktemp -d)
     one() {
         local name=$1

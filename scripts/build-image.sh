@@ -3,6 +3,9 @@
 #
 #   IMAGE=tfrecord-pipeline IMAGE_TAG=0.1.0 bash scripts/build-image.sh [extra build flags]
 #
+# `make image-gpu` builds the GPU image with it: IMAGE_TAG=<tag>-gpu and the extra flags
+# --build-arg 'TF_PACKAGE=tensorflow[and-cuda]' (the Dockerfile says what that installs).
+#
 # Settings (environment):
 #   IMAGE, IMAGE_TAG  the tag to build (default tfrecord-pipeline:0.1.0, as pipeline/configs.py)
 #   ENGINE            podman or docker (default: podman when installed, else docker)

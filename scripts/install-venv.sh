@@ -2,6 +2,7 @@
 # Installs constraints.txt's locked set into the venv given: `make install` (the project's
 # requirements, its dev extras' and the project itself, editable) or, with --image, the
 # image's dependency layer (the Dockerfile: the lines not marked dev-only, before any source).
+# The lines marked gpu-image-only (TensorFlow's CUDA libraries) only the GPU image installs.
 #
 # 1. uv installs the lock as it stands (--no-deps: constraints.txt is the whole resolved set),
 #    downloading in parallel (and, for .venv, byte-compiling on every core): a fresh install
@@ -21,7 +22,9 @@
 #
 # With --image (settings from the environment, as the Dockerfile's build arguments):
 #   TF_PACKAGE     the wheel installed for the lock's `tensorflow` (tensorflow-cpu: the same
-#                  module without the CUDA kernels the image has no CUDA libraries to run)
+#                  module without the CUDA kernels the image has no CUDA libraries to run;
+#                  `tensorflow[and-cuda]`, the GPU image's: the pinned wheel, and the lines
+#                  marked gpu-image-only, the extra's resolved set, as its CUDA libraries)
 #   DROP_PACKAGES  names left out though the resolved set holds them (the Dockerfile says why)
 # uv runs from a folder of its own and keeps no cache (both removed after), and nothing is
 # byte-compiled.
@@ -44,6 +47,7 @@ if [ $image = 1 ]; then
     lock() {
         awk -v drop=" ${DROP_PACKAGES:-} " -v tf="${TF_PACKAGE:-tensorflow}" '
             /^[A-Za-z0-9]/ && !/dev-only/ {
+                if (/gpu-image-only/ && index(tf, "[and-cuda]") == 0) next
                 name = tolower($1); sub(/==.*/, "", name); gsub(/[._]+/, "-", name)
                 if (index(drop, " " name " ")) next
                 if (name == "tensorflow") sub(/^[^=]*/, tf)
@@ -54,7 +58,7 @@ if [ $image = 1 ]; then
 else
     "$bin/pip" install -q -c constraints.txt uv
     uv=$bin/uv
-    lock() { cat constraints.txt; }
+    lock() { awk '!(/^[A-Za-z0-9]/ && /gpu-image-only/)' constraints.txt; }
     options=(--compile-bytecode)
 fi
 

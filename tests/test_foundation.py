@@ -133,15 +133,16 @@ def test_the_lock_marks_exactly_the_releases_whose_metadata_excludes_this_python
     """scripts/install-venv.sh gives pip the releases constraints.txt marks
     `requires-python-excluded` (uv cannot ignore Requires-Python) and uv the rest, here and
     in the image: a release marked wrongly, or one left unmarked, would fail the install or
-    fall to the wrong tool. Each pin this Python installs is also what is installed."""
+    fall to the wrong tool. Each pin this Python installs is also what is installed (the
+    lines marked `gpu-image-only` only the GPU image installs)."""
     import importlib.metadata
     from packaging.specifiers import SpecifierSet
 
     pins = lock_pins()
     marked = {name for name, (_, marks, _) in pins.items() if "requires-python-excluded" in marks}
     excluded = set()
-    for name, (version, _, marker) in pins.items():
-        if not installed_here(marker):
+    for name, (version, marks, marker) in pins.items():
+        if not installed_here(marker) or "gpu-image-only" in marks:
             continue
         dist = importlib.metadata.distribution(name)
         assert dist.version in SpecifierSet(f"=={version}"), (name, dist.version, version)
@@ -161,7 +162,10 @@ def test_the_lock_marks_exactly_what_the_dev_extra_adds_to_the_install_requires(
     Markers are read for this Python and for the image's, which is also Debian 12's: a
     requirement only one of them has (redis's async-timeout below 3.11.3) must be pinned,
     or an install on the other fails `pip check`. A pin this Python does not install is
-    taken as having no requirements of its own (its metadata is not here to read)."""
+    taken as having no requirements of its own (its metadata is not here to read).
+    The lines marked `gpu-image-only` are what TensorFlow's `and-cuda` extra adds, at the
+    versions it names (the GPU image's CUDA libraries; their own requirements are among
+    them), and .venv installs none of them."""
     import importlib.metadata
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
@@ -178,7 +182,8 @@ def test_the_lock_marks_exactly_what_the_dev_extra_adds_to_the_install_requires(
                 continue
             extras = extras_of.setdefault(name, set())
             extras.update(requirement.extras)
-            if name not in pins or not installed_here(pins[name][2]):
+            if (name not in pins or not installed_here(pins[name][2])
+                    or "gpu-image-only" in pins[name][1]):
                 continue  # unpinned (the assertion below names it), or no metadata here
             for line in importlib.metadata.requires(name) or []:
                 child = Requirement(line)
@@ -192,9 +197,20 @@ def test_the_lock_marks_exactly_what_the_dev_extra_adds_to_the_install_requires(
     own = [line for line in importlib.metadata.requires("tfrecord-pipeline")
            if Requirement(line).marker is None]
     dev_only = {name for name, (_, marks, _) in pins.items() if "dev-only" in marks}
+    gpu_only = {name for name, (_, marks, _) in pins.items() if "gpu-image-only" in marks}
     needed = closure(own)
     assert needed <= set(pins), sorted(needed - set(pins))
-    assert dev_only and sorted(dev_only) == sorted(set(pins) - needed)
+    assert dev_only and sorted(dev_only) == sorted(set(pins) - needed - gpu_only)
+    assert gpu_only and sorted(gpu_only) == sorted(closure(own + ["tensorflow[and-cuda]"])
+                                                   - needed)
+    for line in importlib.metadata.requires("tensorflow"):
+        requirement = Requirement(line)
+        name = canonicalize_name(requirement.name)
+        if name in gpu_only:
+            assert pins[name][0] in requirement.specifier, (line, pins[name][0])
+    for name in gpu_only:
+        with pytest.raises(importlib.metadata.PackageNotFoundError):
+            importlib.metadata.distribution(name)
 
 
 def test_cli_help_lists_commands():

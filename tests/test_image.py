@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,10 +60,11 @@ def podman_run(*args: str, volumes: tuple = (), stores=None,
                           capture_output=True, text=True, env=_podman_env(), timeout=timeout)
 
 
-def _built_beside(timeout: float = 3600) -> bool:
+def _built_beside(timeout: float = 3600, variable: str = "IMAGE_BUILT_BESIDE") -> bool:
     """Whether `make test`'s background build of this checkout (scripts/image-beside.sh,
-    which names its exit status file in IMAGE_BUILT_BESIDE) built the image: waits for it."""
-    status = os.environ.get("IMAGE_BUILT_BESIDE")
+    which names its exit status file in IMAGE_BUILT_BESIDE, the GPU image's in
+    IMAGE_GPU_BUILT_BESIDE) built the image: waits for it."""
+    status = os.environ.get(variable)
     if not status:
         return False
     deadline = time.monotonic() + timeout
@@ -232,3 +234,133 @@ def test_the_compiled_pipeline_runs_in_the_image_as_open_source_kfp_runs_it(
     # The launcher's local copies of input artifacts, as open-source KFP makes them.
     assert (outputs / "pod" / ("gcs" if scheme == "gs" else "s3")).is_dir()
     assert not any(p.name.startswith(f"{scheme}:") for p in tmp_path.rglob("*"))
+
+
+# The GPU image (`make image-gpu`): the same Dockerfile and code with TensorFlow's CUDA build
+# and the NVIDIA wheels constraints.txt pins as gpu-image-only. No GPU is needed for what
+# these check: TensorFlow is the CUDA build, the CUDA libraries load by the names TensorFlow
+# opens them by (TensorFlow itself finds the CUDA runtime), and it imports and lists no GPU
+# without failing where there is none. bench/gpu_machine.sh checks it on a GPU.
+GPU_IMAGE = f"{DEFAULT_IMAGE}:{DEFAULT_IMAGE_TAG}-gpu"
+
+
+@pytest.fixture(scope="module")
+def gpu_image() -> str:
+    """`make image-gpu`'s image: under `make test` built in the background after the CPU
+    image (scripts/image-beside.sh), else built here (about 10 minutes cold on 2 cores)."""
+    if _built_beside(variable="IMAGE_GPU_BUILT_BESIDE"):
+        return GPU_IMAGE
+    result = subprocess.run(["make", "image-gpu"], cwd=ROOT, capture_output=True, text=True,
+                            env=_podman_env(), timeout=3600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    return GPU_IMAGE
+
+
+def gpu_image_run(image: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(["podman", "run", "--rm", "--network=none", image, *args],
+                          capture_output=True, text=True, env=_podman_env(), timeout=timeout)
+
+
+# TensorFlow in the GPU image: what it was built with, what it finds, then the CUDA libraries
+# (argv) opened by name and what the runtime and cuDNN answer without a GPU.
+CUDA_IN_TENSORFLOW = r"""
+import ctypes, json, os, subprocess, sys
+import tensorflow as tf
+
+def mapped():
+    with open("/proc/self/maps") as f:
+        return sorted({line.split()[-1] for line in f if "/nvidia/" in line})
+
+gpus = tf.config.list_physical_devices("GPU")
+found_by_tensorflow = mapped()
+for name in sys.argv[1:]:
+    ctypes.CDLL(name)
+cudart, cudnn = ctypes.CDLL("libcudart.so.12"), ctypes.CDLL("libcudnn.so.8")
+runtime = ctypes.c_int()
+status = cudart.cudaRuntimeGetVersion(ctypes.byref(runtime))
+cudnn.cudnnGetVersion.restype = ctypes.c_size_t
+try:
+    ctypes.CDLL("libcuda.so.1")
+    driver = True
+except OSError:
+    driver = False
+site = os.path.dirname(os.path.dirname(tf.__file__))
+ptxas = subprocess.run([site + "/nvidia/cuda_nvcc/bin/ptxas", "--version"],
+                       capture_output=True, text=True).stdout
+print(json.dumps({"build": dict(tf.sysconfig.get_build_info()), "gpus": [d.name for d in gpus],
+                  "found_by_tensorflow": found_by_tensorflow, "loaded": mapped(),
+                  "site": site, "ptxas": ptxas,
+                  "runtime": [status, runtime.value], "cudnn": cudnn.cudnnGetVersion(),
+                  "driver": driver}, default=str))
+"""
+
+
+# The wheels' libraries, by folder: what TensorFlow opens (the runtime, cuBLAS, cuFFT,
+# cuSOLVER, cuSPARSE, cuDNN, NCCL, the profiler's CUPTI) and what they open (nvJitLink, NVRTC).
+CUDA_LIBRARIES = {"cuda_runtime": "libcudart.so.12", "cublas": "libcublasLt.so.12",
+                  "cufft": "libcufft.so.11", "cusolver": "libcusolver.so.11",
+                  "cusparse": "libcusparse.so.12", "nvjitlink": "libnvJitLink.so.12",
+                  "cudnn": "libcudnn.so.8", "nccl": "libnccl.so.2",
+                  "cuda_cupti": "libcupti.so.12", "cuda_nvrtc": "libnvrtc.so.12",
+                  "curand": "libcurand.so.10"}
+
+
+def test_the_gpu_image_runs_tensorflows_cuda_build_and_loads_its_cuda_libraries(gpu_image):
+    result = gpu_image_run(gpu_image, "python", "-c", CUDA_IN_TENSORFLOW,
+                           *CUDA_LIBRARIES.values())
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    build = report["build"]
+    assert build["is_cuda_build"] is True, build
+    assert (build["cuda_version"], build["cudnn_version"]) == ("12.3", "8"), build
+    # No GPU here, and no driver in the image (the node's driver is mounted in at run time):
+    # TensorFlow lists none, without failing.
+    assert report["gpus"] == [] and report["driver"] is False, report
+    nvidia = os.path.join(report["site"], "nvidia")
+    # TensorFlow found the wheels' CUDA runtime on its own, and every library loads by name
+    # (the image's loader path, ld.so.conf.d) from the wheels' folders.
+    assert f"{nvidia}/cuda_runtime/lib/libcudart.so.12" in report["found_by_tensorflow"], report
+    for folder, library in CUDA_LIBRARIES.items():
+        assert f"{nvidia}/{folder}/lib/{library}" in report["loaded"], (library, report)
+    assert report["runtime"] == [0, 12030], report  # cudaSuccess, CUDA 12.3
+    assert report["cudnn"] == 8907, report  # cuDNN 8.9.7
+    # XLA's PTX assembler, where TensorFlow looks for it (beside its own folder).
+    assert "release 12.3" in report["ptxas"], report
+
+
+LOCK_PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s;]+)[^#]*(#.*)?$")
+INSTALLED = ("import importlib.metadata as m, json\n"
+             "print(json.dumps({d.metadata['Name'].lower().replace('_', '-'): d.version "
+             "for d in m.distributions()}))")
+
+
+def test_the_gpu_image_holds_the_cpu_images_set_with_tensorflows_cuda_build(image, gpu_image):
+    """The GPU image installs what the CPU image does, at the same versions, except the
+    TensorFlow wheel (the lock's `tensorflow` for `tensorflow-cpu`) and the lines of
+    constraints.txt marked gpu-image-only, each at its pin; the CPU image has none of them."""
+    pins, gpu_only = {}, {}
+    with open(os.path.join(ROOT, "constraints.txt"), encoding="utf-8") as f:
+        for line in f:
+            match = LOCK_PIN.match(line)
+            if match:
+                name = re.sub(r"[-_.]+", "-", match.group(1).lower())
+                pins[name] = match.group(2)
+                if "gpu-image-only" in (match.group(3) or ""):
+                    gpu_only[name] = match.group(2)
+    sets = {}
+    for name, tag in (("cpu", image), ("gpu", gpu_image)):
+        result = gpu_image_run(tag, "python", "-c", INSTALLED)
+        assert result.returncode == 0, result.stderr[-3000:]
+        sets[name] = json.loads(result.stdout)
+    cpu, gpu = sets["cpu"], sets["gpu"]
+    assert len(gpu_only) == 12 and not any(name.startswith("nvidia") for name in cpu)
+    assert {name: gpu[name] for name in gpu_only} == gpu_only
+    assert cpu.pop("tensorflow-cpu") == gpu.pop("tensorflow") == pins["tensorflow"]
+    assert "tensorflow" not in cpu and "tensorflow-cpu" not in gpu
+    assert {name: v for name, v in gpu.items() if name not in gpu_only} == cpu
+
+
+def test_tfrp_help_runs_in_the_gpu_image(gpu_image):
+    result = gpu_image_run(gpu_image, "tfrp", "--help")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "  run " in result.stdout and "  compile " in result.stdout, result.stdout
