@@ -9,6 +9,10 @@ bare header line in a folder of its own).
   folder, a fresh pipeline root, a fresh SQLite metadata file and a serving folder of its own,
   and run on LocalDagRunner.
 - `ours`: `tfrp run --dataset taxi --data-root <CSV folder> --output-root <fresh folder>`.
+  Like stock's Transform (`disable_statistics=False`, its default), ours writes the statistics
+  of the rows before and after it, so the Transform rows compare like with like.
+- `ours-no-statistics`: the same run with ShardedTransform's `disable_statistics` on, which
+  shows what the statistics cost.
 
 Steps: both Trainers run the example's 1,000 train steps and 150 eval steps (`--train-steps`
 and `--eval-steps` for ours; another `--train-steps` is also set on the stock Trainer's
@@ -47,7 +51,10 @@ from typing import Callable, Optional, Sequence
 from bench.display import Table
 from components import fileio
 
-SIDES = ("stock", "ours")
+SIDES = ("stock", "ours", "ours-no-statistics")
+NO_STATISTICS = "ours-no-statistics"
+# The sides `tfrp bench pipeline` runs unless told.
+DEFAULT_SIDES = ("stock", "ours")
 STOCK_EXAMPLE = "tfx.examples.chicago_taxi_pipeline.taxi_pipeline_native_keras"
 STOCK_MODULE_FILE = "taxi_utils_native_keras.py"
 # The steps the stock example gives its Trainer (train_args, eval_args); tested against it.
@@ -122,7 +129,8 @@ def side_command(side: str, data_dir: str, run_dir: str, train_steps: int) -> li
     """The child process a side runs as."""
     if side == "stock":
         return [sys.executable, "-m", "bench.pipeline", data_dir, run_dir, str(train_steps)]
-    return [sys.executable, "-m", "pipeline.cli", "run", "--dataset", "taxi",
+    entry = ["bench.pipeline", NO_STATISTICS] if side == NO_STATISTICS else ["pipeline.cli"]
+    return [sys.executable, "-m", *entry, "run", "--dataset", "taxi",
             "--data-root", data_dir, "--output-root", run_dir,
             "--set", f"metadata_path={fileio.join(run_dir, METADATA_FILE)}",
             "--train-steps", str(train_steps), "--eval-steps", str(STOCK_EVAL_STEPS)]
@@ -287,7 +295,7 @@ def marginal_rates(runs: dict[str, dict]) -> Optional[dict]:
 
 
 def run_benchmark(sizes: Sequence[int], work_dir: str, repeats: int = 1,
-                  sides: Sequence[str] = SIDES, train_steps: Optional[int] = None,
+                  sides: Sequence[str] = DEFAULT_SIDES, train_steps: Optional[int] = None,
                   log: Callable[[str], None] = print) -> dict:
     """Each side at each size `repeats` times (sides interleaved); medians per (side, size),
     stock's over ours' seconds per stage at each size, and each side's marginal rates."""
@@ -321,7 +329,7 @@ def run_benchmark(sizes: Sequence[int], work_dir: str, repeats: int = 1,
               "train_steps": train_steps, "eval_steps": STOCK_EVAL_STEPS, "runs": runs,
               "marginal": {side: marginal_rates(runs[side]) for side in sides
                            if marginal_rates(runs[side])}}
-    if set(SIDES) <= set(sides):
+    if {"stock", "ours"} <= set(sides):
         result["stock_over_ours"] = {rows: speedups(runs["stock"][rows], runs["ours"][rows])
                                      for rows in runs["ours"]}
     return result
@@ -443,5 +451,23 @@ def chart(result: dict, path: str) -> str:
     return path
 
 
+def _run_ours_without_statistics(argv: list[str]) -> None:
+    """`tfrp run` with ShardedTransform's disable_statistics on: the pipeline settings carry
+    no such setting, so the Transform options the run builds get it here."""
+    import dataclasses
+
+    from pipeline import configs
+    from pipeline.cli.tfrp import entry_point
+
+    transform_options = configs.PipelineConfig.transform_options
+    configs.PipelineConfig.transform_options = lambda config: dataclasses.replace(
+        transform_options(config), disable_statistics=True)
+    sys.argv = [sys.argv[0], *argv]
+    entry_point()
+
+
 if __name__ == "__main__":
-    _run_stock(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    if sys.argv[1] == NO_STATISTICS:
+        _run_ours_without_statistics(sys.argv[2:])
+    else:
+        _run_stock(sys.argv[1], sys.argv[2], int(sys.argv[3]))

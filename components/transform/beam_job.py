@@ -26,7 +26,7 @@ from components import beam_shards, fileio, images, packing, shards, tfrecord_io
 from components.codec import parser, schema_file, serializer
 from components.packing.write import pack_batch
 from components.transform import columnar_job
-from components.transform.inputs import dataset_key, split_files
+from components.transform.inputs import analysis_key, dataset_key, split_files
 from components.transform.options import TransformOptions
 from components.transform.preprocessing import load_preprocessing_fn, raw_image_names
 
@@ -95,15 +95,18 @@ class _EncodeChunks(beam.DoFn):
 
 
 def copy_cache(source: str, destination: str, keys: Optional[Sequence[str]] = None) -> None:
-    """Copies analyzer cache entries (one folder per input, `dataset_key`) that `destination`
-    lacks: all of `source`'s, or those of `keys`."""
+    """Copies analyzer cache entries (folders named by the input's `dataset_key`, alone or
+    followed by `-` and more of the key) that `destination` lacks: all of `source`'s, or those
+    of the inputs `keys`."""
     if not fileio.exists(source):
         return
-    for key in keys if keys is not None else fileio.listdir(source):
-        key = key.rstrip("/")
-        if fileio.exists(fileio.join(source, key)) and \
-                not fileio.exists(fileio.join(destination, key)):
-            fileio.copy_tree(fileio.join(source, key), fileio.join(destination, key))
+    for name in fileio.listdir(source):
+        name = name.rstrip("/")
+        if keys is not None and not any(name == key or name.startswith(f"{key}-")
+                                        for key in keys):
+            continue
+        if not fileio.exists(fileio.join(destination, name)):
+            fileio.copy_tree(fileio.join(source, name), fileio.join(destination, name))
 
 
 def _analyze(make_pipeline, options, examples_dirs, raw_schema, preprocessing_fn, graph_dir,
@@ -114,7 +117,10 @@ def _analyze(make_pipeline, options, examples_dirs, raw_schema, preprocessing_fn
     added to the cache. Returns the inputs analysed and those taken from the cache."""
     from tensorflow_transform.beam import analysis_graph_builder, analyzer_cache
 
-    sources = {analyzer_cache.DatasetKey(dataset_key(d)): _raw_source(
+    # tf.Transform's cache entries are keyed by the analyzers' graph; the input's folder
+    # name adds what else the analysis depends on (the split, schema, settings, versions).
+    context = analysis_key(options, raw_schema)
+    sources = {analyzer_cache.DatasetKey(f"{dataset_key(d)}-{context}"): _raw_source(
         d, options.analyze_split, raw_schema) for d in examples_dirs}
     names = {key: d for key, d in zip(sources, examples_dirs)}
     adapter_config = next(iter(sources.values())).TensorAdapterConfig()

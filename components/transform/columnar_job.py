@@ -37,7 +37,7 @@ from tensorflow_transform import graph_context
 from components import fileio
 from components.transform import analyzers
 from components.transform.inputs import (
-    dataset_key, record_batches, split_paths, tensor_adapter_config)
+    analysis_key, dataset_key, record_batches, split_paths, tensor_adapter_config)
 from components.transform.options import TransformOptions
 from components.transform.preprocessing import load_preprocessing_fn
 from components.transform.statistics import Analysis, AnalyzerSpec, merged
@@ -215,12 +215,16 @@ def analyze(make_pipeline, options: TransformOptions, examples_dirs: Sequence[st
     """Analyses the analyze split of every input (or takes an input's analysis from the
     analyzer cache) and writes the transform graph into `graph_dir`. Returns the inputs
     analysed and those taken from the cache."""
-    cache_dir, fingerprint = options.analyzer_cache_dir, inputs_fn.fingerprint()
+    # An entry is for this graph (its fingerprint) and this split, schema, settings and
+    # library versions (`analysis_key`), and no other.
+    cache_dir = options.analyzer_cache_dir
+    entry = f"{inputs_fn.fingerprint()}-{analysis_key(options, raw_schema)}" if cache_dir \
+        else None
 
     def cached_path(examples_dir: str) -> Optional[str]:
         if not cache_dir:
             return None
-        return fileio.join(cache_dir, dataset_key(examples_dir), fingerprint, ANALYSIS_FILE)
+        return fileio.join(cache_dir, dataset_key(examples_dir), entry, ANALYSIS_FILE)
 
     from_cache = {d: Analysis.from_bytes(fileio.read_bytes(cached_path(d)))
                   for d in examples_dirs if cached_path(d) and fileio.exists(cached_path(d))}

@@ -8,7 +8,7 @@ from tfx.types import channel_utils, standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 
 from components.options import OPTIONS_KEY, options_or_settings
-from components.transform import executor
+from components.transform import executor, feature_stats
 from components.transform.options import TransformOptions
 
 
@@ -24,7 +24,16 @@ class ShardedTransformSpec(ComponentSpec):
                "transformed_examples": ChannelParameter(type=standard_artifacts.Examples),
                "post_transform_schema": ChannelParameter(type=standard_artifacts.Schema),
                "updated_analyzer_cache": ChannelParameter(
-                   type=standard_artifacts.TransformCache)}
+                   type=standard_artifacts.TransformCache),
+               # Stock's statistics outputs, absent with disable_statistics as in stock.
+               feature_stats.PRE_TRANSFORM_SCHEMA: ChannelParameter(
+                   type=standard_artifacts.Schema, optional=True),
+               feature_stats.PRE_TRANSFORM_STATS: ChannelParameter(
+                   type=standard_artifacts.ExampleStatistics, optional=True),
+               feature_stats.POST_TRANSFORM_STATS: ChannelParameter(
+                   type=standard_artifacts.ExampleStatistics, optional=True),
+               feature_stats.POST_TRANSFORM_ANOMALIES: ChannelParameter(
+                   type=standard_artifacts.ExampleAnomalies, optional=True)}
 
 
 class ShardedTransform(base_beam_component.BaseBeamComponent):
@@ -47,6 +56,11 @@ class ShardedTransform(base_beam_component.BaseBeamComponent):
     Wire ExampleValidator's `anomalies` in to gate on them: with `fail_on_anomalies` (the
     default) any anomaly fails this component before it reads a row, naming every anomaly.
     TFX has no gate of its own, and validation that stops nothing only decorates a run.
+
+    As stock Transform does unless `disable_statistics`, it also outputs
+    `pre_transform_schema`, `pre_transform_stats` (the analysed rows), `post_transform_stats`
+    (the transformed rows) and `post_transform_anomalies` (those statistics validated against
+    the transformed schema), in stock's layout (components/transform/feature_stats.py).
     """
 
     SPEC_CLASS = ShardedTransformSpec
@@ -55,6 +69,12 @@ class ShardedTransform(base_beam_component.BaseBeamComponent):
     def __init__(self, examples, schema, options: Optional[TransformOptions] = None,
                  anomalies=None, analyzer_cache=None, **settings: Any):
         options = options_or_settings(TransformOptions, options, settings)
+        statistics = {} if options.disable_statistics else {
+            name: channel_utils.as_channel([artifact_type()]) for name, artifact_type in (
+                (feature_stats.PRE_TRANSFORM_SCHEMA, standard_artifacts.Schema),
+                (feature_stats.PRE_TRANSFORM_STATS, standard_artifacts.ExampleStatistics),
+                (feature_stats.POST_TRANSFORM_STATS, standard_artifacts.ExampleStatistics),
+                (feature_stats.POST_TRANSFORM_ANOMALIES, standard_artifacts.ExampleAnomalies))}
         super().__init__(spec=ShardedTransformSpec(
             examples=examples, schema=schema, anomalies=anomalies,
             analyzer_cache=analyzer_cache,
@@ -63,4 +83,4 @@ class ShardedTransform(base_beam_component.BaseBeamComponent):
             transform_graph=channel_utils.as_channel([standard_artifacts.TransformGraph()]),
             transformed_examples=channel_utils.as_channel([standard_artifacts.Examples()]),
             post_transform_schema=channel_utils.as_channel([standard_artifacts.Schema()]),
-            **{OPTIONS_KEY: options.to_json()}))
+            **statistics, **{OPTIONS_KEY: options.to_json()}))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from tfx.dsl.components.base import base_beam_executor
@@ -9,9 +10,9 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
 from components import fileio, shards, tfx_artifacts
-from components.codec import schema_file
+from components.codec import parser, schema_file
 from components.options import OPTIONS_KEY
-from components.transform import beam_job
+from components.transform import beam_job, feature_stats
 from components.transform.inputs import dataset_key
 from components.transform.options import TransformOptions
 
@@ -45,14 +46,17 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         # A window of spans comes as several artifacts, in span order.
         window = sorted(input_dict["examples"], key=lambda a: (a.span, a.version))
         schema_uri = artifact_utils.get_single_uri(input_dict["schema"])
-        raw_schema = beam_job.mark_images(
-            schema_file.load_schema(io_utils.get_only_uri_in_dir(schema_uri)),
-            beam_job.shards_schema(window[0].uri))
+        given_schema = schema_file.load_schema(io_utils.get_only_uri_in_dir(schema_uri))
+        raw_schema = beam_job.mark_images(given_schema, beam_job.shards_schema(window[0].uri))
         graph = artifact_utils.get_single_instance(output_dict["transform_graph"])
         transformed = artifact_utils.get_single_instance(output_dict["transformed_examples"])
         cache = artifact_utils.get_single_uri(output_dict["updated_analyzer_cache"])
         post_schema = artifact_utils.get_single_uri(output_dict["post_transform_schema"])
-        for output in (graph.uri, transformed.uri, post_schema):
+        # Stock's statistics outputs, unless disabled (then the component declares none).
+        statistics = {} if options.disable_statistics else {
+            name: artifact_utils.get_single_uri(output_dict[name])
+            for name in feature_stats.STATISTICS_OUTPUTS if output_dict.get(name)}
+        for output in (graph.uri, transformed.uri, post_schema, *statistics.values()):
             shards.clear_earlier_attempt(output)
         for given in input_dict.get("analyzer_cache") or []:
             beam_job.copy_cache(given.uri, options.analyzer_cache_dir or cache)
@@ -78,3 +82,29 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         fileio.makedirs(post_schema)  # only LocalDagRunner makes output folders beforehand
         schema_file.write_schema(schema_file.load_schema(transformed.uri),
                                  fileio.join(post_schema, schema_file.SCHEMA_FILE))
+        if statistics:
+            write_statistics(statistics, options, window, given_schema, raw_schema, graph.uri,
+                             transformed.uri, list(manifest["splits"]))
+
+
+def write_statistics(uris: dict[str, str], options: TransformOptions, window: list,
+                     given_schema, raw_schema, graph_uri: str, transformed_uri: str,
+                     splits: list[str]) -> None:
+    """Stock's statistics outputs: the pre-transform schema is the one given; the
+    statistics take the raw schema with our ExampleGen's image marks (image bytes get bytes
+    statistics, not top values of JPEG data) and the transformed one."""
+    import tensorflow_transform as tft
+
+    from components.transform.preprocessing import load_preprocessing_fn
+
+    active = parser.active_schema(raw_schema)
+    columns = feature_stats.input_columns(load_preprocessing_fn(options, active), active)
+    found = feature_stats.write_outputs(
+        uris, [a.uri for a in window], options.analyze_split, given_schema, raw_schema,
+        columns, transformed_uri, splits,
+        tft.TFTransformOutput(graph_uri).transformed_metadata.schema)
+    if found:
+        # Stock only records them; ExampleValidator's gate is before Transform.
+        logging.warning("Post-transform anomalies (%s): %s",
+                        uris[feature_stats.POST_TRANSFORM_ANOMALIES],
+                        ", ".join(sorted(found)))

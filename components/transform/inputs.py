@@ -4,6 +4,7 @@ adapter for tf.Examples)."""
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Iterator
 
 from tensorflow_metadata.proto.v0 import schema_pb2
@@ -28,6 +29,53 @@ def dataset_key(examples_dir: str) -> str:
     """The analyzer cache's name for one input's analysis: stable for the same Examples
     artifact (its folder), so a span seen in an earlier window is found again."""
     return "examples-" + hashlib.sha256(examples_dir.rstrip("/").encode()).hexdigest()[:16]
+
+
+def analysis_key(options, raw_schema: schema_pb2.Schema) -> str:
+    """Everything besides an input's rows (`dataset_key`) and the traced graph that an
+    analyzer cache entry's result depends on: the analyzed split, the schema, the settings
+    that choose and shape the preprocessing_fn (a module file by its content) and the versions
+    of the libraries that compute the statistics (tf.Transform, TensorFlow, tfx_bsl, ours).
+    A change to any of them misses the cache."""
+    import importlib.metadata
+
+    import tensorflow as tf
+    import tensorflow_transform as tft
+    import tfx_bsl
+
+    from components import fileio
+
+    try:
+        ours = importlib.metadata.version("tfrecord-pipeline")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
+        ours = "unknown"
+    module = hashlib.sha256(fileio.read_bytes(options.module_file)).hexdigest() \
+        if options.module_file else None
+    parts = {
+        "analyze_split": options.analyze_split, "analysis": options.analysis,
+        "preprocessing_fn": options.preprocessing_fn, "module_file": module,
+        "label_key": options.label_key, "task": options.task,
+        "image_storage": options.image_storage, "image_shape": options.image_shape,
+        "schema": hashlib.sha256(_analysed_schema(raw_schema).SerializeToString(
+            deterministic=True)).hexdigest(),
+        "versions": [tft.__version__, tf.__version__, tfx_bsl.__version__, ours]}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _analysed_schema(schema: schema_pb2.Schema) -> schema_pb2.Schema:
+    """`schema` without what only validation reads: the values of string domains (a rolling
+    window's inferred schema gains one with each new value seen, and a vocabulary is counted
+    from the rows, not the domain), drift and skew comparators and distribution
+    constraints."""
+    kept = schema_pb2.Schema()
+    kept.CopyFrom(schema)
+    for domain in kept.string_domain:
+        del domain.value[:]
+    for feature in kept.feature:
+        for name in ("string_domain", "drift_comparator", "skew_comparator",
+                     "distribution_constraints"):
+            feature.ClearField(name)
+    return kept
 
 
 def tensor_adapter_config(raw_schema: schema_pb2.Schema):

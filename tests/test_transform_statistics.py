@@ -1,0 +1,206 @@
+"""ShardedTransform's statistics outputs (components/transform/feature_stats.py) against stock
+Transform's on the same rows and the same preprocessing: stock's names, artifact types and
+files, and the same statistics, compared as StatisticsGen's are with stock's."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from components import fileio, tfrecord_io
+from components.codec import schema_file
+from components.options import OPTIONS_KEY
+from components.transform import feature_stats
+from components.transform.options import TransformOptions
+
+SPLITS = ["train", "eval"]
+OUTPUTS = {"pre_transform_schema": "Schema", "pre_transform_stats": "ExampleStatistics",
+           "post_transform_schema": "Schema", "post_transform_stats": "ExampleStatistics",
+           "post_transform_anomalies": "ExampleAnomalies"}
+
+# The taxi Transform as a module file stock Transform loads: components/taxi.py's
+# preprocessing_fn, given the raw schema as our Transform gives it.
+STOCK_MODULE = """
+from components import taxi
+from components.codec import schema_file
+
+RAW_SCHEMA = schema_file.load_schema({schema!r})
+
+
+def preprocessing_fn(inputs):
+    return taxi.preprocessing_fn(inputs, {{"raw_schema": RAW_SCHEMA}})
+"""
+
+
+def test_outputs_are_stocks_and_disable_statistics_removes_them(tmp_path):
+    from tfx import v1 as tfx
+    from tfx.types import channel_utils, standard_artifacts
+
+    from components.transform.component import ShardedTransform
+
+    examples = channel_utils.as_channel([standard_artifacts.Examples()])
+    schema = channel_utils.as_channel([standard_artifacts.Schema()])
+    stock = tfx.components.Transform(examples=examples, schema=schema,
+                                     module_file=str(tmp_path / "module.py"))
+    ours = ShardedTransform(examples=examples, schema=schema)
+    for name, type_name in OUTPUTS.items():
+        assert stock.outputs[name].type.TYPE_NAME == ours.outputs[name].type.TYPE_NAME == \
+            type_name, name
+    assert stock.spec.PARAMETERS["disable_statistics"] and \
+        TransformOptions().disable_statistics is False  # stock's default: statistics on
+    stock_off = tfx.components.Transform(examples=examples, schema=schema,
+                                         module_file=str(tmp_path / "module.py"),
+                                         disable_statistics=True)
+    ours_off = ShardedTransform(examples=examples, schema=schema, disable_statistics=True)
+    for name in feature_stats.STATISTICS_OUTPUTS:
+        assert name not in ours_off.outputs and name not in stock_off.outputs
+    assert "post_transform_schema" in ours_off.outputs  # the Trainer's packing
+
+
+@pytest.mark.pipeline
+def test_a_pipeline_run_outputs_the_five_statistics_artifacts(taxi_examples, tmp_path):
+    """ShardedTransform on LocalDagRunner after stock ImportExampleGen and ImportSchemaGen:
+    each of stock's five outputs registered in ML Metadata with stock's type, in stock's
+    layout, read by TFDV's and TFX's own readers."""
+    import tensorflow_data_validation as tfdv
+    from ml_metadata import metadata_store
+    from tensorflow_metadata.proto.v0 import anomalies_pb2
+    from tfx import v1 as tfx
+    from tfx.orchestration import metadata
+
+    from components import taxi
+    from components.transform.component import ShardedTransform
+
+    schema_path = str(tmp_path / "schema" / "schema.pbtxt")
+    os.makedirs(os.path.dirname(schema_path))
+    schema_file.write_schema(schema_file.load_schema(taxi_examples), schema_path)
+    gen = tfx.components.ImportExampleGen(
+        input_base=taxi_examples, input_config=tfx.proto.Input(splits=[
+            tfx.proto.Input.Split(name=split, pattern=f"Split-{split}/*") for split in SPLITS]))
+    schema = tfx.components.ImportSchemaGen(schema_file=schema_path)
+    transform = ShardedTransform(examples=gen.outputs["examples"],
+                                 schema=schema.outputs["schema"],
+                                 preprocessing_fn=taxi.PREPROCESSING_FN, packed_rows=256)
+    connection = metadata.sqlite_metadata_connection_config(str(tmp_path / "m.db"))
+    tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
+        pipeline_name="transform-statistics", pipeline_root=str(tmp_path / "root"),
+        components=[gen, schema, transform], metadata_connection_config=connection))
+
+    store = metadata_store.MetadataStore(connection)
+    found = {}
+    for artifact in store.get_artifacts():
+        parts = artifact.uri.split(os.sep)
+        if "ShardedTransform" in parts:
+            kind = store.get_artifact_types_by_id([artifact.type_id])[0].name
+            found[parts[parts.index("ShardedTransform") + 1]] = (kind, artifact.uri)
+    assert {name: found[name][0] for name in OUTPUTS} == OUTPUTS
+    rows = {split: sum(1 for path in fileio.glob(os.path.join(taxi_examples, f"Split-{split}",
+                                                               "*"))
+                       for _ in tfrecord_io.iter_records(path)) for split in SPLITS}
+    post = tfdv.load_stats_binary(os.path.join(found["post_transform_stats"][1],
+                                               feature_stats.STATS_FILE))
+    assert post.datasets[0].num_examples == sum(rows.values())
+    pre = tfdv.load_stats_binary(os.path.join(found["pre_transform_stats"][1],
+                                              feature_stats.STATS_FILE))
+    assert pre.datasets[0].num_examples == rows["train"]  # the analysed rows
+    anomalies = anomalies_pb2.Anomalies.FromString(fileio.read_bytes(os.path.join(
+        found["post_transform_anomalies"][1], feature_stats.ANOMALIES_FILE)))
+    assert not anomalies.anomaly_info, dict(anomalies.anomaly_info)
+    for name in ("pre_transform_schema", "post_transform_schema"):
+        assert schema_file.load_schema(os.path.join(found[name][1], "schema.pbtxt")).feature
+
+
+# --- Against stock Transform ------------------------------------------------------------
+
+def _artifact(kind: str, uri: str, splits=None):
+    from tfx.types import artifact_utils, standard_artifacts
+
+    artifact = getattr(standard_artifacts, kind)()
+    artifact.uri = uri
+    if splits is not None:
+        artifact.split_names = artifact_utils.encode_split_names(list(splits))
+    return artifact
+
+
+def _run(executor_class, examples: str, schema_dir: str, out: str, properties: dict) -> dict:
+    """A Transform executor's Do as TFX calls it; its outputs' folders by name."""
+    outputs = {"transform_graph": "TransformGraph", "transformed_examples": "Examples",
+               "updated_analyzer_cache": "TransformCache", **OUTPUTS}
+    uris = {name: os.path.join(out, name) for name in outputs}
+    output_dict = {name: [_artifact(kind, uris[name])] for name, kind in outputs.items()}
+    for uri in uris.values():
+        os.makedirs(uri, exist_ok=True)  # as LocalDagRunner makes them
+    executor_class().Do({"examples": [_artifact("Examples", examples, SPLITS)],
+                         "schema": [_artifact("Schema", schema_dir)]}, output_dict, properties)
+    return uris
+
+
+@pytest.fixture(scope="module")
+def both(taxi_examples, tmp_path_factory):
+    """Stock Transform (tf.Transform's Beam analysis, TFDV's statistics) and ours on the
+    2,000-trip slice with the taxi Transform. Ours takes tf.Transform's analysis too, so both
+    sides' transformed rows are the same and the statistics alone are compared (the columnar
+    analysis against tf.Transform's: tests/test_transform.py, to float32 rounding)."""
+    from tfx.components.transform import executor as stock_executor
+
+    from components import taxi
+    from components.transform import executor
+
+    root = tmp_path_factory.mktemp("transform-statistics")
+    schema_dir = root / "schema"
+    schema_dir.mkdir()
+    schema_file.write_schema(schema_file.load_schema(taxi_examples),
+                             str(schema_dir / "schema.pbtxt"))
+    module = root / "taxi_module.py"
+    module.write_text(STOCK_MODULE.format(schema=str(schema_dir / "schema.pbtxt")))
+    stock = _run(stock_executor.Executor, taxi_examples, str(schema_dir), str(root / "stock"),
+                 {"module_file": str(module), "disable_statistics": 0,
+                  "force_tf_compat_v1": 0, "splits_config": None, "custom_config": "null"})
+    ours = _run(executor.Executor, taxi_examples, str(schema_dir), str(root / "ours"),
+                {OPTIONS_KEY: TransformOptions(preprocessing_fn=taxi.PREPROCESSING_FN,
+                                               analysis="tft", packed_rows=256).to_json()})
+    return stock, ours
+
+
+def _values(examples: str, splits) -> dict[str, np.ndarray]:
+    """Every numeric value of each feature of the splits, sorted (stock's per-row records,
+    decoded by tfx_bsl)."""
+    from test_statistics_gen import exact_values
+
+    found: dict[str, list] = {}
+    for split in splits:
+        for name, values in exact_values(examples, split).items():
+            found.setdefault(name, []).append(values)
+    return {name: np.sort(np.concatenate(parts)) for name, parts in found.items()}
+
+
+@pytest.mark.slow
+def test_statistics_match_stock_transforms(both, taxi_examples):
+    """Pre-transform statistics of the analysed rows (the train split, the columns the
+    preprocessing_fn reads) and post-transform statistics of every transformed row (ours
+    unpacked from packed Examples), against stock's: the same features, counts, moments,
+    top values and histograms (quantiles within the sketches' rank error); the same
+    schemas; no anomalies on either side."""
+    from tensorflow_metadata.proto.v0 import anomalies_pb2
+    from test_statistics_gen import assert_same_statistics
+
+    stock, ours = both
+
+    def stats(outputs: dict, name: str):
+        from components.tfx_artifacts import load_statistics
+
+        return load_statistics(os.path.join(outputs[name], "FeatureStats.pb"))
+
+    assert_same_statistics(stats(ours, "pre_transform_stats"),
+                           stats(stock, "pre_transform_stats"),
+                           _values(taxi_examples, ["train"]))
+    assert_same_statistics(stats(ours, "post_transform_stats"),
+                           stats(stock, "post_transform_stats"),
+                           _values(stock["transformed_examples"], SPLITS))
+    assert schema_file.load_schema(os.path.join(ours["pre_transform_schema"], "schema.pbtxt")) \
+        == schema_file.load_schema(os.path.join(stock["pre_transform_schema"], "schema.pbtxt"))
+    for outputs in (stock, ours):
+        found = anomalies_pb2.Anomalies.FromString(fileio.read_bytes(
+            os.path.join(outputs["post_transform_anomalies"], "SchemaDiff.pb")))
+        assert not found.anomaly_info, dict(found.anomaly_info)
