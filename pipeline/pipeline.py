@@ -12,7 +12,6 @@ from ml_metadata.proto import metadata_store_pb2
 # TFX's parts one by one: `tfx.v1` imports every component TFX has (BulkInferrer,
 # InfraValidator, Tuner, Google Cloud's extensions), ten seconds more of every run's start.
 from tfx.components.example_validator.component import ExampleValidator
-from tfx.components.pusher.component import Pusher
 from tfx.components.schema_gen.component import SchemaGen
 from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
 from tfx.components.trainer.component import Trainer
@@ -30,6 +29,7 @@ from components.evaluator.component import Evaluator, StockEvaluator
 from components.production_model.component import ProductionModel
 from components.statistics_gen.component import StatisticsGen
 from components.production_model.find import serving_state
+from components.pusher.component import Pusher
 from components.trainer import tasks
 from components.trainer.options import TRANSFORM_SIGNATURE
 from components.transform.component import ShardedTransform
@@ -209,6 +209,8 @@ def create_pipeline(
         baseline_model=production.outputs["model"]
         if production and config.baseline_tolerance is not None else None,
         eval_config=eval_config(config)).with_id(EVALUATOR)  # the run summary's name
+    # Stock's Pusher with our executor: each push a version folder of its own, marked
+    # complete last (components/pusher/).
     pusher = Pusher(
         model=trainer.outputs["model"],
         model_blessing=evaluator.outputs["blessing"],

@@ -15,16 +15,22 @@ from pipeline import run_summary
 
 _DONE = (metadata_store_pb2.Execution.COMPLETE, metadata_store_pb2.Execution.CACHED,
          metadata_store_pb2.Execution.FAILED)
+# The context TFX gives each run's executions, named by its run id.
+PIPELINE_RUN = "pipeline_run"
 
 
 class RunProgress:
     """Polls the metadata store every `interval` seconds on a thread of its own.
 
-    Executions that exist before `start()` belong to earlier runs and are not reported."""
+    With `run_id`, it reports the executions of that run alone (its `pipeline_run` context):
+    another run writing to the same store is not this one. Without, the executions made after
+    `start()`."""
 
     def __init__(self, metadata_path: str, echo: Callable[[str], None] = print,
-                 live: Optional[bool] = None, interval: float = 0.5):
+                 live: Optional[bool] = None, interval: float = 0.5,
+                 run_id: Optional[str] = None):
         self._path, self._echo, self._interval = metadata_path, echo, interval
+        self._run_id = run_id
         self._live = sys.stdout.isatty() if live is None else live
         self._baseline: Optional[int] = None
         self._reported: set[int] = set()
@@ -34,7 +40,8 @@ class RunProgress:
         self.lines: list[str] = []
 
     def __enter__(self) -> "RunProgress":
-        self._baseline = self._max_execution_id()
+        if self._run_id is None:
+            self._baseline = self._max_execution_id()
         self._thread.start()
         return self
 
@@ -64,7 +71,7 @@ class RunProgress:
         store = self._store()
         if store is None:
             return
-        executions = [e for e in store.get_executions() if e.id > (self._baseline or 0)]
+        executions = self._executions(store)
         running = []
         for execution in sorted(executions, key=lambda e: e.id):
             if execution.last_known_state not in _DONE:
@@ -86,6 +93,12 @@ class RunProgress:
             seconds = time.time() - execution.create_time_since_epoch / 1000
             name = run_summary.node_name(store, execution)
             self._show_live(f"  {name:<{run_summary.NODE_WIDTH}} running {seconds:>5.0f} s ...")
+
+    def _executions(self, store) -> list:
+        if self._run_id is None:
+            return [e for e in store.get_executions() if e.id > (self._baseline or 0)]
+        run = store.get_context_by_type_and_name(PIPELINE_RUN, self._run_id)
+        return store.get_executions_by_context(run.id) if run else []
 
     def _report(self, line: str) -> None:
         self._clear_live()

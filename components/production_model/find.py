@@ -5,25 +5,19 @@ from __future__ import annotations
 from typing import Optional
 
 from components import fileio
+from components.pusher import push
 
-SAVED_MODEL_FILE = "saved_model.pb"
 # The ProductionModel artifact's property naming the pushed folder it is a copy of.
 PUSHED_MODEL = "pushed_model"
 
 
 def latest_pushed(serving_dir: str) -> Optional[str]:
-    """The newest complete version folder under `serving_dir` (the Pusher names each push by
-    its Unix time), or None before the first push. A folder without saved_model.pb is a push
-    that did not finish, not a model."""
-    if not fileio.isdir(serving_dir):
-        return None
-    versions = sorted((int(name), name) for name in fileio.listdir(serving_dir)
-                      if name.isdigit())
-    for _, name in reversed(versions):
-        folder = fileio.join(serving_dir, name)
-        if fileio.exists(fileio.join(folder, SAVED_MODEL_FILE)):
-            return folder
-    return None
+    """The newest complete version folder under `serving_dir`, or None before the first push.
+    Complete means the Pusher's marker is there (components/pusher/push.py): a push still
+    being copied, or killed part-way (on a bucket its numeric folder is written object by
+    object), is not a model."""
+    versions = push.pushed_versions(serving_dir)
+    return versions[-1][1] if versions else None
 
 
 def serving_state(serving_dir: str) -> str:
