@@ -152,6 +152,11 @@ class PipelineConfig:
     # Reporting windows: train_steps is cut into this many epochs of input-wait figures.
     epochs: int = TrainerOptions.epochs
     max_epochs: int = TrainerOptions.max_epochs
+    # The Trainer's weights are chosen, and training stopped early, on the Examples'
+    # validation_split when they have one ("": never), else on validation_fraction of the
+    # train split held out by hash; never on the eval split, which the Evaluator blesses on.
+    validation_split: str = TrainerOptions.validation_split
+    validation_fraction: float = TrainerOptions.validation_fraction
     early_stopping_patience: int = TrainerOptions.early_stopping_patience
     early_stopping_min_steps: int = TrainerOptions.early_stopping_min_steps
     # A table's numbers also enter the model through sines at this many trained frequencies

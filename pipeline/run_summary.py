@@ -11,6 +11,7 @@ from ml_metadata.proto import metadata_store_pb2
 from components import fileio, tfx_artifacts
 from components.production_model.find import PUSHED_MODEL
 from components.shards import read_manifest
+from components.trainer.options import REPORT_FILE
 
 # The EvalConfig's model names (pipeline.eval_config); TFMA keys each metric by them.
 CANDIDATE_MODEL, BASELINE_MODEL = "candidate", "baseline"
@@ -56,6 +57,9 @@ class RunSummary:
     # analyzer cache (a window of spans); empty when it analysed one input.
     analysed_spans: tuple[int, ...] = ()
     cached_spans: tuple[int, ...] = ()
+    # What the Trainer's report says of its rows: trained on, choosing the weights, and
+    # whether it read the eval split (components/trainer/module.py, `_validation_report`).
+    trainer_rows: dict = dataclasses.field(default_factory=dict)
 
     def format(self, components: bool = True) -> str:
         """The run as text; `components=False` leaves out the line per component, for a run
@@ -89,6 +93,8 @@ class RunSummary:
         if self.task:
             lines.append(f"Task: {self.task}" + (f" ({self.task_reason})"
                                                  if self.task_reason else ""))
+        if self.trainer_rows:
+            lines.append(trainer_line(self.trainer_rows))
         if self.evaluation:
             lines.append("Evaluation (eval split): " + ", ".join(
                 f"{name}={_metric(value)}" for name, value in sorted(self.evaluation.items())))
@@ -104,6 +110,30 @@ class RunSummary:
         lines += [f"  not blessed: {failure}" for failure in self.validation_failures]
         lines.append(f"Pushed model: {self.pushed_model or 'not pushed'}")
         return "\n".join(lines)
+
+
+def trainer_line(rows: dict) -> str:
+    """The Trainer's rows: how many trained, how many chose the weights and where from."""
+    if rows.get("split"):
+        source = f"the {rows['split']} split"
+    elif rows.get("fraction"):
+        source = (f"{rows['fraction']:.0%} of the train split, held out by a hash of each "
+                  f"{rows['hashed']}")
+    else:
+        source = "none held out: the last step's weights"
+    eval_split = "read" if rows.get("eval_split_read") else "untouched"
+    return (f"Trainer: {rows.get('rows_trained', 0):,} rows trained; "
+            f"{rows.get('rows_choosing_weights', 0):,} validation rows chose the weights "
+            f"({source}); eval split {eval_split}")
+
+
+def trainer_rows(artifacts) -> dict:
+    """The validation part of the Trainer's input_report.json, from its ModelRun."""
+    for model_run in artifacts.get("ModelRun", []):
+        report = fileio.read_json(fileio.join(model_run.uri, REPORT_FILE))
+        if report and report.get("validation"):
+            return report["validation"]
+    return {}
 
 
 def _metric(value: float) -> str:
@@ -211,6 +241,7 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
         baseline_model=baseline_model(store, executions),
         validation_failures=validation_failures(artifacts),
         task=config.get("task"), task_reason=config.get("task_reason") or "",
+        trainer_rows=trainer_rows(artifacts),
     )
 
 

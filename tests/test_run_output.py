@@ -41,6 +41,14 @@ def test_run_prints_a_line_per_component_with_state_seconds_and_output(runs):
     assert re.search(r"production_model\s+ran\s+\S+ s  model in production \S+/\d+$",
                      verbose.stdout, re.M)
     assert re.search(r"^Task: binary$", quiet.stdout, re.M)  # the taxi dataset's setting
+    # The Trainer chose its weights on a tenth of the train split, held out of training.
+    trainer = re.search(r"^Trainer: ([\d,]+) rows trained; ([\d,]+) validation rows chose the "
+                        r"weights \(10% of the train split, held out by a hash of each "
+                        r"packed row \(its block and place in it\)\); eval split untouched$",
+                        quiet.stdout, re.M)
+    assert trainer, quiet.stdout
+    trained, chose = (int(n.replace(",", "")) for n in trainer.groups())
+    assert 0 < chose < trained
 
 
 @pytest.mark.pipeline

@@ -289,6 +289,7 @@ def test_a_small_tables_patience_lasts_early_stopping_min_steps(taxi_examples, t
 
     args = fn_args(taxi_examples, tmp_path, train_steps=1000, eval_steps=5)
     rows = split_rows(args.train_files)
+    rows -= round(rows * 0.1)  # the validation rows held out of the train split
     options = TrainerOptions.from_custom_config(dict(taxi.TRAINER_SETTINGS))
     budget = module.training_budget(args, options)
     one_pass = -(-rows // 256)
@@ -303,22 +304,23 @@ def test_a_small_tables_patience_lasts_early_stopping_min_steps(taxi_examples, t
     assert never.patience == 0
 
 
-def test_eval_batches_are_scored_in_few_large_calls(taxi_examples, tmp_path):
-    """The eval rows the early stop and the final evaluation score (eval_steps training
-    batches, at most a pass) are taken in calls of at most 16 batches, as many rows."""
+def test_validation_batches_are_scored_in_few_large_calls(taxi_examples, tmp_path):
+    """The validation rows the early stop and the final score read (eval_steps training
+    batches, at most a pass over the tenth of the train split held out) are taken in calls of
+    at most 16 batches, as many rows."""
     from components.trainer.input import split_rows
     from components.trainer.options import TrainerOptions
 
-    options = TrainerOptions.from_custom_config(dict(taxi.TRAINER_SETTINGS))
-    eval_rows = split_rows(fn_args(taxi_examples, tmp_path).eval_files)
-    for eval_steps in (1, 2, 3, 16, 17):
+    options = TrainerOptions.from_custom_config({**taxi.TRAINER_SETTINGS, "batch_size": 16})
+    validation_rows = round(split_rows(fn_args(taxi_examples, tmp_path).train_files) * 0.1)
+    for eval_steps in (1, 2, 3, 16, 17, 40):
         budget = module.training_budget(
             fn_args(taxi_examples, tmp_path, train_steps=1000, eval_steps=eval_steps), options)
-        wanted = min(eval_steps, -(-eval_rows // options.input.batch_size))
-        assert budget.eval_batches_per_step <= module.EVAL_BATCHES_PER_STEP
-        assert budget.eval_steps == -(-wanted // module.EVAL_BATCHES_PER_STEP)
-        scored = budget.eval_steps * budget.eval_batches_per_step
-        assert wanted <= scored < wanted + budget.eval_steps
+        wanted = min(eval_steps, -(-validation_rows // options.input.batch_size))
+        assert budget.validation_batches_per_step <= module.VALIDATION_BATCHES_PER_STEP
+        assert budget.validation_steps == -(-wanted // module.VALIDATION_BATCHES_PER_STEP)
+        scored = budget.validation_steps * budget.validation_batches_per_step
+        assert wanted <= scored < wanted + budget.validation_steps
 
 
 def taxi_training_input(taxi_examples: str, tmp_path):
@@ -372,8 +374,9 @@ def test_the_run_evaluation_is_the_check_that_chose_the_kept_weights(taxi_exampl
         model, strategy, distribute.distribute(strategy, inputs.dataset_fn(args.train_files,
                                                                            True)),
         steps=8, steps_per_epoch=2, log_dir=str(tmp_path), global_batch_size=64,
-        eval_data=eval_rows(tf.distribute.InputContext()).map(counted), eval_steps=3,
-        early_stopping=fit.EarlyStopping(patience=10, eval_steps=3), eval_rows_repeat=True)
+        validation_data=eval_rows(tf.distribute.InputContext()).map(counted),
+        validation_steps=3, early_stopping=fit.EarlyStopping(patience=10, validation_steps=3),
+        validation_rows_repeat=True)
     # Four checks of 3 calls; tf.data may have fetched one call ahead, not a fifth pass.
     assert len(result.eval_losses) == 4 and 4 * 3 <= int(pulled.numpy()) < 5 * 3
     assert result.evaluation["loss"] == min(result.eval_losses)

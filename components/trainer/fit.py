@@ -17,13 +17,12 @@ from typing import Callable, Optional
 import tensorflow as tf
 
 from components import fileio
-from components.trainer.options import InputNotCheckpointable
+from components.trainer.options import REPORT_FILE, InputNotCheckpointable
 
 # The thresholds the TensorFlow profiler's input-pipeline analyser uses.
 NOT_INPUT_BOUND = "not input-bound"
 MODERATELY_INPUT_BOUND = "moderately input-bound"
 HIGHLY_INPUT_BOUND = "highly input-bound"
-REPORT_FILE = "input_report.json"
 
 
 def input_bound_label(wait_share: float) -> str:
@@ -57,14 +56,14 @@ class EpochTiming:
 @dataclasses.dataclass
 class TrainingResult:
     epochs: list[EpochTiming]
-    evaluation: dict
+    evaluation: dict  # the kept weights' scores on the validation rows (not the eval split)
     warmup_seconds: float
     devices: list[str]
     global_batch_size: int
     resumed_from_step: int = 0
     checkpoints: list = dataclasses.field(default_factory=list)  # step, seconds, bytes
-    # With early stopping: the eval loss after each epoch, the step whose weights were kept,
-    # and the step training stopped at.
+    # With early stopping: the validation loss after each epoch (the report keeps the key
+    # eval_losses), the step whose weights were kept, and the step training stopped at.
     eval_losses: list = dataclasses.field(default_factory=list)
     best_step: Optional[int] = None
     stopped_at_step: Optional[int] = None
@@ -102,17 +101,19 @@ def _as_floats(logs: dict) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class EarlyStopping:
-    """After each epoch, score `eval_steps` batches of the eval data; stop when the loss has
-    not improved for `patience` epochs in a row, and keep the weights of the best epoch."""
+    """After each epoch, score `validation_steps` batches of the validation rows (held out of
+    training; never the eval split); stop when the loss has not improved for `patience`
+    epochs in a row, and keep the weights of the best epoch."""
 
     patience: int
-    eval_steps: int
+    validation_steps: int
 
 
 class _BestWeights:
-    def __init__(self, stopping: Optional[EarlyStopping], model, eval_data, test_step):
+    def __init__(self, stopping: Optional[EarlyStopping], model, validation_data, test_step):
         self._stopping, self._model, self._test_step = stopping, model, test_step
-        self._iterator = iter(eval_data) if stopping and eval_data is not None else None
+        self._iterator = iter(validation_data) \
+            if stopping and validation_data is not None else None
         self.losses: list[float] = []
         self.best_step: Optional[int] = None
         self.best_logs: Optional[dict] = None
@@ -122,7 +123,7 @@ class _BestWeights:
         if self._iterator is None:
             return False
         self._model.reset_metrics()
-        for _ in range(self._stopping.eval_steps):
+        for _ in range(self._stopping.validation_steps):
             logs = self._test_step(next(self._iterator))
         loss = float(logs["loss"])
         self.losses.append(loss)
@@ -195,20 +196,22 @@ def saved_stream_position(directory: str, seed: Optional[int]
 
 def train(model: tf.keras.Model, strategy: tf.distribute.Strategy, train_data, *,
           steps: int, steps_per_epoch: int, log_dir: str, global_batch_size: int,
-          eval_data=None, eval_steps: int = 0, checkpointing: Optional[Checkpointing] = None,
+          validation_data=None, validation_steps: int = 0,
+          checkpointing: Optional[Checkpointing] = None,
           early_stopping: Optional[EarlyStopping] = None,
-          eval_rows_repeat: bool = False,
+          validation_rows_repeat: bool = False,
           on_batch: Optional[Callable[[int, object], None]] = None) -> TrainingResult:
     """Trains `steps` steps in epochs of `steps_per_epoch`, timing input waits per epoch;
-    with `early_stopping`, stops when the eval loss stops improving and keeps the best
+    with `early_stopping`, stops when the validation loss stops improving and keeps the best
     epoch's weights.
 
-    `train_data`/`eval_data` are distributed datasets (or plain ones on one device) that
-    repeat at least as long as needed. TensorBoard scalars go to `log_dir`/train and /eval.
-    `on_batch(step, batch)` sees each batch as it is fetched (step counts from 1).
-    `eval_rows_repeat`: `eval_data` gives the same rows each time round, so the final
-    evaluation of the kept weights is the early-stop check that chose them, and is not run
-    again.
+    `train_data`/`validation_data` are distributed datasets (or plain ones on one device)
+    that repeat at least as long as needed; the validation rows are held out of training and
+    are never the eval split, which the Evaluator blesses on. TensorBoard scalars go to
+    `log_dir`/train and /validation. `on_batch(step, batch)` sees each batch as it is fetched
+    (step counts from 1). `validation_rows_repeat`: `validation_data` gives the same rows
+    each time round, so the final score of the kept weights is the early-stop check that
+    chose them, and is not run again.
     """
     # No AutoGraph: these two only call Keras's own steps, and converting Keras's code
     # function by function took 19 of the first step's 20 seconds (measured on taxi rows).
@@ -225,14 +228,14 @@ def train(model: tf.keras.Model, strategy: tf.distribute.Strategy, train_data, *
     with strategy.scope():
         model.optimizer.build(model.trainable_variables)
     train_writer = tf.summary.create_file_writer(fileio.join(log_dir, "train"))
-    eval_writer = tf.summary.create_file_writer(fileio.join(log_dir, "eval"))
+    validation_writer = tf.summary.create_file_writer(fileio.join(log_dir, "validation"))
     iterator = iter(train_data)
     epochs: list[EpochTiming] = []
     warmup = 0.0
     saves = _Saves(checkpointing, model, iterator, global_batch_size)
     done = saves.restore()
     first = done
-    best = _BestWeights(early_stopping, model, eval_data, test_step)
+    best = _BestWeights(early_stopping, model, validation_data, test_step)
     stopped_at = None
     while done < steps:
         model.reset_metrics()
@@ -267,27 +270,28 @@ def train(model: tf.keras.Model, strategy: tf.distribute.Strategy, train_data, *
                      input_bound_label(epoch.input_wait_share))
         if best.should_stop(done):
             stopped_at = done
-            logging.info("early stop after %d steps: the eval loss last improved at step %d",
+            logging.info("early stop after %d steps: the validation loss last improved at "
+                         "step %d",
                          done, best.best_step)
             break
     best.restore()
     evaluation: dict = {}
-    if eval_rows_repeat and best.best_logs is not None and \
-            early_stopping is not None and early_stopping.eval_steps == eval_steps:
+    if validation_rows_repeat and best.best_logs is not None and \
+            early_stopping is not None and early_stopping.validation_steps == validation_steps:
         evaluation = best.best_logs  # the kept weights, scored on these rows already
-    elif eval_data is not None and eval_steps > 0:
+    elif validation_data is not None and validation_steps > 0:
         model.reset_metrics()
-        eval_iterator = iter(eval_data)
-        for _ in range(eval_steps):
-            evaluation = test_step(next(eval_iterator))
+        validation_iterator = iter(validation_data)
+        for _ in range(validation_steps):
+            evaluation = test_step(next(validation_iterator))
         evaluation = _as_floats(evaluation)
     if evaluation:
-        with eval_writer.as_default(step=done):
+        with validation_writer.as_default(step=done):
             for name, value in evaluation.items():
                 tf.summary.scalar(name, value)
-        logging.info("evaluation after %d steps: %s", done, evaluation)
+        logging.info("validation rows after %d steps: %s", done, evaluation)
     train_writer.flush()
-    eval_writer.flush()
+    validation_writer.flush()
     devices = _devices(strategy)
     return TrainingResult(epochs, evaluation, warmup, devices, global_batch_size,
                           resumed_from_step=first, checkpoints=saves.timings,

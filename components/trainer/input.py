@@ -18,6 +18,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 
 from components import fileio, packing, tf_filesystems, tfrecord_io
 from components.packing import graph as packed_graph
+from components.packing.layout import ROWS_KEY
 from components.codec import parser
 from components.images import ImageSpec, decode_images, with_storage_from
 from components.trainer.options import GLOBAL_SHUFFLE, InputConfig
@@ -121,18 +122,68 @@ def _intact_records(path: str) -> Iterator[bytes]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Validation rows held out of a split
+# ---------------------------------------------------------------------------------------------
+# The hash's resolution: a fraction is held out to 1 part in a million.
+HOLDOUT_BUCKETS = 1_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Holdout:
+    """The rows of a split held out of training to choose the weights: those whose stable hash
+    (farmhash Fingerprint64, `tf.strings.to_hash_bucket_fast`) falls in the first `fraction`
+    of its buckets. A per-row record hashes its serialized bytes; a packed record's row
+    hashes the block's bytes and its place in the block, so a table packed into one block
+    still holds out a fraction of its rows, not all or none. The same rows every run, on
+    every machine, whichever features are read; `validation` picks the held-out side, else
+    the rest."""
+
+    fraction: float
+    validation: bool
+
+    def _keeps(self, keys: tf.Tensor) -> tf.Tensor:
+        held_out = tf.strings.to_hash_bucket_fast(keys, HOLDOUT_BUCKETS) < \
+            round(self.fraction * HOLDOUT_BUCKETS)
+        return held_out if self.validation else tf.logical_not(held_out)
+
+    def keeps_record(self, serialized: tf.Tensor) -> tf.Tensor:
+        return self._keeps(serialized)
+
+    def keeps_packed_rows(self, serialized: tf.Tensor, rows_per_block: tf.Tensor) -> tf.Tensor:
+        """For each real row of the blocks `serialized`, in block order, whether it is kept."""
+        blocks = tf.strings.as_string(tf.strings.to_hash_bucket_fast(serialized, 1 << 62))
+        places = tf.ragged.range(rows_per_block)
+        keys = tf.strings.join([tf.repeat(blocks, rows_per_block),
+                                tf.strings.as_string(places.flat_values)], "/")
+        return self._keeps(keys)
+
+
+def _held_out_records(holdout: Optional[Holdout], packed: bool):
+    """Per-row records on `holdout`'s side; packed rows are kept or dropped as they are
+    unpacked (`example_parser`)."""
+    def apply(records: tf.data.Dataset) -> tf.data.Dataset:
+        if holdout is None or packed:
+            return records
+        return records.filter(holdout.keeps_record)
+    return apply
+
+
+# ---------------------------------------------------------------------------------------------
 # Parsing
 # ---------------------------------------------------------------------------------------------
 def example_parser(schema: schema_pb2.Schema, feature_names: Sequence[str],
                    images: Mapping[str, ImageSpec] = {}, shuffle_rows: bool = False,
-                   shuffle_seed: int = 0) -> Callable[[tf.Tensor], dict]:
+                   shuffle_seed: int = 0, holdout: Optional[Holdout] = None
+                   ) -> Callable[[tf.Tensor], dict]:
     """A function from a batch of serialized tf.Examples to model-ready tensors: parsed with
     the schema's spec, gaps filled with the schema default, images decoded (or, stored as raw
     pixels, reshaped). Training and the serving signature both use it, so they cannot drift
     apart.
 
     When the schema says the data is packed, each Example is a block of rows: the function
-    unpacks them (in random order with `shuffle_rows`), so callers see rows either way."""
+    unpacks them (in random order with `shuffle_rows`), so callers see rows either way, and
+    with a `holdout` keeps only the rows on its side (per-row records are filtered before
+    they are batched, in `build_dataset`)."""
     features_by_name = parser.feature_by_name(schema)
     missing = sorted(set(feature_names) - set(features_by_name))
     if missing:
@@ -149,8 +200,18 @@ def example_parser(schema: schema_pb2.Schema, feature_names: Sequence[str],
             # group and epoch, and no random state a checkpoint would have to hold.
             seed = tf.stack([tf.constant(shuffle_seed, tf.int64),
                              tf.strings.to_hash_bucket_fast(serialized[0], 1 << 62)])
-            return packed_graph.unpack(tf.io.parse_example(serialized, spec), layout, names,
-                                      shuffle_seed=seed if shuffle_rows else None)
+            parsed = tf.io.parse_example(serialized, spec)
+            if holdout is None:
+                return packed_graph.unpack(parsed, layout, names,
+                                          shuffle_seed=seed if shuffle_rows else None)
+            # Rows in block order, so each is known by its block and place, then the kept
+            # ones (shuffled) in one more move per feature.
+            rows = packed_graph.unpack(parsed, layout, names)
+            kept = tf.where(holdout.keeps_packed_rows(
+                serialized, parsed[ROWS_KEY][:, 0]))[:, 0]
+            if shuffle_rows:
+                kept = tf.random.experimental.stateless_shuffle(kept, seed=seed)
+            return {name: tf.gather(value, kept) for name, value in rows.items()}
     else:
         spec = {k: v for k, v in parser.feature_spec_from_schema(schema).items() if k in names}
 
@@ -552,6 +613,7 @@ def build_dataset(
     config: Optional[InputConfig] = None,
     input_context: Optional[tf.distribute.InputContext] = None,
     on_served_epoch: Optional[Callable[[dict], None]] = None,
+    holdout: Optional[Holdout] = None,
 ) -> tf.data.Dataset:
     """Builds batches of `(features, label)` from tf.Example shards.
 
@@ -569,6 +631,7 @@ def build_dataset(
         its own share of the files.
       on_served_epoch: through a tf.data service, called with each epoch's count of rows
         against the split's (`ServedEpochs`; our shards' manifest gives the split's rows).
+      holdout: only the validation rows of the files, or only the rest (`Holdout`).
     """
     config = config or InputConfig()
     if config.data_service and config.skip_corrupt:
@@ -577,6 +640,10 @@ def build_dataset(
     if config.shuffle == GLOBAL_SHUFFLE and (config.data_service or config.skip_corrupt):
         raise ValueError("shuffle=global reads records by index in this process; it cannot "
                          "run on tf.data service workers or skip damaged records")
+    if config.shuffle == GLOBAL_SHUFFLE and holdout is not None:
+        raise ValueError("shuffle=global reads records by index, so it cannot hold validation "
+                         "rows out of the train split by hash: name a validation split "
+                         "(validation_split) or set validation_fraction=0")
     global_order = config.shuffle == GLOBAL_SHUFFLE and config.training
     # tf.data reads the files: on s3:// through tensorflow-io, whatever process calls this.
     tf_filesystems.register_for(*([file_patterns] if isinstance(file_patterns, str)
@@ -595,7 +662,7 @@ def build_dataset(
     damaged = scan_for_corruption(files) if config.skip_corrupt else {}
     # Counted when the split's rows are known and every batch's rows reach the trainer.
     split_total = split_rows(file_patterns) if config.data_service and \
-        not config.drop_remainder else None
+        not config.drop_remainder and holdout is None else None
     served = ServedEpochs(split_total, on_served_epoch) if split_total else None
     # Record-level sharding needs every pipeline to see the records in the same order, and a
     # global order is resumed by its position, so it must arrive in that order.
@@ -607,7 +674,8 @@ def build_dataset(
     # A global order shuffles a packed block's rows itself, by epoch and block.
     parse = example_parser(schema, list(keep) + list(label_inputs) + (
         [label_key] if label_key else []), config.image_specs,
-        shuffle_rows=config.training and not global_order, shuffle_seed=config.seed or 0)
+        shuffle_rows=config.training and not global_order, shuffle_seed=config.seed or 0,
+        holdout=holdout if packing.packed_rows(schema) else None)
 
     # Packed data (components/packing/) holds blocks of rows: the records shuffled are whole
     # blocks, one map parses a group of about `shuffle_buffer` rows (shuffled among
@@ -668,6 +736,7 @@ def build_dataset(
                         deterministic=deterministic)
             .apply(_with_salvaged_records(sorted(damaged), config.seed))
             .apply(_record_share(record_share))
+            .apply(_held_out_records(holdout, packed=bool(rows_per_block)))
             .apply(_shuffle_if(config.training, record_shuffle_buffer, config.seed))
             .batch(records_per_parse,
                    drop_remainder=config.drop_remainder and not rows_per_block)
@@ -680,7 +749,8 @@ def build_dataset(
         .apply(_cache(config.cache, config.training, config.seed))
         .repeat(1 if global_order else config.num_epochs)  # the global order has its epochs
         .apply(_known_batches(_epoch_batches(
-            None if global_order or record_share or damaged or config.data_service else
+            None if global_order or record_share or damaged or config.data_service or
+            holdout is not None else
             _rows_read(files, all_files, file_patterns, bool(rows_per_block)), config)))
         .apply(_prefetch(config, packed=bool(rows_per_block)))
         .with_options(_dataset_options(config, packed=bool(rows_per_block)))

@@ -30,7 +30,8 @@ from components.codec import parser, schema_file  # noqa: E402
 from components.images import ImageSpec, decode_images, with_storage_from  # noqa: E402
 from components.trainer import distribute, fit, layers, tasks  # noqa: E402
 from components.trainer.input import (  # noqa: E402
-    build_dataset, corrupt_files_named, example_parser, input_share, resolve_files, split_rows)
+    Holdout, build_dataset, corrupt_files_named, example_parser, input_share, resolve_files,
+    split_rows)
 from components.trainer.options import (  # noqa: E402
     GLOBAL_SHUFFLE, TRANSFORM_SIGNATURE, TrainerOptions)
 
@@ -169,16 +170,19 @@ class DataStatistics:
 
     features: dict[str, Moments]
     label: Moments
+    rows: int = 0  # every row read, a missing label or not
 
     @classmethod
     def of(cls, data: tf.data.Dataset, keys: list[str]) -> "DataStatistics":
         features = {key: Moments() for key in keys}
         label = Moments()
+        rows = 0
         for batch, labels in data.as_numpy_iterator():
             for key, moments in features.items():
                 moments.add(batch[key])
             label.add(labels)
-        return cls(features, label)
+            rows += len(labels)
+        return cls(features, label, rows)
 
 
 def scaling_variance(moments: Moments) -> float:
@@ -362,11 +366,52 @@ def resolve_schemas(fn_args: Any) -> Schemas:
     return Schemas(stored, read, transformed, transform_output)
 
 
+@dataclasses.dataclass(frozen=True)
+class Validation:
+    """Where the rows that choose the weights and stop training come from: a split of their
+    own (`files`, no holdout), or a fraction of the train split held out by hash
+    (`holdout`, the training rows then the rest); no files: none. Never the eval split."""
+
+    files: tuple[str, ...] = ()
+    holdout: Optional[Holdout] = None  # the validation side; the training side is the rest
+    split: Optional[str] = None  # the named split, when they are one
+
+    @property
+    def training_holdout(self) -> Optional[Holdout]:
+        return dataclasses.replace(self.holdout, validation=False) if self.holdout else None
+
+
+def split_of(pattern: str) -> Optional[str]:
+    """The split an `<examples>/Split-<name>/*` pattern reads, or None."""
+    folder = fileio.basename(pattern.rstrip("*/").rstrip("/"))
+    return folder[len("Split-"):] if folder.startswith("Split-") else None
+
+
+def resolve_validation(fn_args: Any, options: TrainerOptions) -> Validation:
+    """The Examples' `validation_split` when every train pattern has it beside it, else
+    `validation_fraction` of the train split held out by hash, else nothing."""
+    name = options.validation_split
+    evaluated = {split_of(p) for p in fn_args.eval_files or ()}
+    if name and name in evaluated:
+        raise ValueError(f"validation_split={name!r} is the split the Evaluator blesses on; "
+                         "name another split, or set validation_split='' to hold rows out "
+                         "of the train split")
+    train = list(fn_args.train_files)
+    if name and all(split_of(p) for p in train):
+        named = [fileio.join(fileio.dirname(p.rstrip("*/").rstrip("/")), f"Split-{name}", "*")
+                 for p in train]
+        if all(tf.io.gfile.glob(p) for p in named):
+            return Validation(tuple(named), split=name)
+    if options.validation_fraction > 0:
+        return Validation(tuple(train), Holdout(options.validation_fraction, validation=True))
+    return Validation()
+
+
 @dataclasses.dataclass
 class TrainingInput:
-    """The input functions of one run: every replica's reader of the training or eval files,
-    all parsing with the same schema, features and label; the files the training readers
-    took are recorded for the report."""
+    """The input functions of one run: every replica's reader of the training or validation
+    rows, all parsing with the same schema, features and label; the files the training
+    readers took are recorded for the report."""
 
     options: TrainerOptions
     schema: schema_pb2.Schema
@@ -377,22 +422,29 @@ class TrainingInput:
     read_files: list[str] = dataclasses.field(default_factory=list)
     # Through a tf.data service: each training epoch's rows against the split's.
     served_epochs: list[dict] = dataclasses.field(default_factory=list)
+    # The rows that choose the weights; the training readers leave them out.
+    validation: Validation = Validation()
+
+    def files(self) -> list[str]:
+        """Every file the run reads: the train split's, and a validation split's."""
+        return sorted(set(self.train_files) | set(
+            resolve_files(list(self.validation.files)) if self.validation.files else ()))
 
     @property
-    def eval_rows_repeat(self) -> bool:
-        """Whether an eval reader with `fixed_steps` gives the same rows each time round
+    def validation_rows_repeat(self) -> bool:
+        """Whether a validation reader with `fixed_steps` gives the same rows each time round
         (tabular rows are kept; images are read anew, and read on through the split)."""
         return not self.images
 
     def dataset_fn(self, files, training: bool, batches_per_step: int = 1,
-                   fixed_steps: int = 0
+                   fixed_steps: int = 0, holdout: Optional[Holdout] = None
                    ) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
-        """Each replica's reader of `files`, in batches of `batches_per_step` training
-        batches (an eval step's cost is mostly the call's, not the rows'). With
-        `fixed_steps`, the first that many batches over and over, parsed once: every early
-        stop check then scores the same rows, so their losses compare the model and not the
-        rows, and later checks skip the reading. Images are read anew each time: their
-        pixels would not fit in memory."""
+        """Each replica's reader of `files` (only `holdout`'s side of them, with one), in
+        batches of `batches_per_step` training batches (a validation step's cost is mostly
+        the call's, not the rows'). With `fixed_steps`, the first that many batches over and
+        over, parsed once: every early stop check then scores the same rows, so their losses
+        compare the model and not the rows, and later checks skip the reading. Images are
+        read anew each time: their pixels would not fit in memory."""
         options = self.options
 
         def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -402,37 +454,47 @@ class TrainingInput:
             if training:
                 self.read_files.extend(input_share(self.train_files, context)[0])
             dataset = self._dataset(files, self.feature_keys, config, context,
-                                    self.served_epochs.append if training else None)
-            if fixed_steps and self.eval_rows_repeat:
+                                    self.served_epochs.append if training else None, holdout)
+            if fixed_steps and self.validation_rows_repeat:
                 dataset = dataset.take(fixed_steps).cache().repeat()
             return dataset
         return make
 
-    def statistics(self, files) -> DataStatistics:
-        """One pass over the training files, reading only the numbers the model scales and the
-        label: cheaper than an epoch (no strings, no images, no gradients), and it sees every
-        row, which a sample of the first batches does not."""
+    def statistics(self, files, holdout: Optional[Holdout] = None) -> DataStatistics:
+        """One pass over the training rows (`holdout`'s side of `files`), reading only the
+        numbers the model scales and the label: cheaper than an epoch (no strings, no images,
+        no gradients), and it sees every row, which a sample of the first batches does not."""
         keys = [] if self.images else numeric_keys(self.schema, self.feature_keys)
         config = dataclasses.replace(self.options.input_config(
             max(self.options.input.batch_size, 4096), False, {}), num_epochs=1)
-        return DataStatistics.of(self._dataset(files, keys, config), keys)
+        return DataStatistics.of(self._dataset(files, keys, config, holdout=holdout), keys)
+
+    def rows_read(self, files, holdout: Optional[Holdout], batches: int,
+                  batch_size: int) -> int:
+        """The rows in the first `batches` batches of `batch_size` of a validation reader:
+        the rows its early stop checks score."""
+        config = dataclasses.replace(self.options.input_config(batch_size, False, {}),
+                                     num_epochs=1)
+        labels = self._dataset(files, [], config, holdout=holdout).take(batches)
+        return sum(len(label) for _, label in labels.as_numpy_iterator())
 
     def _dataset(self, files, feature_keys: list[str], config,
                  context: Optional[tf.distribute.InputContext] = None,
-                 on_served_epoch: Optional[Callable[[dict], None]] = None
-                 ) -> tf.data.Dataset:
+                 on_served_epoch: Optional[Callable[[dict], None]] = None,
+                 holdout: Optional[Holdout] = None) -> tf.data.Dataset:
         """`feature_keys` and the label (read, or computed by label_fn) of `files`."""
         return build_dataset(files, self.schema,
                              None if self.label_fn else self.options.label_key,
                              feature_keys=feature_keys, label_fn=self.label_fn,
                              label_inputs=self.options.label_inputs if self.label_fn else (),
                              config=config, input_context=context,
-                             on_served_epoch=on_served_epoch)
+                             on_served_epoch=on_served_epoch, holdout=holdout)
 
 
 def run_fn(fn_args: Any) -> None:
-    """Trains on `fn_args.train_files`, evaluates, writes input_report.json and TensorBoard
-    logs into `model_run_dir`, and exports a tf.Example serving model."""
+    """Trains on `fn_args.train_files` less the validation rows, which choose the weights
+    (`resolve_validation`; the eval split is never read), writes input_report.json and
+    TensorBoard logs into `model_run_dir`, and exports a tf.Example serving model."""
     # Each worker of a multi-worker cluster runs this in a process of its own.
     tf_filesystems.register_for(fn_args.serving_model_dir, fn_args.model_run_dir,
                                 fn_args.transform_graph_path, *(fn_args.train_files or ()))
@@ -450,11 +512,13 @@ def run_fn(fn_args: Any) -> None:
     options, checkpointing = checkpointing_for(options, folders)
     train_files = resolve_files(fn_args.train_files)
     inputs = TrainingInput(options, schemas.read, feature_keys,
-                           _label_fn(options, schemas.model), images, train_files)
+                           _label_fn(options, schemas.model), images, train_files,
+                           validation=resolve_validation(fn_args, options))
 
-    with corrupt_files_named(train_files + resolve_files(fn_args.eval_files)):
+    with corrupt_files_named(inputs.files()):
         with phases("statistics"):
-            statistics = inputs.statistics(fn_args.train_files)
+            statistics = inputs.statistics(fn_args.train_files,
+                                           inputs.validation.training_holdout)
         head = make_head(options, schemas.model, options.label_key, images, statistics.label,
                          schemas.transform_output)
         logging.info("Task: %s%s", head.task, f" ({head.num_classes} classes)"
@@ -469,7 +533,8 @@ def run_fn(fn_args: Any) -> None:
     with phases("export"):
         export_model(model, fn_args.serving_model_dir, folders, serving_signatures(
             model, schemas, feature_keys, images, head, options.label_key))
-    _write_input_report(result, head, strategy, inputs, folders.run_dir, phases)
+    _write_input_report(result, head, strategy, inputs, folders.run_dir, phases,
+                        _validation_report(inputs, statistics, fn_args))
 
 
 class Phases:
@@ -490,19 +555,23 @@ class Phases:
 def _train(model: keras.Model, strategy: tf.distribute.Strategy, inputs: "TrainingInput",
            fn_args: Any, options: TrainerOptions, folders: distribute.WorkerFolders,
            checkpointing: Optional[fit.Checkpointing]) -> fit.TrainingResult:
-    """The training loop over this run's budget, scored on the eval split."""
+    """The training loop over this run's budget, on the training rows, its weights chosen on
+    the validation rows."""
     budget = training_budget(fn_args, options)
+    validation = inputs.validation
     return fit.train(
         model, strategy,
-        distribute.distribute(strategy, inputs.dataset_fn(fn_args.train_files, True)),
+        distribute.distribute(strategy, inputs.dataset_fn(
+            fn_args.train_files, True, holdout=validation.training_holdout)),
         steps=budget.steps, steps_per_epoch=budget.steps_per_epoch,
         log_dir=folders.run_dir, global_batch_size=options.input.batch_size,
-        eval_data=distribute.distribute(strategy, inputs.dataset_fn(
-            fn_args.eval_files, False, budget.eval_batches_per_step, budget.eval_steps)),
-        eval_steps=budget.eval_steps, checkpointing=checkpointing,
-        early_stopping=fit.EarlyStopping(budget.patience, budget.eval_steps)
-        if budget.patience and budget.eval_steps else None,
-        eval_rows_repeat=inputs.eval_rows_repeat)
+        validation_data=distribute.distribute(strategy, inputs.dataset_fn(
+            list(validation.files), False, budget.validation_batches_per_step,
+            budget.validation_steps, validation.holdout)) if validation.files else None,
+        validation_steps=budget.validation_steps, checkpointing=checkpointing,
+        early_stopping=fit.EarlyStopping(budget.patience, budget.validation_steps)
+        if budget.patience and budget.validation_steps else None,
+        validation_rows_repeat=inputs.validation_rows_repeat)
 
 
 def checkpointing_for(options: TrainerOptions, folders: distribute.WorkerFolders
@@ -533,36 +602,42 @@ def checkpointing_for(options: TrainerOptions, folders: distribute.WorkerFolders
 class Budget:
     steps: int
     steps_per_epoch: int
-    eval_steps: int  # eval calls, each of `eval_batches_per_step` training batches of rows
+    # Validation calls, each of `validation_batches_per_step` training batches of rows.
+    validation_steps: int
     patience: int = 0  # epochs without improvement before an early stop (0: never stop)
-    eval_batches_per_step: int = 1
+    validation_batches_per_step: int = 1
 
 
-# At most this many training batches of eval rows are scored in one call: an eval call's cost
-# is mostly per call, and the early stop scores eval_steps batches after every epoch.
-EVAL_BATCHES_PER_STEP = 16
+# At most this many training batches of validation rows are scored in one call: a call's
+# cost is mostly per call, and the early stop scores eval_steps batches after every epoch.
+VALIDATION_BATCHES_PER_STEP = 16
 
 
 def training_budget(fn_args: Any, options: TrainerOptions) -> Budget:
     """train_steps at most, and at most max_epochs passes over the training rows; an epoch is
     one pass when the row count is known and a pass is shorter than a reporting window
-    (train_steps / epochs), else the window. The eval loss is checked on at most one pass
-    over the eval rows."""
+    (train_steps / epochs), else the window. The validation loss is checked on `eval_steps`
+    batches (the Trainer's EvalArgs), at most one pass over the validation rows. Rows held
+    out by hash are counted as their share of the split's."""
     batch = options.input.batch_size
-    train_rows, eval_rows = (split_rows(files) for files in (fn_args.train_files,
-                                                              fn_args.eval_files))
+    validation = resolve_validation(fn_args, options)
+    train_rows = split_rows(fn_args.train_files)
+    validation_rows = split_rows(list(validation.files)) if validation.files else 0
+    if validation.holdout and train_rows:
+        validation_rows = max(1, round(train_rows * validation.holdout.fraction))
+        train_rows -= validation_rows
     window = max(1, -(-fn_args.train_steps // max(1, options.epochs)))
     steps = fn_args.train_steps
     if train_rows:
         one_pass = max(1, -(-train_rows // batch))
         steps = min(steps, options.max_epochs * one_pass)
         window = min(window, one_pass)
-    eval_steps = fn_args.eval_steps or 0
-    if eval_rows:
-        eval_steps = min(eval_steps, max(1, -(-eval_rows // batch)))
-    # The same rows (eval_steps batches) in fewer, larger calls.
-    calls = -(-eval_steps // EVAL_BATCHES_PER_STEP)
-    per_call = -(-eval_steps // calls) if calls else 1
+    validation_steps = (fn_args.eval_steps or 0) if validation.files else 0
+    if validation_rows:
+        validation_steps = min(validation_steps, max(1, -(-validation_rows // batch)))
+    # The same rows (validation_steps batches) in fewer, larger calls.
+    calls = -(-validation_steps // VALIDATION_BATCHES_PER_STEP)
+    per_call = -(-validation_steps // calls) if calls else 1
     patience = options.early_stopping_patience
     if patience:
         patience = max(patience, -(-options.early_stopping_min_steps // window))
@@ -585,10 +660,31 @@ def build_model(schema: schema_pb2.Schema, feature_keys: list[str],
     return build_tabular_model(schema, feature_keys, statistics, head, periodic)
 
 
+def _validation_report(inputs: TrainingInput, statistics: DataStatistics,
+                       fn_args: Any) -> dict:
+    """How many rows trained, how many chose the weights and where they came from; the eval
+    split is not among them (the run summary says so from this)."""
+    validation, budget = inputs.validation, training_budget(fn_args, inputs.options)
+    chose = inputs.rows_read(
+        list(validation.files), validation.holdout, budget.validation_steps,
+        inputs.options.input.batch_size * budget.validation_batches_per_step) \
+        if validation.files and budget.validation_steps else 0
+    holdout = validation.holdout
+    return {"rows_trained": statistics.rows, "rows_choosing_weights": chose,
+            "split": validation.split, "fraction": holdout.fraction if holdout else None,
+            "hashed": None if not holdout else "packed row (its block and place in it)"
+            if packing.packed_rows(inputs.schema) else "record",
+            # The files this run read, checked against the eval split's.
+            "eval_split_read": bool(fn_args.eval_files) and bool(
+                set(inputs.files()) & set(resolve_files(fn_args.eval_files)))}
+
+
 def _write_input_report(result, head: Head, strategy: tf.distribute.Strategy,
-                        inputs: TrainingInput, run_dir: str, phases: Phases) -> None:
+                        inputs: TrainingInput, run_dir: str, phases: Phases,
+                        validation: dict) -> None:
     report = result.report()
     report.update(task=head.task, strategy=distribute.strategy_name(strategy),
+                  validation=validation,
                   phase_seconds=phases.seconds,
                   replicas=strategy.num_replicas_in_sync,
                   workers=distribute.cluster_workers(),

@@ -19,6 +19,9 @@ IMAGE_METADATA = ("height", "width", "channels", "format")
 # Where `tfrp data-service dispatcher` listens unless told otherwise.
 DATA_SERVICE_PORT = 5050
 BUFFER_SHUFFLE, GLOBAL_SHUFFLE = "buffer", "global"
+# What run_fn writes into model_run_dir: input waits, early stopping, the rows it trained on
+# and the rows that chose the weights (the run summary reads it back).
+REPORT_FILE = "input_report.json"
 
 
 class InputNotCheckpointable(RuntimeError):
@@ -115,8 +118,16 @@ class TrainerOptions(JsonOptions):
     # (when their count is known: our shards' manifest says it), so a small table or image
     # set does not train for minutes after it stopped improving.
     max_epochs: int = 100
-    # Stop when the eval split's loss has not improved for this many epochs (checked after
-    # each pass, or each reporting window), keeping the best epoch's weights; 0: never.
+    # The rows that choose the weights and stop training early: the Examples' split of this
+    # name when they have one (never the eval split, which the Evaluator blesses on), else
+    # this fraction of the train split, held out of training by a stable hash of each record
+    # (of each row's packed block and place in it, for packed records). 0 with no such split:
+    # nothing held out, no early stop, the last step's weights. validation_split "": always
+    # the fraction.
+    validation_split: str = "validation"
+    validation_fraction: float = setting(0.1, minimum=0.0, maximum=0.5)
+    # Stop when the validation rows' loss has not improved for this many epochs (checked
+    # after each pass, or each reporting window), keeping the best epoch's weights; 0: never.
     early_stopping_patience: int = 5
     # ... and not before this many steps without improvement: a small table's pass is a few
     # steps, and five passes of three noisy steps each are no plateau (Sacramento's 600
