@@ -129,7 +129,8 @@ def side_command(side: str, data_dir: str, run_dir: str, train_steps: int) -> li
     """The child process a side runs as."""
     if side == "stock":
         return [sys.executable, "-m", "bench.pipeline", data_dir, run_dir, str(train_steps)]
-    entry = ["bench.pipeline", NO_STATISTICS] if side == NO_STATISTICS else ["pipeline.cli"]
+    # The no-statistics side's child sets Transform's disable_statistics (pipeline/cli/bench.py).
+    entry = ["pipeline.cli.bench", NO_STATISTICS] if side == NO_STATISTICS else ["pipeline.cli"]
     return [sys.executable, "-m", *entry, "run", "--dataset", "taxi",
             "--data-root", data_dir, "--output-root", run_dir,
             "--set", f"metadata_path={fileio.join(run_dir, METADATA_FILE)}",
@@ -451,23 +452,5 @@ def chart(result: dict, path: str) -> str:
     return path
 
 
-def _run_ours_without_statistics(argv: list[str]) -> None:
-    """`tfrp run` with ShardedTransform's disable_statistics on: the pipeline settings carry
-    no such setting, so the Transform options the run builds get it here."""
-    import dataclasses
-
-    from pipeline import configs
-    from pipeline.cli.tfrp import entry_point
-
-    transform_options = configs.PipelineConfig.transform_options
-    configs.PipelineConfig.transform_options = lambda config: dataclasses.replace(
-        transform_options(config), disable_statistics=True)
-    sys.argv = [sys.argv[0], *argv]
-    entry_point()
-
-
 if __name__ == "__main__":
-    if sys.argv[1] == NO_STATISTICS:
-        _run_ours_without_statistics(sys.argv[2:])
-    else:
-        _run_stock(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    _run_stock(sys.argv[1], sys.argv[2], int(sys.argv[3]))
