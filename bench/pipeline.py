@@ -11,8 +11,8 @@ bare header line in a folder of its own).
 - `ours`: `tfrp run --dataset taxi --data-root <CSV folder> --output-root <fresh folder>`.
   Like stock's Transform (`disable_statistics=False`, its default), ours writes the statistics
   of the rows before and after it, so the Transform rows compare like with like.
-- `ours-no-statistics`: the same run with ShardedTransform's `disable_statistics` on, which
-  shows what the statistics cost.
+- `ours-no-statistics`: the same run with `--set disable_statistics=true` (Transform's stock
+  setting), which shows what the statistics cost.
 
 Steps: both Trainers run the example's 1,000 train steps and 150 eval steps (`--train-steps`
 and `--eval-steps` for ours; another `--train-steps` is also set on the stock Trainer's
@@ -129,11 +129,10 @@ def side_command(side: str, data_dir: str, run_dir: str, train_steps: int) -> li
     """The child process a side runs as."""
     if side == "stock":
         return [sys.executable, "-m", "bench.pipeline", data_dir, run_dir, str(train_steps)]
-    # The no-statistics side's child sets Transform's disable_statistics (pipeline/cli/bench.py).
-    entry = ["pipeline.cli.bench", NO_STATISTICS] if side == NO_STATISTICS else ["pipeline.cli"]
-    return [sys.executable, "-m", *entry, "run", "--dataset", "taxi",
+    return [sys.executable, "-m", "pipeline.cli", "run", "--dataset", "taxi",
             "--data-root", data_dir, "--output-root", run_dir,
             "--set", f"metadata_path={fileio.join(run_dir, METADATA_FILE)}",
+            "--set", f"disable_statistics={side == NO_STATISTICS}",
             "--train-steps", str(train_steps), "--eval-steps", str(STOCK_EVAL_STEPS)]
 
 

@@ -127,6 +127,9 @@ class PipelineConfig:
     fail_on_anomalies: bool = TransformOptions.fail_on_anomalies
     # Transform writes this many rows per tf.Example (0: one row per Example).
     packed_rows: int = TransformOptions.packed_rows
+    # Stock Transform's: off, ShardedTransform also writes the statistics, schemas and
+    # anomalies of the rows it analysed and wrote; on, those outputs do not exist.
+    disable_statistics: bool = TransformOptions.disable_statistics
     label_key: Optional[str] = None
     # A `module.function` computing the label from raw features, and the features it reads.
     label_fn: Optional[str] = None

@@ -323,26 +323,3 @@ def bench_pipeline(rows, sides, train_steps, repeats, work_dir, as_json, plot) -
         _log(f"Chart: {bench_lib.chart(result, plot)}")
     _show(result, bench_lib.table(result), as_json)
 
-
-def run_without_transform_statistics(argv: list[str]) -> None:
-    """`tfrp run` with ShardedTransform's disable_statistics on (`tfrp bench pipeline`'s
-    ours-no-statistics side): the pipeline settings carry no such setting, so the Transform
-    options the run builds get it here."""
-    import dataclasses
-    import runpy
-    import sys
-
-    from pipeline import configs
-
-    transform_options = configs.PipelineConfig.transform_options
-    configs.PipelineConfig.transform_options = lambda config: dataclasses.replace(
-        transform_options(config), disable_statistics=True)
-    sys.argv = [sys.argv[0], *argv]
-    runpy.run_module("pipeline.cli", run_name="__main__")  # `python -m pipeline.cli`
-
-
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:2] == ["ours-no-statistics"]:
-        run_without_transform_statistics(sys.argv[2:])
