@@ -81,8 +81,10 @@ def run(config_file, assignments, **named) -> None:
     from pipeline import report
 
     config = local_runner.local_config(config)
+    # This run's page, not the latest run's: another may have started since this one ended.
     path = report.write_report(config.metadata_path, config.pipeline_name,
-                               report.default_path(config.output_root, config.pipeline_name))
+                               report.default_path(config.output_root, config.pipeline_name),
+                               summary.run_id)
     click.echo(f"Report: {fileio.absolute(path)}")
 
 
