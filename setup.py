@@ -20,6 +20,9 @@ setup(
         "tf-keras",
         # s3:// for the stock components' tf.io.gfile (components/tf_filesystems.py).
         "tensorflow-io",
+        # Each s3:// object's ETag for the source fingerprint, from one listing
+        # (components/fileio.py); pyarrow's S3 gives only sizes and times to the second.
+        "boto3",
         "click>=8",
         "pyyaml",
         "pillow",
