@@ -65,16 +65,20 @@ def analysis_key(options, raw_schema: schema_pb2.Schema) -> str:
 def _analysed_schema(schema: schema_pb2.Schema) -> schema_pb2.Schema:
     """`schema` without what only validation reads: the values of string domains (a rolling
     window's inferred schema gains one with each new value seen, and a vocabulary is counted
-    from the rows, not the domain), drift and skew comparators and distribution
-    constraints."""
+    from the rows, not the domain), drift and skew comparators, distribution constraints,
+    value counts, and the presence of a feature without a shape (a span with a missing value
+    where the last had none infers another min_fraction; tf.Transform parses such a feature
+    as variable-length whatever its presence)."""
     kept = schema_pb2.Schema()
     kept.CopyFrom(schema)
     for domain in kept.string_domain:
         del domain.value[:]
     for feature in kept.feature:
         for name in ("string_domain", "drift_comparator", "skew_comparator",
-                     "distribution_constraints"):
+                     "distribution_constraints", "value_count", "value_counts"):
             feature.ClearField(name)
+        if not feature.HasField("shape"):
+            feature.ClearField("presence")
     return kept
 
 
