@@ -195,9 +195,12 @@ def test_statistics_match_stock_transforms(both, taxi_examples):
     assert_same_statistics(stats(ours, "pre_transform_stats"),
                            stats(stock, "pre_transform_stats"),
                            _values(taxi_examples, ["train"]))
+    # Two runs of tf.Transform's analysis round their float32 constants apart by the order
+    # Beam combines in (a z-score's mean moved by 1e-7), so the transformed rows themselves
+    # may differ by that much between the two sides.
     assert_same_statistics(stats(ours, "post_transform_stats"),
                            stats(stock, "post_transform_stats"),
-                           _values(stock["transformed_examples"], SPLITS))
+                           _values(stock["transformed_examples"], SPLITS), atol=1e-6)
     assert schema_file.load_schema(os.path.join(ours["pre_transform_schema"], "schema.pbtxt")) \
         == schema_file.load_schema(os.path.join(stock["pre_transform_schema"], "schema.pbtxt"))
     for outputs in (stock, ours):
