@@ -22,7 +22,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
-from components import fileio, tfrecord_io
+from components import fileio, rows_done, tfrecord_io
 from components.evaluator import metrics as metric_values
 from components.evaluator.metrics import Scores, UnsupportedSetting
 from components.evaluator.options import EvaluatorOptions
@@ -335,6 +335,7 @@ def score_files(scorers: Sequence[ModelScorer], data_files: Sequence[str],
                 while len(pending) > 2 * options.threads * len(scorers):
                     collect(*pending.pop(0))
             rows += len(block.starts)
+            rows_done.add(len(block.starts))
         while pending:
             collect(*pending.pop(0))
     finally:

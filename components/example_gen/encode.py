@@ -12,7 +12,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from components import faults, fileio, shards
+from components import faults, fileio, rows_done, shards
 from components.codec import schema_file, serializer
 from components.example_gen import splits as splitting
 from components.example_gen.options import ExampleGenOptions
@@ -85,6 +85,7 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
                 if not item.num_rows:
                     continue
                 rows_in += item.num_rows
+                rows_done.add(item.num_rows)
                 if on_rows:
                     on_rows(item.num_rows)
                 item, dropped = without_unlabelled(item, options.label_key)

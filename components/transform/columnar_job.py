@@ -34,7 +34,7 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tensorflow_transform import graph_context
 
-from components import fileio
+from components import fileio, rows_done
 from components.transform import analyzers
 from components.transform.inputs import (
     analysis_key, dataset_key, record_batches, split_paths, tensor_adapter_config)
@@ -308,6 +308,7 @@ class _TransformFile(beam.DoFn):
         for batch in record_batches(path, self._raw_schema):
             transformed = self._layer(self._adapter.ToBatchTensors(
                 batch, produce_eager_tensors=True))
+            rows_done.add(batch.num_rows)
             yield self._converter.convert(transformed)
 
 
