@@ -1,9 +1,11 @@
 """Live progress of a local run: one line per component as it finishes, read from the run's
 ML Metadata store while LocalDagRunner works, and on a terminal a line naming the component
-now running."""
+now running, with the rows it has done and their rate when its loops count them
+(components/rows_done.py: LocalDagRunner runs each executor in this process, one at a time)."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 import time
@@ -11,12 +13,55 @@ from typing import Callable, Optional
 
 from ml_metadata.proto import metadata_store_pb2
 
+from components import rows_done
 from pipeline import run_summary
 
 _DONE = (metadata_store_pb2.Execution.COMPLETE, metadata_store_pb2.Execution.CACHED,
          metadata_store_pb2.Execution.FAILED)
 # The context TFX gives each run's executions, named by its run id.
 PIPELINE_RUN = "pipeline_run"
+# The live line's rate is the rows of the last few seconds over those seconds (or over the
+# component's seconds so far, when fewer): it falls when the rows stop.
+RATE_WINDOW_S = 5.0
+
+
+def rate_text(per_second: float) -> str:
+    """A rate as tqdm's unit_scale writes one: three figures and k, M or G (812, 51.2k,
+    512k, 1.23M)."""
+    for unit in ("", "k", "M", "G"):
+        if per_second < 999.5 or unit == "G":
+            break
+        per_second /= 1000
+    if not unit:
+        return f"{per_second:.0f}"
+    digits = 2 if per_second < 9.995 else 1 if per_second < 99.95 else 0
+    return f"{per_second:.{digits}f}{unit}"
+
+
+def live_line(name: str, seconds: float, rows: Optional[int] = None,
+              per_second: Optional[float] = None) -> str:
+    """The live line of the component running: its name and seconds so far, then the rows
+    it has done and their rate when it counts them."""
+    line = f"  {name:<{run_summary.NODE_WIDTH}} running {seconds:>5.0f} s"
+    if not rows:
+        return line + " ..."
+    line += f"  {rows:,} rows"
+    if per_second is not None:
+        line += f"  {rate_text(per_second)} rows/s"
+    return line
+
+
+def rows_and_rate(started: float, now: float) -> tuple[Optional[int], Optional[float]]:
+    """(rows counted since `started`, their rate over the last RATE_WINDOW_S seconds), both
+    None when not known; wall times in seconds since the epoch."""
+    rows = rows_done.rows_after(started)
+    if not rows:
+        return rows, None
+    since = max(started, now - RATE_WINDOW_S)
+    recent = rows_done.rows_after(since)
+    if recent is None:
+        return rows, None
+    return rows, recent / max(now - since, 1e-3)
 
 
 class RunProgress:
@@ -90,9 +135,9 @@ class RunProgress:
                          f"{run_summary.state_name(execution):<7}{seconds:>7.1f} s  {produced}")
         if self._live and running:
             execution = running[-1]
-            seconds = time.time() - execution.create_time_since_epoch / 1000
+            now, started = time.time(), execution.create_time_since_epoch / 1000
             name = run_summary.node_name(store, execution)
-            self._show_live(f"  {name:<{run_summary.NODE_WIDTH}} running {seconds:>5.0f} s ...")
+            self._show_live(live_line(name, now - started, *rows_and_rate(started, now)))
 
     def _executions(self, store) -> list:
         if self._run_id is None:
@@ -106,6 +151,8 @@ class RunProgress:
         self._echo(line)
 
     def _show_live(self, line: str) -> None:
+        # Cut to the terminal's width: a line that wraps is not rewritten by a carriage return.
+        line = line[:max(shutil.get_terminal_size().columns - 1, 20)]
         sys.stdout.write("\r" + line.ljust(self._live_width))
         sys.stdout.flush()
         self._live_width = len(line)

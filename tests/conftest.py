@@ -338,8 +338,8 @@ FIXTURE_MARKERS = {
 # The files that read the session's taxi run (`taxi_cli_run`, and the fixtures built on it):
 # pytest-xdist makes a session fixture once per worker, so these files are one unit of work
 # (one worker) and the 2,000-trip pipeline runs once a suite, not once on each worker.
-SHARED_RUN_FILES = ("test_foundation.py", "test_report.py", "test_run_output.py",
-                    "test_runners.py")
+SHARED_RUN_FILES = ("test_foundation.py", "test_progress_live.py", "test_report.py",
+                    "test_run_output.py", "test_runners.py")
 # Units of work start in this order of what they need (then in file order): the cold image
 # build first, as it spends half its time waiting on downloads and layer writes that the
 # other worker's tests fill; then whole pipelines and clusters; the quick files last, to
