@@ -564,87 +564,40 @@ class _FeatureStats:
         self.pending_rows = 0
 
     def add(self, part: _FeaturePart) -> None:
-        """Folds in one block's summary."""
         presence = part.presence
-        self._add_presence(presence.non_missing, presence.total_values, presence.min_values,
-                           presence.max_values, presence.length_counts)
-        numeric = part.numeric
-        if numeric is not None:
-            self._add_numeric(numeric.nans, numeric.zeros, numeric.positive_infinite,
-                              numeric.low, numeric.high, numeric.finite_low,
-                              numeric.finite_high, numeric.count, numeric.mean,
-                              numeric.variance)
-            if numeric.count:
-                self.sketch.AddValues(pa.array(numeric.points), pa.array(numeric.weights))
-        self._add_bytes(part.bytes_total, presence.total_values, part.bytes_low,
-                        part.bytes_high)
+        if presence.non_missing:
+            self.non_missing += presence.non_missing
+            self.total_values += presence.total_values
+            self.min_values = min(self.min_values, presence.min_values)
+            self.max_values = max(self.max_values, presence.max_values)
+            self.length_counts = _add_counts(self.length_counts, presence.length_counts)
+        if part.numeric is not None:
+            self._add_numeric(part.numeric)
+        self.bytes_total += part.bytes_total
+        if self.plan.role == BYTES and presence.total_values:
+            self.bytes_low = min(self.bytes_low, part.bytes_low)
+            self.bytes_high = max(self.bytes_high, part.bytes_high)
         if part.value_counts is not None and len(part.value_counts):
-            self._add_value_counts([pa.Table.from_arrays(
+            self.pending.append(pa.Table.from_arrays(
                 [part.value_counts.field("values"), part.value_counts.field("counts")],
-                ["value", "count"])])
+                ["value", "count"]))
+            self.pending_rows += len(part.value_counts)
+            if self.pending_rows > _PENDING_VALUES:
+                self.pending = [self.value_counts()]
+                self.pending_rows = self.pending[0].num_rows
 
-    def merge(self, other: "_FeatureStats") -> None:
-        """Folds in the same feature's statistics over other blocks (another shard's),
-        leaving `other` as it was. In any order and grouping, counts, extremes, lengths and
-        value tables come out the same, the moments the same to rounding (Chan's parallel
-        update, `_combine_moments`) and the quantiles within the sketch's rank error."""
-        self._add_presence(other.non_missing, other.total_values, other.min_values,
-                           other.max_values, other.length_counts)
-        self._add_numeric(other.nans, other.zeros, other.positive_infinite, other.low,
-                          other.high, other.finite_low, other.finite_high, other.count,
-                          other.mean, other.variance)
-        if other.count:
-            self.sketch.Merge(other.sketch)
-        self._add_bytes(other.bytes_total, other.total_values, other.bytes_low,
-                        other.bytes_high)
-        if other.pending:
-            self._add_value_counts(other.pending)
-
-    def compact(self) -> None:
-        """Shrinks the state before it is sent elsewhere: the sketch compacted, the value
-        tables merged into one. (tfx_bsl's sketch pickles, its state included.)"""
-        if self.sketch is not None:
-            self.sketch.Compact()
-        if len(self.pending) > 1:
-            self.pending = [self.value_counts()]
-            self.pending_rows = self.pending[0].num_rows
-
-    def _add_presence(self, non_missing: int, total_values: int, min_values, max_values,
-                      length_counts: np.ndarray) -> None:
-        if not non_missing:
+    def _add_numeric(self, part: _NumericPart) -> None:
+        self.nans += part.nans
+        if not part.count:
             return
-        self.non_missing += non_missing
-        self.total_values += total_values
-        self.min_values = min(self.min_values, min_values)
-        self.max_values = max(self.max_values, max_values)
-        self.length_counts = _add_counts(self.length_counts, length_counts)
-
-    def _add_numeric(self, nans: int, zeros: int, positive_infinite: int, low: float,
-                     high: float, finite_low: float, finite_high: float, count: int,
-                     mean: float, variance: float) -> None:
-        self.nans += nans
-        if not count:
-            return
-        self.zeros += zeros
-        self.positive_infinite += positive_infinite
-        self.low, self.high = min(self.low, low), max(self.high, high)
-        self.finite_low = min(self.finite_low, finite_low)
-        self.finite_high = max(self.finite_high, finite_high)
+        self.zeros += part.zeros
+        self.positive_infinite += part.positive_infinite
+        self.low, self.high = min(self.low, part.low), max(self.high, part.high)
+        self.finite_low = min(self.finite_low, part.finite_low)
+        self.finite_high = max(self.finite_high, part.finite_high)
         self.count, self.mean, self.variance = _combine_moments(
-            self.count, self.mean, self.variance, count, mean, variance)
-
-    def _add_bytes(self, bytes_total: int, total_values: int, low, high) -> None:
-        self.bytes_total += bytes_total
-        if self.plan.role == BYTES and total_values:
-            self.bytes_low = min(self.bytes_low, low)
-            self.bytes_high = max(self.bytes_high, high)
-
-    def _add_value_counts(self, tables: list[pa.Table]) -> None:
-        self.pending.extend(tables)
-        self.pending_rows += sum(table.num_rows for table in tables)
-        if self.pending_rows > _PENDING_VALUES:
-            self.pending = [self.value_counts()]
-            self.pending_rows = self.pending[0].num_rows
+            self.count, self.mean, self.variance, part.count, part.mean, part.variance)
+        self.sketch.AddValues(pa.array(part.points), pa.array(part.weights))
 
     def value_counts(self) -> pa.Table:
         """Each distinct value and its count (columns value, count)."""
@@ -681,8 +634,7 @@ def _combine_moments(a_count: int, a_mean: float, a_variance: float,
 
 
 class SplitStats:
-    """A split's statistics, folded block by block in file order (`add`), or shard by shard
-    in any order (`merge`, the Beam job's)."""
+    """A split's statistics, folded block by block in file order."""
 
     def __init__(self, plan: Plan, options: StatisticsGenOptions):
         self.plan, self.options = plan, options
@@ -694,22 +646,6 @@ class SplitStats:
         rows_done.add(part.rows)
         for name, feature_part in part.features.items():
             self.features[name].add(feature_part)
-
-    def merge(self, other: "SplitStats") -> "SplitStats":
-        """Folds in the same split's statistics over other shards, leaving `other` as it
-        was; returns self."""
-        if [f.name for f in other.plan.features] != [f.name for f in self.plan.features]:
-            raise ValueError("statistics of differently planned shards cannot be merged")
-        self.num_examples += other.num_examples
-        for name, feature in other.features.items():
-            self.features[name].merge(feature)
-        return self
-
-    def compact(self) -> "SplitStats":
-        """Shrinks the state before it is sent to another worker; returns self."""
-        for feature in self.features.values():
-            feature.compact()
-        return self
 
     def statistics(self) -> statistics_pb2.DatasetFeatureStatisticsList:
         result = statistics_pb2.DatasetFeatureStatisticsList()
