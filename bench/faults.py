@@ -103,12 +103,9 @@ def _spark_run(cluster, source: str, out: str, conf: Optional[dict] = None,
 
 
 def _beam_run(parts: str, out: str, fault: Optional[str]) -> float:
-    from components import faults
+    from testsupport import faults
 
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop(faults.ENVIRONMENT, None)
-    if fault:
-        env[faults.ENVIRONMENT] = fault
+    env = faults.child_env(fault, dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     started = time.monotonic()
     subprocess.run([sys.executable, "-W", "ignore", "-m", "pipeline.cli", "examplegen", parts,
                     out, "--runner=BundleBasedDirectRunner"], check=True, env=env,
@@ -119,8 +116,7 @@ def _beam_run(parts: str, out: str, fault: Optional[str]) -> float:
 def run_benchmark(rows: int, work_dir: str, train_rows: int = 30_000,
                   engines: tuple[str, ...] = ENGINES, log: Callable[[str], None] = print
                   ) -> dict:
-    from testsupport import trainer_faults
-    from components import faults
+    from testsupport import faults, trainer_faults
     from components.spark.cluster import LocalCluster
 
     shutil.rmtree(work_dir, ignore_errors=True)
@@ -145,11 +141,11 @@ def run_benchmark(rows: int, work_dir: str, train_rows: int = 30_000,
                     ("spark: clean", None, False),
                     ("spark: executor SIGKILL", None, True),
                     ("spark: every first attempt fails",
-                     {f"spark.executorEnv.{faults.ENVIRONMENT}": faults.FAIL_FIRST_ATTEMPT},
+                     faults.spark_conf(faults.FAIL_FIRST_ATTEMPT),
                      False),
                     (f"spark: task 0 stalls {STALL_SECONDS} s, speculation on",
-                     {f"spark.executorEnv.{faults.ENVIRONMENT}":
-                      f"{faults.SLOW_FIRST_TASK}={STALL_SECONDS}", **SPECULATION}, False)):
+                     {**faults.spark_conf(f"{faults.SLOW_FIRST_TASK}={STALL_SECONDS}"),
+                      **SPECULATION}, False)):
                 out = os.path.join(work_dir, name.split(":")[1].strip().replace(" ", "-"))
                 seconds, _ = _spark_run(cluster, source, out, conf, kill)
                 record(name, "spark", seconds, out, None if kill is False and conf is None

@@ -35,7 +35,7 @@ from typing import Iterator, Optional
 import numpy as np
 from isal import igzip, isal_zlib
 
-from components import faults, fileio, tfrecord_io
+from components import fileio, hooks, tfrecord_io
 from components.codec.schema_file import SCHEMA_FILE
 from components.options import JsonOptions, SettingError, setting
 
@@ -570,7 +570,7 @@ def commit(staging: str, output_dir: str) -> None:
     # moves leaves shards without a schema or without a manifest, never a complete look.
     last = {SCHEMA_FILE: 1, MANIFEST_FILE: 2}
     moved = 0
-    faults.in_commit(moved)
+    hooks.reached(hooks.COMMIT_MOVED, moved=moved)
     for name in sorted(names, key=lambda n: (last.get(n, 0), n)):
         if fileio.is_hidden(name):
             continue
@@ -582,7 +582,7 @@ def commit(staging: str, output_dir: str) -> None:
                 fileio.remove(target)
         fileio.rename(fileio.join(staging, name), target)
         moved += 1
-        faults.in_commit(moved)
+        hooks.reached(hooks.COMMIT_MOVED, moved=moved)
     fileio.remove(marker)
     fileio.rmtree(staging)
 

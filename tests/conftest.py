@@ -25,6 +25,14 @@ os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", _SPARK_JVM)
 
 import pytest  # noqa: E402
 
+from testsupport import faults  # noqa: E402
+
+# The fault hook (testsupport/faults.py) in this process, and in every Python process the
+# tests start (their environment inherits this PYTHONPATH): it does nothing unless a test
+# sets TFRP_INJECT_FAULT.
+faults.install()
+os.environ["PYTHONPATH"] = faults.python_path(os.environ.get("PYTHONPATH"))
+
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 

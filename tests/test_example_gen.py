@@ -341,7 +341,7 @@ def test_a_bundle_retried_after_its_first_attempt_failed_writes_each_row_once(
     retried bundle runs files 0 and 1 again beside their first attempts' files on disk: every
     row is still written once, in the splits the fault-free run gives it, and the row with a
     wrong field count is quarantined once."""
-    from components import faults
+    from testsupport import faults
 
     with open(os.path.join(taxi_slice_dir, "data.csv")) as f:
         header, *lines = f.readlines()

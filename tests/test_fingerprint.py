@@ -14,10 +14,11 @@ import time
 
 import pytest
 
-from components import faults, shards
+from components import shards
 from components.example_gen import engine
 from components.example_gen.inputs import own_fingerprint, settle_inputs
 from components.example_gen.options import ExampleGenOptions
+from testsupport import faults
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROWS = 150  # taxi trips a file

@@ -42,6 +42,7 @@ import pytest
 import forked
 import kfp_launch
 from conftest import tfrp
+from testsupport import faults as fault_env
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.object_store]
 
@@ -83,7 +84,8 @@ def kfp_runs(tmp_path_factory, taxi_csv, stores):
     folder = tmp_path_factory.mktemp("kfp")
     stores.make_bucket("s3", BUCKET)
     local = folder / "trips.csv"
-    env = {**os.environ, **stores.env, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ROOT,
+    env = {**os.environ, **stores.env, "TF_CPP_MIN_LOG_LEVEL": "3",
+           "PYTHONPATH": fault_env.python_path(),
            "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
     # The tasks reach the store only as a pod on a minio:// root does: its endpoint from the
     # spec's env, its keys from KFP's secret through the spec's platform part.
@@ -108,9 +110,9 @@ def kfp_runs(tmp_path_factory, taxi_csv, stores):
         task_env = {**task_base_env, **pod_env}
         for marker in list(faults):
             if any(marker in arg for arg in command):
-                task_env["TFRP_INJECT_FAULT"] = faults.pop(marker)
+                task_env[fault_env.ENVIRONMENT] = faults.pop(marker)
         result = tasks.run(command[3:], task_env, cwd=str(folder))
-        if result.returncode and "TFRP_INJECT_FAULT" not in task_env:
+        if result.returncode and fault_env.ENVIRONMENT not in task_env:
             print(result.stderr[-5000:])
         finished.append((command, result))
         return result

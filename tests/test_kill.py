@@ -194,13 +194,13 @@ def test_a_retried_task_writes_whole_into_the_folder_its_killed_attempt_left(
     """An orchestrator retries a task into the URIs it gave the first attempt: the retry of
     an ExampleGen task SIGKILLed in the middle of its commit (after its second move) writes
     a whole output there, and nothing of the first attempt is left beside it."""
-    from components import faults
+    from testsupport import faults
 
     output = tmp_path / "task" / "examples"
     output.mkdir(parents=True)  # as LocalDagRunner and KFP's launcher give it
     attempt = [sys.executable, "-c", EXECUTOR_ATTEMPT, taxi_slice_dir, str(output)]
-    killed = subprocess.run(attempt, capture_output=True, text=True, env={
-        **child_env(), faults.ENVIRONMENT: f"{faults.KILL_IN_COMMIT}=2"})
+    killed = subprocess.run(attempt, capture_output=True, text=True, env=faults.child_env(
+        f"{faults.KILL_IN_COMMIT}=2", child_env()))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert os.path.exists(output / shards.COMMITTING_FILE) and not looks_complete(str(output))
     retried = subprocess.run(attempt, capture_output=True, text=True, env=child_env())

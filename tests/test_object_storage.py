@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from testsupport import faults
+
 pytestmark = pytest.mark.object_store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -262,7 +264,7 @@ def test_examplegen_killed_in_its_commit_on_a_bucket_leaves_nothing_readers_coun
     source = os.path.join(taxi_slice_dir, "data.csv")
     killed = tfrp(file_layer_stores, "examplegen", source, out, "--num-shards", "2",
                   cwd=str(tmp_path), check=False,
-                  env={"TFRP_INJECT_FAULT": f"kill-in-commit={moves}"})
+                  env=faults.child_env(f"{faults.KILL_IN_COMMIT}={moves}", {}))
     assert killed.returncode == -9, killed.stderr[-2000:]
     counted = tfrp(file_layer_stores, "inspect", "--count", out, cwd=str(tmp_path),
                    check=False)

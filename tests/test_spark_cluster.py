@@ -22,8 +22,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
 
-from components import example_rows, faults, listening, shards
+from components import example_rows, listening, shards
 from components.spark.cluster import LocalCluster
+from testsupport import faults
 
 pytestmark = pytest.mark.spark
 
@@ -140,8 +141,7 @@ def test_every_task_failing_its_first_attempt_after_writing_loses_and_doubles_no
     """Each of the 16 write tasks fails once, after its chunk files are on disk; Spark runs
     it again, and only the attempt whose result Spark kept is counted."""
     out = str(tmp_path / "out")
-    run = write(cluster, source, out, {
-        f"spark.executorEnv.{faults.ENVIRONMENT}": faults.FAIL_FIRST_ATTEMPT})
+    run = write(cluster, source, out, faults.spark_conf(faults.FAIL_FIRST_ATTEMPT))
     _, log = run.communicate(timeout=600)
     assert run.returncode == 0, log[-3000:]
     failed = {int(n) for n in re.findall(r"write_examples task (\d+)'s first attempt fails",
@@ -158,7 +158,7 @@ def test_a_slow_task_raced_by_a_speculative_copy_loses_and_doubles_no_row(
     machine's load, so it is not asserted: the kill of the stalled attempt is.)"""
     out = str(tmp_path / "out")
     run = write(cluster, source, out, {
-        f"spark.executorEnv.{faults.ENVIRONMENT}": f"{faults.SLOW_FIRST_TASK}=60",
+        **faults.spark_conf(f"{faults.SLOW_FIRST_TASK}=60"),
         "spark.speculation": "true", "spark.speculation.interval": "200ms",
         "spark.speculation.multiplier": "2", "spark.speculation.quantile": "0.5",
         "spark.speculation.minTaskRuntime": "1s"}, log_level="INFO")

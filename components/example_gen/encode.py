@@ -12,7 +12,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from components import faults, fileio, rows_done, shards
+from components import fileio, hooks, rows_done, shards
 from components.codec import schema_file, serializer
 from components.example_gen import splits as splitting
 from components.example_gen.options import ExampleGenOptions
@@ -51,7 +51,7 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
     split_names, weights, key_columns = split_plan(options, profile.columns)
     if split is not None:
         weights = [int(name == split) for name in split_names]
-    faults.before_task(staging, file_index, "encode")
+    hooks.reached(hooks.TASK_STARTED, staging=staging, task=file_index, stage="encode")
     writer = shards.ChunkWriter(fileio.join(staging, "_chunks"), file_index,
                                 options.sharding)
     rows_in = quarantined = lost = lost_bytes = unlabelled = 0
@@ -102,7 +102,7 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
             if quarantine is not None:
                 quarantine.close()
     chunks = writer.close()
-    faults.after_output(staging, file_index, "encode")
+    hooks.reached(hooks.TASK_WROTE, staging=staging, task=file_index, stage="encode")
     if quarantine is not None:
         fileio.makedirs(fileio.join(staging, shards.QUARANTINE_DIR))
         fileio.rename(quarantine_path, fileio.join(staging, shards.QUARANTINE_DIR,

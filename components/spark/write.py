@@ -14,7 +14,7 @@ import dataclasses
 import pickle
 from typing import Optional
 
-from components import faults, fileio, shards
+from components import fileio, hooks, shards
 from components.codec import serializer
 from components.example_gen import encode
 from components.example_gen.options import ExampleGenOptions
@@ -88,7 +88,8 @@ class _PartitionEncoder:
         task = context.partitionId()
         options = self._options
         split_names, weights, key_columns = encode.split_plan(options, self._kinds)
-        faults.before_task(self._staging, task, "write_examples")
+        hooks.reached(hooks.TASK_STARTED, staging=self._staging, task=task,
+                      stage="write_examples")
         # Only the chunks of the attempt whose payload Spark keeps are planned.
         writer = shards.ChunkWriter(fileio.join(self._staging, "_chunks"), task,
                                     options.sharding)
@@ -109,7 +110,8 @@ class _PartitionEncoder:
                 encode.write_groups(writer, encode.encode_batch(
                     options, source, batch, profile, split_names, weights, key_columns))
         chunks = writer.close()
-        faults.after_output(self._staging, task, "write_examples")
+        hooks.reached(hooks.TASK_WROTE, staging=self._staging, task=task,
+                      stage="write_examples")
         payload = pickle.dumps((task, chunks, profile, rows, unlabelled))
         yield pa.RecordBatch.from_arrays([pa.array([payload], pa.binary())], ["payload"])
 
