@@ -1,7 +1,9 @@
 """StatisticsGen's TFX executor: stock StatisticsGen's, with `stats_job` doing the work
 whenever the StatsOptions are ones it computes exactly as stock does; any other setting (a
 sample rate, slicing, weights, semantic domains, the sketch-based top-k, sharded output...)
-runs stock's Beam job unchanged."""
+runs stock's Beam job unchanged. The pipeline's Beam args pick where `stats_job` runs
+(`engine.runs_on_beam`): in this process on the local DirectRunner, else as its Beam job
+(`beam_job`) on the runner they name."""
 from __future__ import annotations
 
 import json
@@ -16,7 +18,7 @@ from tfx.types import artifact_utils, standard_component_specs as specs
 from tfx.utils import io_utils, json_utils
 
 from components.codec import schema_file
-from components.statistics_gen import releases, stats_job
+from components.statistics_gen import engine, releases, stats_job
 from components.statistics_gen.options import StatisticsGenOptions
 
 # StatsOptions attributes (as its to_json names them) and the StatisticsGenOptions setting
@@ -101,7 +103,9 @@ class Executor(stock.Executor):
         statistics.set_json_value_custom_property(
             stock.SAMPLE_RATE_BY_SPLIT_PROPERTY_NAME,
             json_utils.dumps({split: stats_options.sample_rate or 1.0 for split in splits}))
-        written = stats_job.run(examples.uri, statistics.uri, splits, options,
-                                stats_options.schema)
+        written = engine.run(examples.uri, statistics.uri, splits, options,
+                             stats_options.schema,
+                             beam_pipeline_args=self._beam_pipeline_args,
+                             make_pipeline=self._make_beam_pipeline)
         logging.info("StatisticsGen: %s", ", ".join(f"{split} {rows:,} examples"
                                                     for split, rows in written.items()))

@@ -564,40 +564,87 @@ class _FeatureStats:
         self.pending_rows = 0
 
     def add(self, part: _FeaturePart) -> None:
+        """Folds in one block's summary."""
         presence = part.presence
-        if presence.non_missing:
-            self.non_missing += presence.non_missing
-            self.total_values += presence.total_values
-            self.min_values = min(self.min_values, presence.min_values)
-            self.max_values = max(self.max_values, presence.max_values)
-            self.length_counts = _add_counts(self.length_counts, presence.length_counts)
-        if part.numeric is not None:
-            self._add_numeric(part.numeric)
-        self.bytes_total += part.bytes_total
-        if self.plan.role == BYTES and presence.total_values:
-            self.bytes_low = min(self.bytes_low, part.bytes_low)
-            self.bytes_high = max(self.bytes_high, part.bytes_high)
+        self._add_presence(presence.non_missing, presence.total_values, presence.min_values,
+                           presence.max_values, presence.length_counts)
+        numeric = part.numeric
+        if numeric is not None:
+            self._add_numeric(numeric.nans, numeric.zeros, numeric.positive_infinite,
+                              numeric.low, numeric.high, numeric.finite_low,
+                              numeric.finite_high, numeric.count, numeric.mean,
+                              numeric.variance)
+            if numeric.count:
+                self.sketch.AddValues(pa.array(numeric.points), pa.array(numeric.weights))
+        self._add_bytes(part.bytes_total, presence.total_values, part.bytes_low,
+                        part.bytes_high)
         if part.value_counts is not None and len(part.value_counts):
-            self.pending.append(pa.Table.from_arrays(
+            self._add_value_counts([pa.Table.from_arrays(
                 [part.value_counts.field("values"), part.value_counts.field("counts")],
-                ["value", "count"]))
-            self.pending_rows += len(part.value_counts)
-            if self.pending_rows > _PENDING_VALUES:
-                self.pending = [self.value_counts()]
-                self.pending_rows = self.pending[0].num_rows
+                ["value", "count"])])
 
-    def _add_numeric(self, part: _NumericPart) -> None:
-        self.nans += part.nans
-        if not part.count:
+    def merge(self, other: "_FeatureStats") -> None:
+        """Folds in the same feature's statistics over other blocks (another shard's),
+        leaving `other` as it was. In any order and grouping, counts, extremes, lengths and
+        value tables come out the same, the moments the same to rounding (Chan's parallel
+        update, `_combine_moments`) and the quantiles within the sketch's rank error."""
+        self._add_presence(other.non_missing, other.total_values, other.min_values,
+                           other.max_values, other.length_counts)
+        self._add_numeric(other.nans, other.zeros, other.positive_infinite, other.low,
+                          other.high, other.finite_low, other.finite_high, other.count,
+                          other.mean, other.variance)
+        if other.count:
+            self.sketch.Merge(other.sketch)
+        self._add_bytes(other.bytes_total, other.total_values, other.bytes_low,
+                        other.bytes_high)
+        if other.pending:
+            self._add_value_counts(other.pending)
+
+    def compact(self) -> None:
+        """Shrinks the state before it is sent elsewhere: the sketch compacted, the value
+        tables merged into one. (tfx_bsl's sketch pickles, its state included.)"""
+        if self.sketch is not None:
+            self.sketch.Compact()
+        if len(self.pending) > 1:
+            self.pending = [self.value_counts()]
+            self.pending_rows = self.pending[0].num_rows
+
+    def _add_presence(self, non_missing: int, total_values: int, min_values, max_values,
+                      length_counts: np.ndarray) -> None:
+        if not non_missing:
             return
-        self.zeros += part.zeros
-        self.positive_infinite += part.positive_infinite
-        self.low, self.high = min(self.low, part.low), max(self.high, part.high)
-        self.finite_low = min(self.finite_low, part.finite_low)
-        self.finite_high = max(self.finite_high, part.finite_high)
+        self.non_missing += non_missing
+        self.total_values += total_values
+        self.min_values = min(self.min_values, min_values)
+        self.max_values = max(self.max_values, max_values)
+        self.length_counts = _add_counts(self.length_counts, length_counts)
+
+    def _add_numeric(self, nans: int, zeros: int, positive_infinite: int, low: float,
+                     high: float, finite_low: float, finite_high: float, count: int,
+                     mean: float, variance: float) -> None:
+        self.nans += nans
+        if not count:
+            return
+        self.zeros += zeros
+        self.positive_infinite += positive_infinite
+        self.low, self.high = min(self.low, low), max(self.high, high)
+        self.finite_low = min(self.finite_low, finite_low)
+        self.finite_high = max(self.finite_high, finite_high)
         self.count, self.mean, self.variance = _combine_moments(
-            self.count, self.mean, self.variance, part.count, part.mean, part.variance)
-        self.sketch.AddValues(pa.array(part.points), pa.array(part.weights))
+            self.count, self.mean, self.variance, count, mean, variance)
+
+    def _add_bytes(self, bytes_total: int, total_values: int, low, high) -> None:
+        self.bytes_total += bytes_total
+        if self.plan.role == BYTES and total_values:
+            self.bytes_low = min(self.bytes_low, low)
+            self.bytes_high = max(self.bytes_high, high)
+
+    def _add_value_counts(self, tables: list[pa.Table]) -> None:
+        self.pending.extend(tables)
+        self.pending_rows += sum(table.num_rows for table in tables)
+        if self.pending_rows > _PENDING_VALUES:
+            self.pending = [self.value_counts()]
+            self.pending_rows = self.pending[0].num_rows
 
     def value_counts(self) -> pa.Table:
         """Each distinct value and its count (columns value, count)."""
@@ -634,7 +681,8 @@ def _combine_moments(a_count: int, a_mean: float, a_variance: float,
 
 
 class SplitStats:
-    """A split's statistics, folded block by block in file order."""
+    """A split's statistics, folded block by block in file order (`add`), or shard by shard
+    in any order (`merge`, the Beam job's)."""
 
     def __init__(self, plan: Plan, options: StatisticsGenOptions):
         self.plan, self.options = plan, options
@@ -646,6 +694,22 @@ class SplitStats:
         rows_done.add(part.rows)
         for name, feature_part in part.features.items():
             self.features[name].add(feature_part)
+
+    def merge(self, other: "SplitStats") -> "SplitStats":
+        """Folds in the same split's statistics over other shards, leaving `other` as it
+        was; returns self."""
+        if [f.name for f in other.plan.features] != [f.name for f in self.plan.features]:
+            raise ValueError("statistics of differently planned shards cannot be merged")
+        self.num_examples += other.num_examples
+        for name, feature in other.features.items():
+            self.features[name].merge(feature)
+        return self
+
+    def compact(self) -> "SplitStats":
+        """Shrinks the state before it is sent to another worker; returns self."""
+        for feature in self.features.values():
+            feature.compact()
+        return self
 
     def statistics(self) -> statistics_pb2.DatasetFeatureStatisticsList:
         result = statistics_pb2.DatasetFeatureStatisticsList()
@@ -716,6 +780,15 @@ def split_statistics(examples_uri: str, splits: list[str],
     `examples_uri`, as stock StatisticsGen computes them (with `stats_schema` as its schema
     input)."""
     options = options or StatisticsGenOptions()
+    inputs = split_inputs(examples_uri, splits, stats_schema)
+    return {split: stats.statistics() for split, stats in scan(inputs, options).items()}
+
+
+def split_inputs(examples_uri: str, splits: list[str],
+                 stats_schema: Optional[schema_pb2.Schema] = None
+                 ) -> list[tuple[str, list[str], Plan]]:
+    """(split, its record files, its plan) for each split: what `scan` and the Beam job
+    read."""
     reason = unsupported_schema(stats_schema)
     if reason:
         raise ValueError(f"the statistics schema has {reason}, which needs stock "
@@ -725,21 +798,26 @@ def split_statistics(examples_uri: str, splits: list[str],
         files = split_files(examples_uri, split)
         inputs.append((split, files, plan_for(fileio.join(examples_uri, f"Split-{split}"),
                                               files, stats_schema)))
-    return {split: stats.statistics() for split, stats in scan(inputs, options).items()}
+    return inputs
+
+
+def write_statistics(output_uri: str, split: str,
+                     stats: statistics_pb2.DatasetFeatureStatisticsList) -> int:
+    """Writes `output_uri`/Split-<split>/FeatureStats.pb; returns the split's example
+    count."""
+    folder = fileio.join(output_uri, f"Split-{split}")
+    fileio.makedirs(folder)
+    fileio.write_bytes(fileio.join(folder, STATS_FILE), stats.SerializeToString())
+    return stats.datasets[0].num_examples
 
 
 def run(examples_uri: str, output_uri: str, splits: list[str],
         options: Optional[StatisticsGenOptions] = None,
         stats_schema: Optional[schema_pb2.Schema] = None) -> dict[str, int]:
     """Writes `output_uri`/Split-<name>/FeatureStats.pb for each split; returns each split's
-    example count."""
-    written = {}
-    for split, stats in split_statistics(examples_uri, splits, options, stats_schema).items():
-        folder = fileio.join(output_uri, f"Split-{split}")
-        fileio.makedirs(folder)
-        fileio.write_bytes(fileio.join(folder, STATS_FILE), stats.SerializeToString())
-        written[split] = stats.datasets[0].num_examples
-    return written
+    example count. (`engine.run` picks this or the Beam job.)"""
+    return {split: write_statistics(output_uri, split, stats) for split, stats in
+            split_statistics(examples_uri, splits, options, stats_schema).items()}
 
 
 def artifact_splits(examples_uri: str) -> list[str]:

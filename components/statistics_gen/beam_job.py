@@ -1,0 +1,143 @@
+"""StatisticsGen's engine as a Beam job, for runners that spread work over workers (Dataflow,
+Flink, Spark, the DirectRunner's `multi_processing` mode): `engine.run` takes it when
+`engine.runs_on_beam` says so. It imports no TFX, TensorFlow or TFDV.
+
+  (split, shard file) -> summarise the shard (`stats_job.scan`'s kernels) -> SplitStats
+  SplitStats per split -> merged, in any order (`MergeSplitStats`) -> statistics proto
+  -> `output`/Split-<name>/FeatureStats.pb, written by a worker
+
+The accumulators are `stats_job.SplitStats`, merged by their own `merge`: counts, extremes,
+length and value-count tables are summed exactly, moments by the parallel (Chan) update and
+the quantile sketches by tfx_bsl's Merge, so the statistics are those `scan` writes, the
+moments to rounding and the quantiles to the sketch's rank error (epsilon).
+"""
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from typing import Callable, Optional, Sequence
+
+import apache_beam as beam
+
+from components import fileio
+from components.statistics_gen import stats_job
+from components.statistics_gen.options import StatisticsGenOptions
+
+
+class SplitStatsCoder(beam.coders.Coder):
+    """A SplitStats between workers: pickled (tfx_bsl's quantile sketch pickles its whole
+    state through __getstate__), after `compact` has merged its value tables and compacted
+    its sketches."""
+
+    def encode(self, value: stats_job.SplitStats) -> bytes:
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def decode(self, encoded: bytes) -> stats_job.SplitStats:
+        return pickle.loads(encoded)
+
+    def is_deterministic(self) -> bool:
+        return False
+
+
+class _SummariseShard(beam.DoFn):
+    """One shard file of a split -> (split, its SplitStats); a split with no shards (path
+    None) -> (split, an empty SplitStats), so that its statistics are still written."""
+
+    def __init__(self, plans: dict[str, stats_job.Plan], options: StatisticsGenOptions):
+        self._plans = plans
+        # One decoding thread beside the reading one: the runner runs a worker per core.
+        self._options = dataclasses.replace(options, threads=options.threads or 1)
+
+    def process(self, element):
+        split, path = element
+        plan = self._plans[split]
+        if path is None:
+            yield split, stats_job.SplitStats(plan, self._options)
+            return
+        stats = stats_job.scan([(split, [path], plan)], self._options)[split]
+        yield split, stats.compact()
+
+
+class MergeSplitStats(beam.CombineFn):
+    """SplitStats of one split's shards -> one SplitStats, in any order and grouping. The
+    inputs are left as they were: the first is merged into an empty accumulator, not
+    mutated."""
+
+    def create_accumulator(self) -> Optional[stats_job.SplitStats]:
+        return None
+
+    def add_input(self, accumulator, stats: stats_job.SplitStats):
+        if accumulator is None:
+            accumulator = stats_job.SplitStats(stats.plan, stats.options)
+        return accumulator.merge(stats)
+
+    def merge_accumulators(self, accumulators):
+        merged = None
+        for accumulator in accumulators:
+            if accumulator is None:
+                continue
+            if merged is None:
+                merged = accumulator  # Beam lets a merge reuse its first accumulator
+            else:
+                merged.merge(accumulator)
+        return merged
+
+    def compact(self, accumulator):
+        return accumulator.compact() if accumulator is not None else None
+
+    def extract_output(self, accumulator) -> stats_job.SplitStats:
+        return accumulator
+
+    def get_accumulator_coder(self):
+        return SplitStatsCoder()
+
+
+def _write(element: tuple[str, stats_job.SplitStats], output_uri: str) -> tuple[str, int]:
+    split, stats = element
+    return split, stats_job.write_statistics(output_uri, split, stats.statistics())
+
+
+def build_pipeline(pipeline: beam.Pipeline,
+                   inputs: Sequence[tuple[str, list[str], stats_job.Plan]],
+                   options: StatisticsGenOptions, output_uri: str):
+    """Adds the statistics of `inputs` ((split, shard files, plan), as `stats_job.split_inputs`
+    makes them) to `pipeline`, written under `output_uri`; returns the PCollection of
+    (split, example count)."""
+    plans = {split: plan for split, _, plan in inputs}
+    shards = [(split, path) for split, files, _ in inputs for path in files] + \
+        [(split, None) for split, files, _ in inputs if not files]
+    return (
+        pipeline
+        | "Shards" >> beam.Create(shards)
+        | "Spread" >> beam.Reshuffle()  # one shard per bundle, over every worker
+        | "Summarise" >> beam.ParDo(_SummariseShard(plans, options))
+        .with_output_types(beam.typehints.Tuple[str, stats_job.SplitStats])
+        | "Merge" >> beam.CombinePerKey(MergeSplitStats())
+        | "Write" >> beam.Map(_write, output_uri)
+    )
+
+
+def run(inputs: Sequence[tuple[str, list[str], stats_job.Plan]], output_uri: str,
+        options: Optional[StatisticsGenOptions] = None,
+        beam_pipeline_args: Optional[list[str]] = None,
+        make_pipeline: Optional[Callable] = None) -> dict[str, int]:
+    """Runs the job (on `make_pipeline()`'s pipeline, else one made from
+    `beam_pipeline_args`) and returns each split's example count, read back from what the
+    workers wrote."""
+    options = options or StatisticsGenOptions()
+    pipeline = make_pipeline() if make_pipeline else beam.Pipeline(
+        argv=list(beam_pipeline_args or []))
+    with pipeline:
+        build_pipeline(pipeline, inputs, options, output_uri)
+    return {split: _written_examples(output_uri, split) for split, _, _ in inputs}
+
+
+def _written_examples(output_uri: str, split: str) -> int:
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(fileio.read_bytes(
+        fileio.join(output_uri, f"Split-{split}", stats_job.STATS_FILE)))
+    return stats.datasets[0].num_examples
+
+
+beam.coders.registry.register_coder(stats_job.SplitStats, SplitStatsCoder)
