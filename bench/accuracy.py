@@ -1,4 +1,4 @@
-"""`tfrp bench accuracy`: does training on packed records cost accuracy?
+"""`python -m bench accuracy`: does training on packed records cost accuracy?
 
 The full taxi sample goes through our ExampleGen once, then through ShardedTransform twice with
 the pipeline's taxi preprocessing_fn: packed 1,024 rows per Example, and one row per Example.

@@ -1,4 +1,4 @@
-"""Bar charts of benchmark results (`tfrp bench ... --plot FILE.png`)."""
+"""Bar charts of benchmark results (`python -m bench ... --plot FILE.png`)."""
 from __future__ import annotations
 
 from typing import Mapping

@@ -1,15 +1,21 @@
-"""`tfrp bench ...`: one command per benchmark of bench/, each printing its table (or JSON)
-and, with --plot, a chart; the figures go into bench/RESULTS.md by hand, with the command."""
+"""`python -m bench ...`: one command per benchmark of bench/, each printing its table (or
+JSON) and, with --plot, a chart; the figures go into bench/RESULTS.md by hand, with the
+command. Also `python -m bench fuzz`, ExampleGen's fuzzer (testsupport/fuzz.py). None of it
+ships in the wheel or is a `tfrp` command."""
 from __future__ import annotations
 
 import click
 
 from components import fileio
+from pipeline.cli.output import Commands, configure_output
 
 
-@click.group()
-def bench() -> None:
+@click.group(cls=Commands)
+@click.option("-v", "--verbose", is_flag=True,
+              help="Log at INFO level, with the libraries' own logs and warnings.")
+def bench(verbose: bool) -> None:
     """Benchmarks; write their results into bench/RESULTS.md."""
+    configure_output(verbose)
 
 
 def _plot_option(command):
@@ -323,3 +329,38 @@ def bench_pipeline(rows, sides, train_steps, repeats, work_dir, as_json, plot) -
         _log(f"Chart: {bench_lib.chart(result, plot)}")
     _show(result, bench_lib.table(result), as_json)
 
+
+@bench.command("fuzz")
+@click.option("--cases", default=200, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--jobs", default=2, show_default=True, type=int,
+              help="Worker processes, each running one case at a time.")
+@click.option("--json", "as_json", is_flag=True)
+def fuzz(cases, seed, jobs, as_json) -> None:
+    """Mutate real CSV, JSON Lines, Parquet and TFRecord inputs and run ExampleGen on each.
+
+    Every case must end in a clear one-line error naming the file, or in a run whose counts
+    balance. Anything else (a traceback, a hang, a silent loss) is a failure, and the command
+    exits non-zero."""
+    import json
+
+    from tqdm import tqdm
+
+    from testsupport import fuzz as fuzzer
+
+    with tqdm(total=cases, desc="fuzz", unit="case", disable=None) as bar:
+        outcomes = fuzzer.fuzz(cases, seed, jobs, progress=lambda outcome: bar.update())
+    summary = fuzzer.summarize(outcomes)
+    failures = list(fuzzer.iter_failures(outcomes))
+    if as_json:
+        click.echo(json.dumps({"seed": seed, **summary,
+                               "failed_cases": [vars(o) for o in failures]}, indent=1))
+    else:
+        for o in failures:
+            click.echo(f"case {o.case} ({o.fmt}, {'+'.join(o.mutations)}, "
+                       f"on_bad_record={o.on_bad_record}): {o.detail}", err=True)
+        click.echo(f"seed {seed}: {summary['cases']} cases tried, {summary['clear_errors']} "
+                   f"clear errors, {summary['balanced_runs']} balanced runs, "
+                   f"{summary['failures']} failures")
+    if failures:
+        raise SystemExit(1)

@@ -1,4 +1,4 @@
-"""`tfrp bench encoder`: our columnar tf.Example encoder against tfx_bsl's
+"""`python -m bench encoder`: our columnar tf.Example encoder against tfx_bsl's
 RecordBatchToExamplesEncoder on the same taxi-like record batches, one core each.
 
 Each side runs in a whole child process pinned to one core: it builds the same seeded table,

@@ -1,4 +1,4 @@
-"""`tfrp bench examplegen`: ours vs stock CsvExampleGen on the same seeded taxi-like CSV, each
+"""`python -m bench examplegen`: ours vs stock CsvExampleGen on the same seeded taxi-like CSV, each
 run as a user runs it, in a whole fresh process (imports included) with the same Beam settings.
 
 - `stock`: CsvExampleGen in a one-component LocalDagRunner pipeline (gzip at zlib's level 6,

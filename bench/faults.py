@@ -1,4 +1,4 @@
-"""`tfrp bench faults`: what each fault costs and whether it loses or doubles a row.
+"""`python -m bench faults`: what each fault costs and whether it loses or doubles a row.
 
 The faults of `tests/test_spark_cluster.py`, the Beam retry test and the Trainer's fault
 tests, at a size of your choosing. Writes: rows with a unique id (fixed seed) written by

@@ -1,4 +1,4 @@
-"""`tfrp bench gpu-feed`: does our TensorFlow-free reader keep an accelerator busy?
+"""`python -m bench gpu-feed`: does our TensorFlow-free reader keep an accelerator busy?
 
 Tabular (`--workload tabular`, the default): on taxi-like rows (`testsupport.data`, fixed seed),
 every numeric feature dense and packed PACKED_ROWS rows to a block in NUM_FILES plain files,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `tfrp bench gpu-feed` on a GPU machine that has PyTorch (and torchvision) but no TensorFlow
+# `python -m bench gpu-feed` on a GPU machine that has PyTorch (and torchvision) but no TensorFlow
 # and no package index: the runs docs/USER_GUIDE.md ("Feeding a GPU from PyTorch or JAX")
 # names, each saved as JSON and shown as a table.
 #
@@ -111,7 +111,7 @@ print('python', sys.version.split()[0], 'numpy', numpy.__version__, 'pyarrow',
     one() {
         local name=$1
         shift
-        echo "== $name: tfrp bench gpu-feed $*" >&2
+        echo "== $name: python -m bench gpu-feed $*" >&2
         if ! "$PYTHON" -m pipeline.cli bench gpu-feed --work-dir "$work" --workers "$workers" \
                 "$@" --json > "$out/$name.json"; then
             echo "== $name failed" >&2

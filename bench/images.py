@@ -1,4 +1,4 @@
-"""`tfrp bench images`: one JPEG file per image vs our TFRecord paths, same images.
+"""`python -m bench images`: one JPEG file per image vs our TFRecord paths, same images.
 
 Data: `count` 64x64 RGB JPEGs made from scikit-learn's digits (upscaled, tinted and noised
 with a fixed seed) plus labels.csv. Converted once beforehand, untimed, as in training:

@@ -1,4 +1,4 @@
-"""`tfrp bench input`: training input paths over the same taxi-like rows.
+"""`python -m bench input`: training input paths over the same taxi-like rows.
 
 Paths, each reading one full epoch of `rows` rows with the same batch size:
   packed      our `build_dataset` over packed records (1,024 rows per Example), first epoch

@@ -1,4 +1,4 @@
-"""`tfrp bench pipeline`: the whole pipeline, stage by stage, ours against TFX's own taxi
+"""`python -m bench pipeline`: the whole pipeline, stage by stage, ours against TFX's own taxi
 pipeline, each side timed as a user waits for it: a whole fresh child process, imports
 included, on the same seeded taxi-like CSV (`testsupport.data.taxi_like_table`, one file with a
 bare header line in a folder of its own).
@@ -53,7 +53,7 @@ from components import fileio
 
 SIDES = ("stock", "ours", "ours-no-statistics")
 NO_STATISTICS = "ours-no-statistics"
-# The sides `tfrp bench pipeline` runs unless told.
+# The sides `python -m bench pipeline` runs unless told.
 DEFAULT_SIDES = ("stock", "ours")
 STOCK_EXAMPLE = "tfx.examples.chicago_taxi_pipeline.taxi_pipeline_native_keras"
 STOCK_MODULE_FILE = "taxi_utils_native_keras.py"

@@ -1,11 +1,11 @@
 """Where the packed first epoch spends its time: `python -m bench.profile_packed [FOLDER]`.
 
-Reads the packed files `tfrp bench input` wrote (FOLDER, default
+Reads the packed files `python -m bench input` wrote (FOLDER, default
 tfrp_runs/bench/input-1000000) in one warm process, adding one stage at a time: the read, the
 parse of the label alone, the unpack, the rebatch, then `build_dataset` with the label alone,
 the numeric features and all of them, and all of them with the settings per-row records keep
 (a final prefetch, ops free to use the thread pool). Best and median of 3 passes each,
-consumed in the TF runtime through `Dataset.reduce` (`tfrp bench input` uses a traced loop).
+consumed in the TF runtime through `Dataset.reduce` (`python -m bench input` uses a traced loop).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Where the Spark write spends its time: `python -m bench.profile_spark_write [ROWS]`.
 
-On the cached DataFrame `tfrp bench spark --rows ROWS` reads (its Parquet copy, repartitioned
+On the cached DataFrame `python -m bench spark --rows ROWS` reads (its Parquet copy, repartitioned
 to the same 4 partitions), one stage of `write_examples` at a time, each a Spark job on
 local[2]: Arrow batches handed to Python executors and only counted (the floor under any
 writer with no jar), then also encoded (ExampleGen's encoder, split hash included, the

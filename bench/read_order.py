@@ -4,8 +4,8 @@ imported TensorFlow) rather than on its own.
 
     python -m bench.read_order FOLDER STEP [STEP ...]
 
-FOLDER holds `ours/`, `ours-plain/` and `parquet/` as `tfrp bench spark` leaves them
-(`tfrp_runs/bench/spark-<rows>-out`). A step is one of `tfrp bench spark`'s reads (`ours`,
+FOLDER holds `ours/`, `ours-plain/` and `parquet/` as `python -m bench spark` leaves them
+(`tfrp_runs/bench/spark-<rows>-out`). A step is one of `python -m bench spark`'s reads (`ours`,
 `ours-plain`, `parquet`, `python-floor`) or `tf` (one task per core that imports
 TensorFlow, as the per-row recipe's workers do).
 """

@@ -1,10 +1,10 @@
-"""`tfrp bench reader`: the TensorFlow-free reader on packed and per-row shards, and the PyPI
+"""`python -m bench reader`: the TensorFlow-free reader on packed and per-row shards, and the PyPI
 `tfrecord` package (what PyTorch users commonly read TFRecords with) on the same per-row shards.
 
 Each measurement is a whole child process pinned to one core, with TensorFlow blocked as on a
 machine without it: the whole process is timed from outside (imports included) and the read
 from inside. All paths read every feature of every row of the same taxi-like data, which
-`tfrp bench input` also uses; the files are read once beforehand so the page cache is warm.
+`python -m bench input` also uses; the files are read once beforehand so the page cache is warm.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`tfrp bench scale`: does ExampleGen's cost grow linearly with the data, and does the driver
+"""`python -m bench scale`: does ExampleGen's cost grow linearly with the data, and does the driver
 stay flat? The same seeded taxi-like CSV (`testsupport.data`) at N/10 and N rows goes through
 `tfrp examplegen` on Beam and with `--engine spark` on a Spark standalone cluster (given, or a
 local one of two workers started here), each a whole process. While it runs, the resident

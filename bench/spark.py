@@ -1,4 +1,4 @@
-"""`tfrp bench spark`: our Spark writer and reader against Spark's own Parquet and the per-row
+"""`python -m bench spark`: our Spark writer and reader against Spark's own Parquet and the per-row
 TFRecord recipe, and ExampleGen on Spark against ExampleGen on Beam.
 
 One taxi-like DataFrame (from `testsupport.data`, fixed seed) is cached once; every write and read

@@ -1,4 +1,4 @@
-"""`tfrp bench tables`: our table pipeline against scikit-learn's HistGradientBoosting on real
+"""`python -m bench tables`: our table pipeline against scikit-learn's HistGradientBoosting on real
 tables, the same rows and the same split.
 
 Each table runs `tfrp run --dataset table` as a whole process (as a user runs it); the split

@@ -493,7 +493,7 @@ class StackFeatures:
     A DataLoader hands each array from a worker to the training process through a shared
     memory segment of its own, and that per-array cost, not the decode, bounds a reader with
     workers on narrow rows: one matrix instead of 15 features tripled the rows a second here
-    (`tfrp bench gpu-feed`'s two reader rows, bench/RESULTS.md)."""
+    (`python -m bench gpu-feed`'s two reader rows, bench/RESULTS.md)."""
 
     def __init__(self, names: Sequence[str], into: str = "features", dtype=np.float32):
         if not names:

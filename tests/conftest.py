@@ -61,6 +61,17 @@ def tfrp(*args, check: bool = True, cwd=None, as_user: bool = False,
     return result
 
 
+def bench(*args, check: bool = True, cwd=None) -> subprocess.CompletedProcess:
+    """Runs `python -m bench ARGS` (a benchmark, or the fuzzer: neither is a `tfrp` command)
+    in a child process of its own, warnings off."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-W", "ignore", "-m", "bench", *args],
+                            capture_output=True, text=True, env=env, cwd=cwd)
+    if check and result.returncode != 0:
+        raise AssertionError(result.stderr[-3000:])
+    return result
+
+
 def tfrp_concurrently(*commands: tuple) -> list[subprocess.CompletedProcess]:
     """Runs several `tfrp` command lines at once (whole pipelines spend much of their time
     waiting, so two share the machine's cores well) and checks each, as `tfrp` does."""

@@ -1,4 +1,4 @@
-"""`tfrp bench pipeline` (bench/pipeline.py): the CSV both sides read, the stock side's
+"""`python -m bench pipeline` (bench/pipeline.py): the CSV both sides read, the stock side's
 pipeline, and our side run through the command at a small size, its stages read back from
 the run's ML Metadata."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pytest
-from conftest import tfrp
+from conftest import bench
 
 from bench import display
 from testsupport import data
@@ -93,12 +93,12 @@ def test_the_stock_side_is_the_tfx_example_pointed_at_the_run(tmp_path):
 
 @pytest.mark.pipeline
 def test_our_side_through_the_command_at_a_small_size(tmp_path):
-    """`tfrp bench pipeline --sides ours` on 2,000 rows: each component's seconds read from
+    """`python -m bench pipeline --sides ours` on 2,000 rows: each component's seconds read from
     the run's metadata fill the stages, the rest of the process is outside them, the rows
     StatisticsGen counted are the CSV's, the Evaluator's example count is the eval split's,
     and the table and chart show it."""
     chart = str(tmp_path / "stages.png")
-    result = json.loads(tfrp("bench", "pipeline", "--rows", "2000", "--sides", "ours",
+    result = json.loads(bench("pipeline", "--rows", "2000", "--sides", "ours",
                              "--train-steps", "30", "--work-dir", str(tmp_path / "work"),
                              "--json", "--plot", chart).stdout)
     run = result["runs"]["ours"]["2000"]
@@ -140,6 +140,6 @@ def test_our_side_through_the_command_at_a_small_size(tmp_path):
 
 
 def test_sides_are_checked():
-    result = tfrp("bench", "pipeline", "--sides", "stock,tfx", check=False)
+    result = bench("pipeline", "--sides", "stock,tfx", check=False)
     assert result.returncode == 2
     assert "--sides" in result.stderr and "stock, ours" in result.stderr

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from components import tfrecord_io
-from conftest import tfrp
+from conftest import bench, tfrp
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +99,12 @@ def test_examplegen_cli_bad_row_is_one_line_error(tmp_path):
 
 def test_help_lists_all_commands():
     out = tfrp("--help").stdout
-    for command in ("run", "compile", "submit", "examplegen", "inspect", "bench"):
+    for command in ("run", "report", "compile", "submit", "examplegen", "inspect", "index",
+                    "data-service", "spark-cluster"):
         assert f"  {command}" in out
+    # Benchmarks and the fuzzer are the checkout's (`python -m bench`), not the product's.
+    assert "  bench" not in out and "  fuzz" not in out
+    assert "  fuzz " in bench("--help").stdout
 
 
 @pytest.mark.slow
@@ -129,7 +133,7 @@ def test_bench_plot_draws_one_labelled_bar_per_path(tmp_path):
     import numpy as np
 
     chart = tmp_path / "encoder.png"
-    result = tfrp("bench", "encoder", "--rows", "2000", "--repeats", "1", "--json",
+    result = bench("encoder", "--rows", "2000", "--repeats", "1", "--json",
                   "--plot", str(chart))
     assert f"Chart: {chart}" in result.stderr
     paths = json.loads(result.stdout)["paths"]

@@ -1,8 +1,8 @@
 """The device stage (components/device_feed.py) on this machine's CPU: `prefetch_to_device`
 hands over every batch unchanged and in order, `DeviceResident` serves every row once an
 epoch in a seeded order shuffled where the data lives, `TorchDataset`'s transform runs in the
-workers; `tfrp bench gpu-feed` runs its tabular and image workloads with no TensorFlow. The
-CUDA stream path and the GPU JPEG decode run on a GPU only (`tfrp bench gpu-feed` there)."""
+workers; `python -m bench gpu-feed` runs its tabular and image workloads with no TensorFlow. The
+CUDA stream path and the GPU JPEG decode run on a GPU only (`python -m bench gpu-feed` there)."""
 from __future__ import annotations
 
 import glob
@@ -181,16 +181,16 @@ def test_a_resident_dataset_refuses_features_it_cannot_index_by_row():
 
 @pytest.mark.slow
 def test_bench_gpu_feed_runs_here_without_tensorflow_and_names_its_device(tmp_path):
-    """`tfrp bench gpu-feed` with small settings, TensorFlow blocked in its process as on
+    """`python -m bench gpu-feed` with small settings, TensorFlow blocked in its process as on
     a machine without it: the three rates, the waiting share, the device it ran on, and an
     epoch of batches of one size but the last."""
     import json
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules['tensorflow'] = None; sys.argv[0] = 'tfrp'\n"
-            "from pipeline.cli.tfrp import main; main()")
-    args = ["bench", "gpu-feed", "--rows", "20000", "--batch-size", "2048", "--workers", "2",
+    code = ("import sys, runpy; sys.modules['tensorflow'] = None\n"
+            "runpy.run_module('bench', run_name='__main__', alter_sys=True)")
+    args = ["gpu-feed", "--rows", "20000", "--batch-size", "2048", "--workers", "2",
             "--hidden", "32,16", "--work-dir", str(tmp_path)]
     result = subprocess.run([sys.executable, "-c", code, *args, "--json"],
                             capture_output=True, text=True)
@@ -288,17 +288,17 @@ def test_the_device_crop_cuts_each_images_window_in_one_gather():
         assert torch.equal(cropped[i], window.flip(1) if flips[i] else window)
 
 
-def run_tfrp_without_tensorflow(*args: str):
-    """`tfrp *args` in a child process where importing TensorFlow fails, which writes the
+def run_bench_without_tensorflow(*args: str):
+    """`python -m bench *args` in a child process where importing TensorFlow fails, which writes the
     TensorFlow modules it holds at exit to stderr (a module that swallowed the failed import
     would still be caught importing it)."""
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules['tensorflow'] = None; sys.argv[0] = 'tfrp'\n"
-            "from pipeline.cli.tfrp import main\n"
+    code = ("import sys; sys.modules['tensorflow'] = None\n"
+            "from bench.cli import bench\n"
             "try:\n"
-            "    main()\n"
+            "    bench(prog_name='python -m bench')\n"
             "finally:\n"
             "    held = sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow'\n"
             "                  and sys.modules[m] is not None)\n"
@@ -317,8 +317,8 @@ def test_bench_gpu_feed_images_reads_every_image_once_with_each_decode(tmp_path)
 
     from bench import gpu_feed
 
-    result = run_tfrp_without_tensorflow(
-        "bench", "gpu-feed", "--workload", "images", "--images", "100", "--image-size", "64",
+    result = run_bench_without_tensorflow(
+        "gpu-feed", "--workload", "images", "--images", "100", "--image-size", "64",
         "--crop", "56", "--batch-size", "32", "--workers", "2", "--decode", "cpu,raw",
         "--model", "small-conv", "--work-dir", str(tmp_path), "--json")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -342,18 +342,18 @@ def test_bench_gpu_feed_images_reads_every_image_once_with_each_decode(tmp_path)
 
 
 def test_bench_gpu_feed_images_says_in_one_line_what_the_machine_lacks(tmp_path):
-    base = ["bench", "gpu-feed", "--workload", "images", "--images", "8", "--work-dir",
+    base = ["gpu-feed", "--workload", "images", "--images", "8", "--work-dir",
             str(tmp_path)]
-    on_cpu = run_tfrp_without_tensorflow(*base, "--decode", "gpu", "--device", "cpu")
+    on_cpu = run_bench_without_tensorflow(*base, "--decode", "gpu", "--device", "cpu")
     assert on_cpu.returncode != 0
     assert "Error: --decode gpu decodes on a CUDA device; this run's device is cpu" in \
         on_cpu.stderr
-    wrong = run_tfrp_without_tensorflow(*base, "--decode", "cpu,jpeg")
+    wrong = run_bench_without_tensorflow(*base, "--decode", "cpu,jpeg")
     assert wrong.returncode != 0 and "each one of cpu, gpu, raw" in wrong.stderr
     try:
         import torchvision  # noqa: F401
     except Exception:  # not installed, or a build that does not load against this torch
-        no_torchvision = run_tfrp_without_tensorflow(*base, "--model", "resnet50",
+        no_torchvision = run_bench_without_tensorflow(*base, "--model", "resnet50",
                                                      "--device", "cpu")
         assert no_torchvision.returncode != 0
         assert "--model resnet50 needs torchvision" in no_torchvision.stderr

@@ -8,17 +8,18 @@ import os
 import pytest
 
 from components import shards, tfrecord_io
-from components.example_gen import beam_job, fuzz
+from components.example_gen import beam_job
+from testsupport import fuzz
 from components.example_gen.options import ExampleGenOptions
 from components.shards import ShardingOptions
-from conftest import tfrp
+from conftest import bench
 
 CI_SEED, CI_CASES = 0, 42
 
 
 @pytest.mark.slow
 def test_fixed_seed_set_ends_in_clear_errors_or_balanced_runs():
-    result = tfrp("fuzz", "--cases", str(CI_CASES), "--seed", str(CI_SEED), "--json",
+    result = bench("fuzz", "--cases", str(CI_CASES), "--seed", str(CI_SEED), "--json",
                   check=False)
     summary = json.loads(result.stdout)
     assert summary["failed_cases"] == [] and result.returncode == 0, summary["failed_cases"]
@@ -31,7 +32,7 @@ def test_fixed_seed_set_ends_in_clear_errors_or_balanced_runs():
 
 @pytest.mark.slow
 def test_the_printed_figure_names_every_count():
-    result = tfrp("fuzz", "--cases", "2", "--seed", "7", "--jobs", "1")
+    result = bench("fuzz", "--cases", "2", "--seed", "7", "--jobs", "1")
     assert result.stdout.startswith("seed 7: 2 cases tried, ")
     assert " clear errors, " in result.stdout and " balanced runs, 0 failures" in result.stdout
 

@@ -2,7 +2,7 @@
 datasets, written by R's write.csv: an empty first header cell, quoted strings, `NA` for
 missing values, dates as text) through ExampleGen. Each ends in a balanced run whose row count
 is the file's, or in a one-line error naming the file; never in a traceback.
-`tfrp bench tables` runs the whole corpus."""
+`python -m bench tables` runs the whole corpus."""
 from __future__ import annotations
 
 import csv
@@ -118,7 +118,7 @@ def test_the_raw_penguins_train_to_a_model_that_serves_a_raw_example(tmp_path):
     truth = np.array([row[label] for row in rows], np.float64)
     assert np.all(np.isfinite(predicted))
     # Closer than these rows' own mean (the Evaluator blessed it for beating the mean over
-    # the eval split). How good it is against gradient boosting is `tfrp bench tables`'.
+    # the eval split). How good it is against gradient boosting is `python -m bench tables`'.
     assert np.sqrt(np.mean((predicted - truth) ** 2)) < truth.std()
     # R² beside the MSE, against the eval rows' own variance.
     every_eval_label = np.array([row[label] for row in example_rows.iter_rows(

@@ -5,7 +5,7 @@ task that speculation runs twice. Spark retries or races the attempts; every sou
 the output exactly once, in the split a fault-free run gives it, and the counts say so.
 
 The suite writes 100,000 rows per run (6,250 a task: each fault lands while tasks are
-writing); the same tests at 3M rows were tried by hand (the issue's trial), `tfrp bench
+writing); the same tests at 3M rows were tried by hand (the issue's trial), `python -m bench
 faults` runs them at 1M, and the 30M-row scale run is the bench's."""
 from __future__ import annotations
 

@@ -103,20 +103,23 @@ def test_the_checker_finds_a_cycle_through_a_lazy_import():
 
 
 def test_components_bench_and_testsupport_import_no_pipeline():
+    """Only the benchmarks' command line (bench/cli.py, bench/__main__.py) takes the
+    pipeline's: its process set-up and its one-line errors."""
     graph = import_graph()
     wrong = sorted((name, target) for name, targets in graph.items()
                    if name.startswith(("components", "bench", "testsupport"))
+                   and name not in ("bench.cli", "bench.__main__")
                    for target in targets if target.split(".")[0] == "pipeline")
     assert wrong == []
 
 
-def test_only_the_bench_commands_import_bench():
-    """The benchmarks may change without breaking what the tests and the product use: of our
-    code outside bench/, only `tfrp bench`'s commands import it."""
+def test_the_product_imports_neither_bench_nor_testsupport():
+    """The wheel holds components/ and pipeline/ alone (setup.py): a product module importing
+    the benchmarks or the tests' support would fail where it is installed."""
     graph = import_graph()
     wrong = sorted((name, target) for name, targets in graph.items()
-                   if name.split(".")[0] != "bench" and name != "pipeline.cli.bench"
-                   for target in targets if target.split(".")[0] == "bench")
+                   if name.split(".")[0] in ("components", "pipeline")
+                   for target in targets if target.split(".")[0] in ("bench", "testsupport"))
     assert wrong == []
 
 
@@ -127,7 +130,6 @@ LOCAL_ONLY = {
     "components/listening.py": "reads /proc/net/tcp*",
     "components/spark/cluster.py": "a local Spark cluster's work folders and logs",
     "components/spark/session.py": "finds the local Java runtime",
-    "components/example_gen/fuzz.py": "mutated inputs in a local scratch folder",
     "pipeline/configs.py": "the repository's schemas folder and the YAML config file",
     "pipeline/datasets.py": "writes the bundled digits images to a local folder",
     "pipeline/kubeflow_runner.py": "the job file TFX's compiler writes in a temporary folder",
@@ -196,3 +198,19 @@ def test_run_fn_reads_as_the_outline_of_a_training_run():
     (run_fn,) = [node for node in tree.body
                  if isinstance(node, ast.FunctionDef) and node.name == "run_fn"]
     assert run_fn.end_lineno - run_fn.lineno + 1 <= 45
+
+
+def test_the_wheel_holds_the_product_alone(tmp_path):
+    """`pip wheel --no-deps .` packs components/ and pipeline/, and neither bench/ nor
+    testsupport/; `tfrp --help` then lists no benchmark (tests/test_cli.py)."""
+    import subprocess
+    import sys
+    import zipfile
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path), ROOT], check=True, capture_output=True,
+                   cwd=str(tmp_path))
+    (wheel,) = tmp_path.glob("tfrecord_pipeline-*.whl")
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert {"components", "pipeline"} <= tops
+    assert not tops & {"bench", "testsupport", "tests"}, tops

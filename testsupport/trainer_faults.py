@@ -1,4 +1,4 @@
-"""The Trainer's two faults, as the tests and `tfrp bench faults` run them.
+"""The Trainer's two faults, as the tests and `python -m bench faults` run them.
 
 - A tf.data service worker SIGKILLed mid-epoch. As a supervisor would, a new worker is
   started at its address: TensorFlow 2.16's client waits for a lost worker's address and
