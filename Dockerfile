@@ -103,15 +103,19 @@ google.cloud.aiplatform, PIL.Image, isal.igzip, psutil, yaml, click" 2>/dev/null
 WORKDIR /pipeline
 COPY constraints.txt setup.py README.md ./
 COPY components ./components
+COPY tfrecord_shards ./tfrecord_shards
+COPY shard_readers ./shard_readers
+COPY spark_shards ./spark_shards
+COPY local_cluster ./local_cluster
 COPY pipeline ./pipeline
 COPY schemas ./schemas
 RUN pip install --no-deps --no-build-isolation --no-index --use-pep517 -e . \
-    && python -m compileall -q components pipeline
+    && python -m compileall -q components pipeline tfrecord_shards shard_readers spark_shards local_cluster
 # Every compiled loop (encoder, framing, split hash, statistics) into numba's cache in the
-# image, beside the modules (components/jit_cache.py): a container on the same kind of CPU
+# image, beside the modules (pipeline/jit_cache.py): a container on the same kind of CPU
 # loads them instead of compiling them in every task that writes examples or statistics
 # (about 10 s in ExampleGen, 15 s in StatisticsGen).
-RUN python -m components.jit_cache
+RUN python -m pipeline.jit_cache
 
 # No ENTRYPOINT: Kubeflow and Vertex run each task's own command (`python -m ...`).
 # `podman run IMAGE tfrp run` runs the local pipeline.

@@ -16,11 +16,11 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 install: $(STAMP)
 
 # scripts/install-venv.sh installs the lock (uv, then pip for what uv refuses). The compiled
-# loops go into numba's cache here, not in the first run (components/jit_cache.py).
+# loops go into numba's cache here, not in the first run (pipeline/jit_cache.py).
 $(STAMP): setup.py constraints.txt scripts/install-venv.sh scripts/pip-settings.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	bash scripts/install-venv.sh $(VENV)
-	$(BIN)/python -m components.jit_cache
+	$(BIN)/python -m pipeline.jit_cache
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -38,7 +38,7 @@ test: system-packages
 # Hundreds of the tests' processes import our modules. Where PYTHONDONTWRITEBYTECODE is set
 # (as on many CI machines) Python never writes their bytecode, so each process would compile
 # them again (0.3 s of CPU a `tfrp` process); compiled once here, only edited files are redone.
-COMPILE := $(BIN)/python -m compileall -q components pipeline testsupport bench
+COMPILE := $(BIN)/python -m compileall -q components pipeline tfrecord_shards shard_readers spark_shards local_cluster testsupport bench
 
 test-all: $(STAMP)
 	$(COMPILE)

@@ -14,15 +14,17 @@ setup(
     python_requires=">=3.9",
     # The product alone: the benchmarks (bench/, `python -m bench`) and the tests' support
     # (testsupport/) run from a checkout and are not installed.
-    packages=find_packages(include=["components", "components.*", "pipeline", "pipeline.*"]),
+    packages=find_packages(include=[
+        "components", "components.*", "pipeline", "pipeline.*", "tfrecord_shards",
+        "tfrecord_shards.*", "shard_readers", "spark_shards", "local_cluster"]),
     include_package_data=True,
     install_requires=[
         "tfx==1.16.0",
         "tf-keras",
-        # s3:// for the stock components' tf.io.gfile (components/tf_filesystems.py).
+        # s3:// for the stock components' tf.io.gfile (tfrecord_shards/tf_filesystems.py).
         "tensorflow-io",
         # Each s3:// object's ETag for the source fingerprint, from one listing
-        # (components/fileio.py); pyarrow's S3 gives only sizes and times to the second.
+        # (tfrecord_shards/fileio.py); pyarrow's S3 gives only sizes and times to the second.
         "boto3",
         "click>=8",
         "pyyaml",

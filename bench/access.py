@@ -39,8 +39,8 @@ def _epoch(shuffle: str, rows: int, folder: str, root: str = "") -> dict:
     import tensorflow as tf
 
     from bench import input as input_bench
-    from components import fileio
-    from components.codec import schema_file
+    from tfrecord_shards import fileio
+    from tfrecord_shards.codec import schema_file
     from components.trainer.input import build_dataset
     from components.trainer.options import InputConfig
 
@@ -67,7 +67,7 @@ def _remote_reads(rows: int, folder: str, root: str) -> dict:
     import numpy as np
 
     from bench import input as input_bench
-    from components import fileio, record_index
+    from tfrecord_shards import fileio, record_index
 
     files = input_bench.uploaded(input_bench.write_data(rows, folder), root)["tfrecords"]
     started = time.perf_counter()
@@ -92,7 +92,7 @@ def _remote_reads(rows: int, folder: str, root: str) -> dict:
 def _reads(rows: int, folder: str) -> dict:
     """Random single-record reads per second, and a sequential read's records per second."""
     from bench import input as input_bench
-    from components import record_index, tfrecord_io
+    from tfrecord_shards import record_index, tfrecord_io
 
     files = input_bench.write_data(rows, folder)["tfrecords"]
     started = time.perf_counter()
@@ -119,7 +119,7 @@ def _gzip(rows: int, folder: str) -> dict:
     import shutil
 
     from bench import input as input_bench
-    from components import record_index, shards, tfrecord_io
+    from tfrecord_shards import record_index, shards, tfrecord_io
 
     files = input_bench.write_data(rows, folder)["tfrecords"]
     records = [bytes(block.buffer[s:e]) for path in files
@@ -163,8 +163,8 @@ def _checkpoint(rows: int, folder: str) -> dict:
     import tensorflow as tf
 
     from bench import input as input_bench
-    from components import fileio
-    from components.codec import schema_file
+    from tfrecord_shards import fileio
+    from tfrecord_shards.codec import schema_file
     from components.trainer import fit
     from components.trainer.input import build_dataset
     from components.trainer.options import InputConfig

@@ -20,7 +20,7 @@ SCORE_BATCH = 1024
 
 
 def _examples(work_dir: str, log: Callable[[str], None]) -> str:
-    from components import shards
+    from tfrecord_shards import shards
     from components.example_gen import beam_job
     from components.example_gen.options import ExampleGenOptions
     from components.example_gen.sources.locate import TAXI_SOURCE
@@ -34,8 +34,9 @@ def _examples(work_dir: str, log: Callable[[str], None]) -> str:
 
 def _transformed(examples: str, work_dir: str, name: str, packed_rows: int,
                  log: Callable[[str], None]) -> str:
-    from components import shards, taxi
-    from components.codec import schema_file
+    from components.transform import taxi
+    from tfrecord_shards import shards
+    from tfrecord_shards.codec import schema_file
     from components.transform import beam_job
     from components.transform.options import TransformOptions
 
@@ -52,7 +53,7 @@ def _transformed(examples: str, work_dir: str, name: str, packed_rows: int,
 def _train(transformed: str, model_dir: str, steps: int, seed: int) -> None:
     from tfx.components.trainer.fn_args_utils import FnArgs
 
-    from components import taxi
+    from components.transform import taxi
     from components.trainer import module
 
     data = os.path.join(transformed, "examples")
@@ -74,7 +75,7 @@ def _score(model_dir: str, eval_records: list[bytes]) -> dict:
     import tensorflow as tf
     from sklearn.metrics import roc_auc_score
 
-    from components.taxi import TAXI_LABEL
+    from components.transform.taxi import TAXI_LABEL
     from components.trainer.options import TRANSFORM_SIGNATURE
 
     model = tf.saved_model.load(os.path.join(model_dir, "serving"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from components import fileio
+from tfrecord_shards import fileio
 from pipeline.cli.output import Commands, configure_output
 
 

@@ -25,7 +25,7 @@ BATCH_ROWS = 65_536
 def _child(encoder: str, rows: int) -> dict:
     processes.pin_to_one_core()
     from testsupport import data
-    from components.codec import serializer
+    from tfrecord_shards.codec import serializer
 
     table = data.taxi_like_table(rows)
     kinds = {n: serializer.arrow_kind(c.type) for n, c in zip(table.column_names, table.columns)}

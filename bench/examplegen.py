@@ -81,7 +81,7 @@ def _child(impl: str, data_dir: str, work_dir: str, beam_args: list[str]) -> dic
         from components.example_gen import engine
         from components.example_gen import beam_job
         from components.example_gen.options import ExampleGenOptions
-        from components.options import from_flat
+        from tfrecord_shards.options import from_flat
 
         assert beam_job
         output = os.path.join(work_dir, "out")

@@ -24,8 +24,8 @@ from bench.display import Table
 
 WRITE = """
 import json, sys
-from components.spark.session import get_session
-from components.spark.write import write_examples
+from spark_shards.session import get_session
+from components.example_gen.spark_write import write_examples
 master, conf, source, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
 spark = get_session(master, dict({"spark.task.maxFailures": "4"}, **conf))
 frame = spark.read.csv(source, header=True, inferSchema=True).repartition(16)
@@ -64,7 +64,8 @@ def count_ids(out: str, rows: int) -> dict:
     """Rows written (the manifest), ids missing and ids seen more than once (read back)."""
     import numpy as np
 
-    from components import numpy_reader, shards
+    from shard_readers import numpy_reader
+    from tfrecord_shards import shards
 
     manifest = shards.read_manifest(out)
     files = [os.path.join(out, shard["path"]) for split in manifest["splits"].values()
@@ -117,7 +118,7 @@ def run_benchmark(rows: int, work_dir: str, train_rows: int = 30_000,
                   engines: tuple[str, ...] = ENGINES, log: Callable[[str], None] = print
                   ) -> dict:
     from testsupport import faults, trainer_faults
-    from components.spark.cluster import LocalCluster
+    from local_cluster.spark import LocalCluster
 
     shutil.rmtree(work_dir, ignore_errors=True)
     os.makedirs(work_dir)

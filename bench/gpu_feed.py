@@ -84,9 +84,9 @@ def write_data(rows: int, folder: str) -> tuple[list[str], str, list[str]]:
     from tensorflow_metadata.proto.v0 import schema_pb2
 
     from testsupport import data
-    from components import packing, record_index, tfrecord_io
-    from components.codec import parser, schema_file
-    from components.packing.write import pack_batch
+    from tfrecord_shards import packing, record_index, tfrecord_io
+    from tfrecord_shards.codec import parser, schema_file
+    from tfrecord_shards.packing.write import pack_batch
 
     os.makedirs(folder, exist_ok=True)
     files = [os.path.join(folder, f"packed-{i:02d}.tfrecord") for i in range(NUM_FILES)]
@@ -191,8 +191,8 @@ def _loader(files: list[str], schema_path: str, features: list[str], batch_size:
     on CUDA."""
     import torch
 
-    from components import numpy_reader
-    from components.codec import schema_file
+    from shard_readers import numpy_reader
+    from tfrecord_shards.codec import schema_file
 
     dataset = numpy_reader.TorchDataset(files, schema_file.load_schema(schema_path),
                                         batch_size=batch_size, features=features, seed=0,
@@ -216,7 +216,7 @@ def run_benchmark(rows: int, work_root: str, batch_size: int = 8192, workers: in
                   log: Callable[[str], None] = print) -> dict:
     import torch
 
-    from components import device_feed, numpy_reader
+    from shard_readers import device_feed, numpy_reader
 
     on = _device(device)
     torch.backends.cudnn.benchmark = True
@@ -347,8 +347,8 @@ def _write_image_shard(task: tuple) -> int:
     import pyarrow as pa
     from PIL import Image
 
-    from components import fileio, record_index, tfrecord_io
-    from components.codec import serializer
+    from tfrecord_shards import fileio, record_index, tfrecord_io
+    from tfrecord_shards.codec import serializer
 
     number, count, size, crop, jpeg_path, raw_path = task
     rng = np.random.default_rng([IMAGE_SEED, number])
@@ -389,8 +389,9 @@ def write_image_data(count: int, folder: str, size: int = 256, crop: int = 224,
     are written by `processes` processes (one a core by default)."""
     import concurrent.futures
 
-    from components import fileio, images
-    from components.codec import schema_file, serializer
+    from shard_readers import images
+    from tfrecord_shards import fileio
+    from tfrecord_shards.codec import schema_file, serializer
 
     fileio.makedirs(folder)
     names = [f"{i:02d}.tfrecord" for i in range(IMAGE_FILES)]
@@ -422,7 +423,7 @@ def write_image_data(count: int, folder: str, size: int = 256, crop: int = 224,
 
 def _device_decode_here(device) -> None:
     """Nothing, or Unavailable saying why `--decode gpu` cannot run here."""
-    from components import jpeg_crops
+    from shard_readers import jpeg_crops
 
     try:
         jpeg_crops.device_jpeg_decoder(device)
@@ -486,7 +487,7 @@ def run_image_benchmark(images: int, work_root: str, batch_size: int = 256, work
     device images, then for each of `decodes` the reader alone and end to end."""
     import torch
 
-    from components import device_feed, jpeg_crops
+    from shard_readers import device_feed, jpeg_crops
 
     unknown = sorted(set(decodes) - set(DECODES))
     if unknown:

@@ -18,7 +18,7 @@ import time
 import numpy as np
 from isal import isal_zlib
 
-from components import shards, tfrecord_io
+from tfrecord_shards import shards, tfrecord_io
 
 MEMBER_KIB = (16, 32, 64, 96, 128, 256, 8192)
 READS = 5000

@@ -8,7 +8,7 @@ with a fixed seed) plus labels.csv. Converted once beforehand, untimed, as in tr
   - `raw-packed`: the same, packed 1,024 rows per Example (Transform's default).
 The peer, `files`, is the tf.data guide's file-per-image pipeline: shuffled (path, label)
 pairs -> parallel map(read_file, decode) -> batch -> prefetch, decoding with the same
-function as ours (`components.images.decode_image`). Every path yields uint8
+function as ours (`shard_readers.images.decode_image`). Every path yields uint8
 [batch, 64, 64, 3] batches, consumed inside the TF runtime.
 
 Where gperftools' tcmalloc is installed (Debian: libtcmalloc-minimal4), the files path and
@@ -81,7 +81,7 @@ def write_images(count: int, folder: str) -> str:
 # Image shards are written uncompressed: JPEG bytes do not gzip (31 MB -> 31 MB here) and
 # gunzip costs the reader CPU; four shards let the interleave read in parallel.
 def _sharding():
-    from components.shards import ShardingOptions
+    from tfrecord_shards.shards import ShardingOptions
 
     return ShardingOptions(num_shards=4, compression="none")
 
@@ -100,7 +100,7 @@ def _examples(images: str, out: str) -> str:
 
 
 def _raw(examples: str, out: str, packed_rows: int) -> str:
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
     from components.transform import beam_job
     from components.transform.options import TransformOptions
 
@@ -136,8 +136,8 @@ def _one_epoch(dataset) -> int:
 
 
 def _shards_dataset(examples: str):
-    from components.codec import schema_file
-    from components.images import ImageSpec
+    from tfrecord_shards.codec import schema_file
+    from shard_readers.images import ImageSpec
     from components.trainer.input import build_dataset
     from components.trainer.options import InputConfig
 
@@ -151,7 +151,7 @@ def _shards_dataset(examples: str):
 def _files_dataset(images: str):
     import tensorflow as tf
 
-    from components.images import ImageSpec, decode_image
+    from shard_readers.images import ImageSpec, decode_image
 
     with open(os.path.join(images, "labels.csv")) as f:
         rows = list(csv.DictReader(f))

@@ -53,7 +53,7 @@ def write_data(rows: int, folder: str) -> dict:
     import tensorflow as tf
 
     from testsupport import data
-    from components.codec import serializer
+    from tfrecord_shards.codec import serializer
 
     os.makedirs(folder, exist_ok=True)
     stamp = os.path.join(folder, "stamp")
@@ -89,7 +89,7 @@ def write_data(rows: int, folder: str) -> dict:
 def uploaded(paths: dict, root: str) -> dict:
     """The bench's files copied to `root` (a URI: gs://, s3://), `paths` with their URIs;
     a file already there at its size is not copied again."""
-    from components import fileio
+    from tfrecord_shards import fileio
 
     moved = {}
     for key, value in paths.items():
@@ -113,9 +113,9 @@ def _write_dense(table, schema_path: str, packed_files: list[str], packed_schema
     import pyarrow.compute as pc
     import tensorflow as tf
 
-    from components import packing
-    from components.packing.write import pack_batch
-    from components.codec import parser, schema_file, serializer
+    from tfrecord_shards import packing
+    from tfrecord_shards.packing.write import pack_batch
+    from tfrecord_shards.codec import parser, schema_file, serializer
 
     schema = schema_file.load_schema(schema_path)
     for feature in schema.feature:
@@ -301,7 +301,7 @@ def _csv(files, schema, rows) -> list[float]:
 def _naive(files, schema, rows) -> list[float]:
     import tensorflow as tf
 
-    from components.codec import parser
+    from tfrecord_shards.codec import parser
 
     spec = parser.feature_spec_from_schema(schema)
     def parse(record):
@@ -329,7 +329,7 @@ def _child(name: str, rows: int, folder: str, root: str = "") -> dict:
     """One child's work in this (fresh) process: epoch seconds per path it reports; the
     `floor` child measures the consumer alone and the iterator checkpoints instead. With a
     `root`, the files read are the copies there (`uploaded`)."""
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
 
     paths = write_data(rows, folder)
     if root:

@@ -49,7 +49,7 @@ import time
 from typing import Callable, Optional, Sequence
 
 from bench.display import Table
-from components import fileio
+from tfrecord_shards import fileio
 
 SIDES = ("stock", "ours", "ours-no-statistics")
 NO_STATISTICS = "ours-no-statistics"
@@ -145,7 +145,7 @@ def read_run(metadata_path: str) -> dict:
     from ml_metadata import metadata_store
     from ml_metadata.proto import metadata_store_pb2
 
-    from components import tfx_artifacts
+    from components.example_gen import artifacts as tfx_artifacts
 
     config = metadata_store_pb2.ConnectionConfig()
     config.sqlite.filename_uri = metadata_path

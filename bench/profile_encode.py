@@ -43,12 +43,12 @@ def main(rows: int) -> dict:
 
     from bench import processes
     from testsupport import data
-    from components import tfrecord_io
-    from components.codec import serializer
+    from tfrecord_shards import tfrecord_io
+    from tfrecord_shards.codec import serializer
     from components.example_gen import encode, splits
     from components.example_gen.options import ExampleGenOptions
     from components.example_gen.sources.base import FileProfile
-    from components.shards import gzip_member
+    from tfrecord_shards.shards import gzip_member
 
     processes.pin_to_one_core()
     table = data.taxi_like_table(rows)

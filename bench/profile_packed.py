@@ -22,9 +22,9 @@ def main(folder: str) -> dict:
     from tensorflow_metadata.proto.v0 import schema_pb2
 
     from bench import input as bench_input
-    from components import packing
-    from components.packing import graph as packed_graph
-    from components.codec import schema_file
+    from tfrecord_shards import packing
+    from tfrecord_shards.packing import graph as packed_graph
+    from tfrecord_shards.codec import schema_file
     from components.trainer.input import build_dataset
     from components.trainer.options import InputConfig
 
@@ -82,8 +82,8 @@ def _move_numbers(files: list, schema, names: list) -> dict:
     import numpy as np
     import tensorflow as tf
 
-    from components import packing
-    from components.packing import graph as packed_graph
+    from tfrecord_shards import packing
+    from tfrecord_shards.packing import graph as packed_graph
 
     parsed = tf.io.parse_example(next(iter(tf.data.TFRecordDataset(files[0]).batch(10))),
                                  packed_graph.block_spec(

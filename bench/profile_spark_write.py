@@ -26,13 +26,13 @@ def main(rows: int, work_root: str = "tfrp_runs/bench") -> dict:
     import pyarrow as pa
 
     from bench.spark import SHARDS
-    from components import shards
+    from tfrecord_shards import shards
     from components.example_gen import encode
     from components.example_gen.options import ExampleGenOptions
-    from components.shards import ShardingOptions
-    from components.spark import columns as spark_columns
-    from components.spark import write
-    from components.spark.session import get_session
+    from tfrecord_shards.shards import ShardingOptions
+    from spark_shards import columns as spark_columns
+    from components.example_gen import spark_write as write
+    from spark_shards.session import get_session
 
     spark = get_session("local[2]")
     parquet = os.path.join(work_root, f"spark-{rows}", "source.parquet")

@@ -24,7 +24,7 @@ def _import_tensorflow(batches):
 
 def run(folder: str, steps: list[str], master: str = "local[2]") -> list[tuple[str, float]]:
     from bench.spark import read_actions
-    from components.spark.session import get_session
+    from spark_shards.session import get_session
 
     spark = get_session(master)
     actions = read_actions(spark, {name: os.path.join(folder, name)

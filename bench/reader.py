@@ -25,8 +25,8 @@ def _read(path_name: str, files: list[str], schema_path: str) -> int:
         from tfrecord.reader import tfrecord_loader
 
         return sum(1 for path in files for _ in tfrecord_loader(path, None))
-    from components import numpy_reader
-    from components.codec import schema_file
+    from shard_readers import numpy_reader
+    from tfrecord_shards.codec import schema_file
 
     schema = schema_file.load_schema(schema_path)
     first = schema.feature[0].name

@@ -60,8 +60,8 @@ def _run(command: list[str], executors: Callable[[], list[int]]) -> dict:
 def run_benchmark(rows: int, work_dir: str, spark_master: Optional[str] = None,
                   log: Callable[[str], None] = print) -> dict:
     from testsupport import data
-    from components import shards
-    from components.spark.cluster import LocalCluster
+    from tfrecord_shards import shards
+    from local_cluster.spark import LocalCluster
 
     results: dict[str, dict] = {}
     cluster = None

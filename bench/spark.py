@@ -77,7 +77,7 @@ def python_floor_read(spark, parquet_folder: str):
 def read_actions(spark, outputs: dict[str, str]) -> dict[str, Callable[[], None]]:
     """The reads compared, each consuming every row (Spark's `noop` sink), over the folders
     `outputs` names for "ours", "ours-plain" and "parquet"."""
-    from components.spark.read import read_examples
+    from spark_shards.read import read_examples
 
     def consume(frame) -> None:
         frame.write.format("noop").mode("overwrite").save()
@@ -106,7 +106,7 @@ def _gunzip_seconds(folder: str) -> float:
     with the inflate our reader uses (ISA-L's)."""
     from isal import isal_zlib
 
-    from components.tfrecord_io import gzip_member_index
+    from tfrecord_shards.tfrecord_io import gzip_member_index
 
     seconds = 0.0
     for root, _, names in os.walk(folder):
@@ -172,13 +172,13 @@ def import_seconds(modules: str) -> float:
 
 def run_benchmark(rows: int, work_root: str, repeats: int = 3, master: str = "local[2]",
                   log: Callable[[str], None] = print) -> dict:
-    from components.shards import read_manifest
-    from components.spark.read import read_examples
-    from components.spark.write import write_examples
+    from tfrecord_shards.shards import read_manifest
+    from spark_shards.read import read_examples
+    from components.example_gen.spark_write import write_examples
 
     parquet, csv_folder = _write_inputs(rows, os.path.join(work_root, f"spark-{rows}"))
     start = time.perf_counter()
-    from components.spark.session import get_session
+    from spark_shards.session import get_session
 
     spark = get_session(master)
     session_seconds = time.perf_counter() - start
@@ -231,7 +231,7 @@ def run_benchmark(rows: int, work_root: str, repeats: int = 3, master: str = "lo
     medians = {key: statistics.median(values) for key, values in runs.items()}
     executor_imports = {
         name: statistics.median(import_seconds(modules) for _ in range(repeats))
-        for name, modules in (("encode path", "components.spark.write, pyarrow"),
+        for name, modules in (("encode path", "components.example_gen.spark_write, pyarrow"),
                               ("tensorflow", "tensorflow"))}
     paths = {key: {"median_seconds": seconds, "rows_per_second": rows / seconds,
                    "seconds": runs[key], "first_in_session_seconds": first.get(key),

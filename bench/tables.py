@@ -113,7 +113,7 @@ def _examples_dir(output_root: str, pipeline: str) -> str:
 def _frame(folder: str):
     import pandas as pd
 
-    from components import example_rows
+    from tfrecord_shards import example_rows
 
     return pd.DataFrame(list(example_rows.iter_rows(folder)))
 
@@ -205,7 +205,7 @@ def run_corpus(work_dir: str, log: Callable[[str], None] = print) -> dict:
     quarantined), clean one-line refusals, and anything else (a failure)."""
     import shutil
 
-    from components import shards
+    from tfrecord_shards import shards
     from components.example_gen import engine
     from components.example_gen.options import ExampleGenOptions
 

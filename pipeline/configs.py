@@ -17,11 +17,12 @@ import os
 import typing
 from typing import Any, Mapping, Optional
 
-from components import fileio, taxi
+from components.transform import taxi
+from tfrecord_shards import fileio
 from components.example_gen.options import ExampleGenOptions
-from components.options import check_settings, flat_fields, from_flat, setting, settings_for
+from tfrecord_shards.options import check_settings, flat_fields, from_flat, setting, settings_for
 from components.production_model.options import ProductionModelOptions
-from components.shards import ShardingOptions
+from tfrecord_shards.shards import ShardingOptions
 from components.trainer import tasks
 from components.trainer.options import DEFAULT_SEED, InputConfig, TrainerOptions
 from components.transform.options import TransformOptions
@@ -86,7 +87,7 @@ class PipelineConfig:
     splits: str = ExampleGenOptions.splits
     split_key: Optional[str] = None
     # Shards of ExampleGen and Transform: num_shards, shard_size_mb, compression,
-    # compression_level (components/shards.py).
+    # compression_level (tfrecord_shards/shards.py).
     sharding: ShardingOptions = dataclasses.field(default_factory=ShardingOptions)
     # What each heavy task of a compiled pipeline asks its cluster for: trainer_cpu,
     # trainer_memory, trainer_accelerator, transform_cpu, ... (pipeline/resources.py).

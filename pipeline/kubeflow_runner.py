@@ -11,8 +11,8 @@ from typing import Any
 from tfx.orchestration.kubeflow.v2.kubeflow_v2_dag_runner import (
     KubeflowV2DagRunner, KubeflowV2DagRunnerConfig)
 
-from components import fileio
-from components.options import OPTIONS_KEY
+from tfrecord_shards import fileio
+from tfrecord_shards.options import OPTIONS_KEY
 from components.production_model.component import SERVING_STATE
 from pipeline import datasets, kubernetes_platform, resources, run_settings, task_entrypoint
 from pipeline.configs import PipelineConfig

@@ -19,7 +19,7 @@ import dataclasses
 import re
 from typing import Any, Mapping, Optional
 
-from components.options import JsonOptions, SettingError, setting
+from tfrecord_shards.options import JsonOptions, SettingError, setting
 
 # The backends a pipeline compiles for, by the names `tfrp compile --target` takes (kubeflow:
 # kfp's name from before the two backends' files differed).

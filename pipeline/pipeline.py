@@ -21,7 +21,7 @@ from tfx.orchestration.pipeline import Pipeline
 from tfx.proto import pusher_pb2, trainer_pb2
 from tfx.types import channel, standard_artifacts
 
-from components import fileio
+from tfrecord_shards import fileio
 from components.example_gen.component import ShardedExampleGen
 from components.example_gen.inputs import resolve_inputs
 from components.example_gen import encode
@@ -68,7 +68,7 @@ def check_data_fits_dataset(config: PipelineConfig, source: str) -> None:
     if not config.data_root or config.dataset == "table" or not config.schema_file or \
             config.data_format == "images" or not fileio.exists(config.schema_file):
         return
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
 
     expected = [f.name for f in schema_file.load_schema(config.schema_file).feature]
     path, columns = encode.first_columns(source, config.data_format)

@@ -1,7 +1,7 @@
 """Live progress of a local run: one line per component as it finishes, read from the run's
 ML Metadata store while LocalDagRunner works, and on a terminal a line naming the component
 now running, with the rows it has done and their rate when its loops count them
-(components/rows_done.py: LocalDagRunner runs each executor in this process, one at a time)."""
+(tfrecord_shards/rows_done.py: LocalDagRunner runs each executor in this process, one at a time)."""
 from __future__ import annotations
 
 import os
@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from ml_metadata.proto import metadata_store_pb2
 
-from components import rows_done
+from tfrecord_shards import rows_done
 from pipeline import run_summary
 
 _DONE = (metadata_store_pb2.Execution.COMPLETE, metadata_store_pb2.Execution.CACHED,

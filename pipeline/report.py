@@ -15,7 +15,8 @@ import html
 import io
 from typing import Optional
 
-from components import fileio, tfx_artifacts
+from components.example_gen import artifacts as tfx_artifacts
+from tfrecord_shards import fileio
 from pipeline import run_summary
 
 REPORT_FILE = "report.html"
@@ -98,7 +99,7 @@ def _statistics(artifacts: dict) -> str:
 def _schema(summary: run_summary.RunSummary) -> str:
     if not summary.schema_path or not fileio.exists(summary.schema_path):
         return "<p>No schema in this run.</p>"
-    from components.codec import parser, schema_file
+    from tfrecord_shards.codec import parser, schema_file
 
     schema = schema_file.load_schema(summary.schema_path)
     rows = []

@@ -22,7 +22,7 @@ import dataclasses
 import re
 from typing import Any, Optional
 
-from components.options import JsonOptions, SettingError, setting
+from tfrecord_shards.options import JsonOptions, SettingError, setting
 from pipeline.kubernetes_platform import key_values
 
 # A setting's prefix -> the compiled task it is for.

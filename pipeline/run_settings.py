@@ -22,10 +22,10 @@ import dataclasses
 import json
 from typing import Any, Callable, Optional, Sequence
 
-from components import fileio
+from tfrecord_shards import fileio
 from components.example_gen.inputs import settle_inputs
 from components.example_gen.options import ExampleGenOptions
-from components.options import OPTIONS_KEY
+from tfrecord_shards.options import OPTIONS_KEY
 
 TASK = "run-settings"
 FLAG = "--run-settings"  # the task entrypoint's first argument for this task

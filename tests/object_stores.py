@@ -510,7 +510,7 @@ def start_object_stores(work_dir: str, *, trace: bool = False,
     work_dir = os.path.abspath(work_dir)
     os.makedirs(work_dir, exist_ok=True)
     if loopback:
-        from components.listening import free_ports
+        from local_cluster.listening import free_ports
 
         ports = dict(zip(("gcs_http", "gcs_backend", "s3_http", "s3_backend"), free_ports(4)))
         config = {"loopback": True, "ports": ports, "fake_gcs": _fake_gcs_binary(),

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from components import tfrecord_io
+from tfrecord_shards import tfrecord_io
 from conftest import bench, tfrp
 
 
@@ -152,7 +152,7 @@ def test_every_sharding_setting_is_a_flag_of_both_commands_and_reaches_every_com
     its help and default, and PipelineConfig hands it to ExampleGen and Transform by name."""
     import dataclasses
 
-    from components.shards import ShardingOptions
+    from tfrecord_shards.shards import ShardingOptions
     from pipeline.configs import PipelineConfig
 
     helps = {command: re.sub(r"\s+", " ", tfrp(command, "--help").stdout)
@@ -181,7 +181,7 @@ def test_every_sharding_setting_is_a_flag_of_both_commands_and_reaches_every_com
 
 def test_a_wrong_setting_is_named_by_its_flag_on_the_command_line_and_by_name_elsewhere(
         tmp_path):
-    from components.options import SettingError
+    from tfrecord_shards.options import SettingError
     from pipeline.configs import PipelineConfig
 
     refused = tfrp("examplegen", "x.csv", str(tmp_path / "a"), "--compression-level", "12",

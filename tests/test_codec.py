@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx_bsl.coders import example_coder
 
-from components import tfrecord_io
-from components.codec import parser, serializer
+from tfrecord_shards import tfrecord_io
+from tfrecord_shards.codec import parser, serializer
 
 TYPES = {"int": (pa.int64(), tf.int64, schema_pb2.INT),
          "float": (pa.float32(), tf.float32, schema_pb2.FLOAT),
@@ -115,7 +115,7 @@ def test_both_crc32c_paths_agree_with_google_crc32c():
     both must give the library's checksum, at every length and misalignment."""
     import google_crc32c
 
-    from components.codec import wire
+    from tfrecord_shards.codec import wire
 
     data = np.random.default_rng(7).integers(0, 256, 4_096, dtype=np.uint8)
     for start, count in [(0, 0), (0, 1), (3, 7), (1, 8), (5, 9), (0, 64), (13, 1_000)]:
@@ -245,7 +245,7 @@ def test_block_reader_reads_through_the_object_store_route_too(tmp_path, compres
 
 @pytest.mark.parametrize("level", [1, 3, 6, 9])  # ISA-L's levels, then zlib's
 def test_gzip_members_at_every_level_read_back_through_tensorflow(tmp_path, level):
-    from components import shards
+    from tfrecord_shards import shards
 
     records = [bytes([i % 256]) * (i * 53 % 900) for i in range(400)]
     framed, ends = tfrecord_io.frame_records(pa.array(records, pa.binary()))

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from components.codec import serializer
+from tfrecord_shards.codec import serializer
 from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
 from components.example_gen.sources import registry
@@ -152,8 +152,8 @@ def test_dates_and_times_are_epoch_seconds_in_utc_with_the_schema_saying_so(tmp_
     source.write_bytes(gzip.compress(text.encode()) if gzipped else text.encode())
     out = tmp_path / "out"
     beam_job.run(ExampleGenOptions(source=str(source), splits="all:1"), str(out))
-    from components import example_rows
-    from components.codec import schema_file
+    from tfrecord_shards import example_rows
+    from tfrecord_shards.codec import schema_file
 
     rows = {row["id"]: row for row in example_rows.iter_rows(str(out))}
     expected_day = int((datetime.datetime(2007, 11, 11, tzinfo=datetime.timezone.utc)

@@ -11,11 +11,11 @@ import shutil
 
 import pytest
 
-from components import shards, tfrecord_io
-from components.codec import schema_file
+from tfrecord_shards import shards, tfrecord_io
+from tfrecord_shards.codec import schema_file
 from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
-from components.shards import ShardingOptions
+from tfrecord_shards.shards import ShardingOptions
 from components.trainer.input import build_dataset
 from components.trainer.options import InputConfig
 from conftest import tfrp

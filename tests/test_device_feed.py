@@ -1,4 +1,4 @@
-"""The device stage (components/device_feed.py) on this machine's CPU: `prefetch_to_device`
+"""The device stage (shard_readers/device_feed.py) on this machine's CPU: `prefetch_to_device`
 hands over every batch unchanged and in order, `DeviceResident` serves every row once an
 epoch in a seeded order shuffled where the data lives, `TorchDataset`'s transform runs in the
 workers; `python -m bench gpu-feed` runs its tabular and image workloads with no TensorFlow. The
@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from components import device_feed, numpy_reader
+from shard_readers import device_feed, numpy_reader
 
 torch = pytest.importorskip("torch")
 
@@ -154,7 +154,7 @@ def test_a_resident_dataset_keeps_raw_images_and_serves_each_once_an_epoch(tmp_p
     """Raw-pixel records read as uint8 [rows, h, w, c] can live on the device: every image
     once an epoch, pixels and label together."""
     from bench import gpu_feed
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
 
     data = gpu_feed.write_image_data(30, str(tmp_path), size=20, crop=16, processes=1)
     batches = list(numpy_reader.iter_batches(data.raw_files,
@@ -276,7 +276,7 @@ def test_large_records_are_decoded_a_few_megabytes_at_a_time():
 
 
 def test_the_device_crop_cuts_each_images_window_in_one_gather():
-    from components.jpeg_crops import crop_windows
+    from shard_readers.jpeg_crops import crop_windows
 
     images = torch.randint(0, 256, (5, 3, 10, 12), dtype=torch.uint8)
     tops, lefts = torch.tensor([0, 1, 2, 3, 4]), torch.tensor([0, 2, 4, 6, 1])
@@ -402,7 +402,7 @@ def test_jpeg_crops_are_windows_of_each_image_in_colour_other_features_kept(side
 
     from PIL import Image
 
-    from components import jpeg_crops
+    from shard_readers import jpeg_crops
 
     monkeypatch.setattr(jpeg_crops, "device_jpeg_decoder", lambda device: pil_decode_jpeg)
     rng = np.random.default_rng(5)
@@ -439,8 +439,8 @@ def test_the_gpu_decode_path_runs_here_with_pil_standing_in_for_nvjpeg(tmp_path,
     and the device stage, decoded and cropped in the training process) runs here with a PIL
     function in place of `torchvision.io.decode_jpeg`, same arguments and results."""
     from bench import gpu_feed
-    from components import jpeg_crops
-    from components.codec import schema_file
+    from shard_readers import jpeg_crops
+    from tfrecord_shards.codec import schema_file
 
     monkeypatch.setattr(jpeg_crops, "device_jpeg_decoder", lambda device: pil_decode_jpeg)
     report = gpu_feed.run_image_benchmark(70, str(tmp_path), batch_size=16, workers=2,
@@ -466,8 +466,8 @@ def test_the_raw_twins_hold_the_jpegs_images_centre_cropped(tmp_path):
     from PIL import Image
 
     from bench import gpu_feed
-    from components import images
-    from components.codec import schema_file
+    from shard_readers import images
+    from tfrecord_shards.codec import schema_file
 
     data = gpu_feed.write_image_data(40, str(tmp_path), size=48, crop=32, processes=2)
     jpeg_schema = schema_file.load_schema(data.jpeg_schema)

@@ -14,11 +14,11 @@ import pytest
 import tensorflow as tf
 
 from testsupport.trainer_faults import data_service_run, start_data_service, stop, write_row_ids
-from components import taxi
+from components.transform import taxi
 from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
-from components.listening import free_ports
-from components.shards import ShardingOptions
+from local_cluster.listening import free_ports
+from tfrecord_shards.shards import ShardingOptions
 from components.trainer.input import build_dataset
 from components.trainer.options import InputConfig
 
@@ -117,7 +117,7 @@ def test_two_workers_train_on_different_files_and_reduce_loss(training_runs):
 
 def eval_rows(examples: str, context=None) -> list[tuple[float, float]]:
     """(trip_seconds, fare) of every eval row one input pipeline yields."""
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
 
     dataset = build_dataset(os.path.join(examples, "Split-eval", "*"),
                             schema_file.load_schema(examples), None,
@@ -152,7 +152,7 @@ def test_the_dispatcher_says_where_it_really_listens_and_warns_of_an_open_port()
     """TensorFlow binds tf.data service servers to every interface and has no setting to
     choose one: the start-up lines print the binding the kernel reports and, when it is not
     loopback alone, the warning with the network rule it needs."""
-    from components import listening
+    from local_cluster import listening
 
     (port,) = free_ports(1)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": REPO}
@@ -180,7 +180,7 @@ def row_id_examples(tmp_path_factory) -> str:
 
 
 def epoch_row_ids(examples: str, service=None, on_served_epoch=None) -> list[int]:
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
 
     dataset = build_dataset(os.path.join(examples, "Split-train", "*"),
                             schema_file.load_schema(examples), None, feature_keys=["row_id"],
@@ -202,7 +202,7 @@ def test_the_data_service_yields_every_row_of_an_epoch_once(row_id_examples, dat
 
 def test_training_through_the_data_service_reduces_loss(row_id_examples, data_service,
                                                        tmp_path):
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
     from components.trainer import fit, module
 
     schema = schema_file.load_schema(row_id_examples)

@@ -20,8 +20,8 @@ from tfx.components.trainer.fn_args_utils import FnArgs
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.utils import json_utils, proto_utils
 
-from components import taxi
-from components.codec import schema_file
+from components.transform import taxi
+from tfrecord_shards.codec import schema_file
 from components.evaluator import evaluate, executor, stock_executor
 from components.evaluator.metrics import UnsupportedSetting
 from components.evaluator.options import EvaluatorOptions
@@ -167,7 +167,7 @@ def table_examples(folder, frame, compression: str) -> str:
     """A pandas table as CSV through our ExampleGen (train 2 : eval 1)."""
     from components.example_gen import engine
     from components.example_gen.options import ExampleGenOptions
-    from components.options import from_flat
+    from tfrecord_shards.options import from_flat
 
     source = folder / "data" / "table.csv"
     source.parent.mkdir(parents=True)
@@ -433,7 +433,7 @@ def stock_trained_model(taxi_examples, tmp_path_factory) -> tuple[str, str, str]
     from tfx.examples.chicago_taxi_pipeline import taxi_utils_native_keras
     from tfx.proto import trainer_pb2
 
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
     from components.transform import beam_job
     from components.transform.options import TransformOptions
 

@@ -18,13 +18,13 @@ import tensorflow as tf
 
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import example_rows, shards, tfrecord_io
+from tfrecord_shards import example_rows, shards, tfrecord_io
 from components.example_gen import engine
-from components.codec import parser, schema_file
+from tfrecord_shards.codec import parser, schema_file
 from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
-from components.options import from_flat
-from components.shards import ShardingOptions
+from tfrecord_shards.options import from_flat
+from tfrecord_shards.shards import ShardingOptions
 
 
 def run_gen(source, out, **settings):
@@ -371,7 +371,7 @@ def test_append_range_copies_byte_ranges_in_the_kernel_or_through_memory(tmp_pat
     """Plain shards are byte ranges of chunk files: copied by the kernel between local files,
     read and written into anything else; the same bytes either way, and a range past the end
     of the file is an error, not a short shard."""
-    from components import fileio
+    from tfrecord_shards import fileio
 
     source = tmp_path / "chunk"
     data = os.urandom(300_000)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from components import shards
+from tfrecord_shards import shards
 from components.example_gen import engine
 from components.example_gen.inputs import own_fingerprint, settle_inputs
 from components.example_gen.options import ExampleGenOptions
@@ -179,7 +179,7 @@ def test_a_local_pipeline_stops_when_its_source_changes_after_it_was_built(taxi_
 
 VERSIONS = """
 import json, sys
-from components import fileio
+from tfrecord_shards import fileio
 from components.example_gen.sources import locate
 
 folder, changed = sys.argv[1], sys.argv[2]
@@ -203,14 +203,14 @@ print(json.dumps({"before": before, "after": after, "store": store,
 """
 UPLOAD = """
 import sys
-from components import fileio
+from tfrecord_shards import fileio
 
 for i in range(3):
     fileio.write_bytes(f"{sys.argv[1]}/part-{i}.csv", f"a,b\\n{i},x{i}\\n".encode())
 """
 LISTINGS = """
 import sys
-from components import fileio
+from tfrecord_shards import fileio
 
 files = fileio.file_versions([f"{sys.argv[1]}/part-{i}.csv" for i in range(3)])
 below = fileio.versions_below(sys.argv[1])
@@ -256,7 +256,7 @@ def test_a_bucket_file_replaced_by_one_of_the_same_size_changes_the_fingerprint(
 NO_BOTO3 = """
 import json, sys
 sys.modules["boto3"] = None  # as in the image, which installs no dev-only package
-from components import fileio
+from tfrecord_shards import fileio
 from components.example_gen.sources import locate
 
 below = fileio.versions_below(sys.argv[1])

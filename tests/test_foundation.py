@@ -32,7 +32,7 @@ def test_stock_statistics_and_schema_gen_consume_our_examples(taxi_run):
     """Stock StatisticsGen read our shards: its per-split counts equal our manifest's."""
     from tensorflow_data_validation.utils import stats_util
 
-    from components import shards
+    from tfrecord_shards import shards
 
     _, summary = taxi_run
     examples = summary.artifacts["Examples"][0]

@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from components import shards, tfrecord_io
+from tfrecord_shards import shards, tfrecord_io
 from components.example_gen import beam_job
 from testsupport import fuzz
 from components.example_gen.options import ExampleGenOptions
-from components.shards import ShardingOptions
+from tfrecord_shards.shards import ShardingOptions
 from conftest import bench
 
 CI_SEED, CI_CASES = 0, 42

@@ -81,7 +81,7 @@ def test_with_fail_on_anomalies_false_the_run_goes_on_and_lists_them(new_payment
     model."""
     import yaml
 
-    from components.spark.cluster import LocalCluster
+    from local_cluster.spark import LocalCluster
 
     data_root, root = new_payment_type
     with LocalCluster(workers=1, work_dir=str(root / "cluster")) as cluster:

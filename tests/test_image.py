@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from components import tfrecord_io
+from tfrecord_shards import tfrecord_io
 from pipeline.configs import DEFAULT_IMAGE, DEFAULT_IMAGE_TAG
 
 pytestmark = pytest.mark.image
@@ -112,7 +112,7 @@ REACH_BOTH_STORES = """
 import sys
 from pipeline import process_exit
 process_exit.install()
-from components import fileio, tf_filesystems
+from tfrecord_shards import fileio, tf_filesystems
 import tensorflow as tf
 
 def reach():
@@ -168,10 +168,10 @@ def test_spark_examplegen_runs_its_jvm_in_the_container(image, taxi_slice_dir, t
     assert sum(tfrecord_io.count_records(s) for s in shards) == 2000
 
 
-COPY = ("import sys\nfrom components import fileio\n"
+COPY = ("import sys\nfrom tfrecord_shards import fileio\n"
         "if fileio.isdir(sys.argv[1]): fileio.copy_tree(sys.argv[1], sys.argv[2])\n"
         "elif fileio.exists(sys.argv[1]): fileio.copy_file(sys.argv[1], sys.argv[2])")
-LIST_FOLDER = ("import json, sys\nfrom components import fileio\n"
+LIST_FOLDER = ("import json, sys\nfrom tfrecord_shards import fileio\n"
                "print(json.dumps(fileio.listdir(sys.argv[1]) if fileio.exists(sys.argv[1]) "
                "else []))")
 

@@ -79,7 +79,7 @@ def stores(file_layer_stores):
 
 @pytest.fixture(scope="module")
 def kfp_runs(tmp_path_factory, taxi_csv, stores):
-    from components import fileio
+    from tfrecord_shards import fileio
 
     folder = tmp_path_factory.mktemp("kfp")
     stores.make_bucket("s3", BUCKET)
@@ -167,7 +167,7 @@ def rows_written(run: kfp_launch.Run, task: str, key: str) -> int:
 
 
 def test_the_compiled_pipeline_runs_every_task_and_pushes_on_a_minio_root(kfp_runs):
-    from components import fileio
+    from tfrecord_shards import fileio
 
     [(run, pushed), *_] = kfp_runs["runs"]
     assert set(run) == TASKS and not run.cached, run
@@ -240,7 +240,7 @@ def test_a_run_given_another_data_root_reads_it(kfp_runs):
 
 
 def test_a_task_killed_mid_commit_is_retried_into_the_same_uris_and_succeeds(kfp_runs):
-    from components import fileio
+    from tfrecord_shards import fileio
 
     retried, pushed = kfp_runs["retried"]
     assert not kfp_runs["faults_left"]  # the fault was used

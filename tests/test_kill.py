@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from components import shards, tfrecord_io
-from components.codec import schema_file
+from tfrecord_shards import shards, tfrecord_io
+from tfrecord_shards.codec import schema_file
 
 pytestmark = pytest.mark.slow
 
@@ -124,8 +124,8 @@ def test_examplegen_killed_at_random_moments(big_csv, tmp_path):
 
 TRANSFORM = """
 import sys
-from components.codec import schema_file
-from components.shards import ShardingOptions
+from tfrecord_shards.codec import schema_file
+from tfrecord_shards.shards import ShardingOptions
 from components.transform import beam_job
 from components.transform.options import TransformOptions
 examples, out = sys.argv[1], sys.argv[2]
@@ -148,8 +148,8 @@ def test_transform_killed_at_random_moments(taxi_examples, tmp_path):
 
 SPARK_WRITE = """
 import sys
-from components.spark.session import get_session
-from components.spark.write import write_examples
+from spark_shards.session import get_session
+from components.example_gen.spark_write import write_examples
 source, out = sys.argv[1], sys.argv[2]
 spark = get_session("local[2]")
 write_examples(spark.read.csv(source, header=True, inferSchema=True), out, num_shards=4)
@@ -179,8 +179,8 @@ import sys
 from tfx.types import standard_artifacts
 from components.example_gen.executor import Executor
 from components.example_gen.options import ExampleGenOptions
-from components.options import OPTIONS_KEY
-from components.shards import ShardingOptions
+from tfrecord_shards.options import OPTIONS_KEY
+from tfrecord_shards.shards import ShardingOptions
 
 examples = standard_artifacts.Examples()
 examples.uri = sys.argv[2]

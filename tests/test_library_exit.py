@@ -35,7 +35,7 @@ libc.printf(b"C output flushed\\n")
 
 THROUGH_THE_LIBRARY = """
 def read(examples):
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
     from components.trainer.input import InputConfig, build_dataset
     schema = schema_file.load_schema(examples + "/schema.pbtxt")
     dataset = build_dataset(examples + "/Split-train/*", schema, None,
@@ -61,7 +61,7 @@ def _program(read: str) -> str:
 
 def test_a_users_program_reading_s3_ends_as_without_the_library(airquality_examples,
                                                                   file_layer_stores):
-    from components import fileio
+    from tfrecord_shards import fileio
 
     stores = file_layer_stores
     name = "exit-" + os.path.basename(os.path.dirname(airquality_examples))[-4:].lower()

@@ -99,7 +99,7 @@ def test_make_image_with_neither_engine_names_the_packages(tmp_path):
 _FIRST_RUN = """
 import json, sys
 from numba.core.registry import CPUDispatcher
-from components import fileio
+from tfrecord_shards import fileio
 from components.example_gen import engine
 from components.example_gen.options import ExampleGenOptions
 from components.statistics_gen import stats_job
@@ -110,7 +110,7 @@ engine.run(ExampleGenOptions(source=work + "/source"), work + "/examples")
 stats_job.run(work + "/examples", work + "/statistics",
               stats_job.artifact_splits(work + "/examples"))
 hits = misses = 0
-for name in ("components.codec.wire", "components.example_gen.split_hash",
+for name in ("tfrecord_shards.codec.wire", "components.example_gen.split_hash",
              "components.statistics_gen.stats_job"):
     for value in vars(sys.modules[name]).values():
         if isinstance(value, CPUDispatcher):
@@ -122,7 +122,7 @@ print(json.dumps({"hits": hits, "misses": misses}))
 
 @pytest.mark.slow
 def test_the_install_fills_numbas_cache_so_a_first_run_compiles_no_loop(tmp_path, taxi_csv):
-    """`make install` (and the image build) run components/jit_cache.py: a first ExampleGen
+    """`make install` (and the image build) run pipeline/jit_cache.py: a first ExampleGen
     and StatisticsGen on another table then load every compiled loop from numba's cache."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -140,7 +140,7 @@ def test_the_install_fills_numbas_cache_so_a_first_run_compiles_no_loop(tmp_path
     # A first run without the cache compiling every loop is not run again here: it is what
     # a miss counts, and any loop jit_cache.py left out is a miss below.
     cache = tmp_path / "cache"
-    filled = python(cache, "-m", "components.jit_cache")
+    filled = python(cache, "-m", "pipeline.jit_cache")
     assert filled.stderr.splitlines()[-1].startswith("numba cache filled in ")
     warm = first_run(cache, "warm")
     assert warm["misses"] == 0 and warm["hits"] > 0, warm

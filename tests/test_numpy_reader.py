@@ -15,11 +15,12 @@ import pyarrow as pa
 import pytest
 import tensorflow as tf
 
-from components import numpy_reader, record_index, tfrecord_io
-from components.codec import parser, schema_file, serializer
+from shard_readers import numpy_reader
+from tfrecord_shards import record_index, tfrecord_io
+from tfrecord_shards.codec import parser, schema_file, serializer
 from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
-from components.shards import ShardingOptions
+from tfrecord_shards.shards import ShardingOptions
 from components.trainer.input import build_dataset
 from components.trainer.options import InputConfig
 from components.transform import beam_job as transform_job
@@ -69,10 +70,10 @@ def test_imports_and_reads_with_tensorflow_blocked(three_shards):
     """The numpy reader, the record index, the map-style source and the device stage, with
     no TensorFlow."""
     code = ("import sys; sys.modules['tensorflow'] = None\n"
-            "from components import numpy_reader\n"
+            "from shard_readers import numpy_reader\n"
             f"files = {shards(three_shards)!r}\n"
             "print(sum(len(b['fare']) for b in numpy_reader.iter_batches(files)))\n"
-            "from components import device_feed, random_access, record_index\n"
+            "from shard_readers import device_feed, random_access; from tfrecord_shards import record_index\n"
             "source = random_access.ExampleSource(files)\n"
             "assert len(source) == sum(record_index.count(f)[0] for f in files)\n"
             "assert source[len(source) - 1]['fare'].shape in ((0,), (1,))\n"
@@ -142,8 +143,9 @@ import collections, sys
 sys.modules["tensorflow"] = None  # the package's own Example proto clashes with TensorFlow's
 import numpy as np
 from tfrecord.reader import tfrecord_loader
-from components import numpy_reader, tfrecord_io
-from components.codec import parser, schema_file
+from shard_readers import numpy_reader
+from tfrecord_shards import tfrecord_io
+from tfrecord_shards.codec import parser, schema_file
 
 files, folder = sys.argv[1:-1], sys.argv[-1]
 schema = schema_file.load_schema(folder)
@@ -267,7 +269,7 @@ def test_a_damaged_record_is_named_by_file_and_offset(tmp_path, compression):
 def test_a_raw_pixel_row_of_the_wrong_size_is_named_by_file_and_offset(tmp_path, compression):
     """Raw-pixel features come as uint8 [rows, h, w, c]; a row whose value is not h * w * c
     bytes (or that has none, or two) is named at its record's offset, gzip or plain."""
-    from components import images
+    from shard_readers import images
 
     good = [bytes([i] * 12) for i in range(6)]
     rows = {"short": good[:2] + [b"\x01" * 11] + good[3:],
@@ -421,7 +423,7 @@ DDP_EPOCHS = """
 import datetime, json, sys
 import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from components import numpy_reader
+from shard_readers import numpy_reader
 # A rank with a step more than another waits in its all-reduce: fail then, not hang.
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
 torch.manual_seed(0)
@@ -451,7 +453,7 @@ def test_ddp_ranks_with_two_workers_each_take_the_same_steps_and_every_row_once(
     9 steps an epoch, so no rank waits in an all-reduce the other never joins, and no row
     comes twice. Split between four readers alone, rank 0 would have had 10 steps."""
     pytest.importorskip("torch")
-    from components.listening import free_ports
+    from local_cluster.listening import free_ports
 
     files = sorted(glob.glob(os.path.join(airquality_examples, "Split-*", "*")))
     port = free_ports(1)[0]

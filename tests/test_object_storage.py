@@ -23,11 +23,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLIT_KEY = "trip_start_timestamp"
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore"}
 
-UPLOAD = "import sys\nfrom components import fileio\nfileio.copy_tree(sys.argv[1], sys.argv[2])"
-LISTING = ("import json, sys\nfrom components import fileio\n"
+UPLOAD = "import sys\nfrom tfrecord_shards import fileio\nfileio.copy_tree(sys.argv[1], sys.argv[2])"
+LISTING = ("import json, sys\nfrom tfrecord_shards import fileio\n"
            "print(json.dumps(sorted(fileio.join(r, n) for r, _, names in "
            "fileio.walk(sys.argv[1]) for n in names)))")
-READ_TEXT = "import sys\nfrom components import fileio\nprint(fileio.read_text(sys.argv[1]))"
+READ_TEXT = "import sys\nfrom tfrecord_shards import fileio\nprint(fileio.read_text(sys.argv[1]))"
 
 
 def python(stores, code: str, *args: str, check: bool = True, env: dict = None):
@@ -151,7 +151,8 @@ def test_anomalies_on_a_bucket_stop_the_run_before_transform(object_stores, taxi
 COUNT = """
 import sys
 sys.modules["tensorflow"] = None  # these readers must not need it
-from components import example_rows, numpy_reader, random_access, record_index
+from shard_readers import numpy_reader, random_access
+from tfrecord_shards import example_rows, record_index
 folder, column = sys.argv[1], sys.argv[2]
 files = example_rows.record_files(folder)
 rows = sum(len(b[column]) for b in numpy_reader.iter_batches(folder, batch_size=512))
@@ -207,8 +208,9 @@ from pipeline import process_exit
 process_exit.install()
 import numpy as np
 from bench import input as input_bench
-from components import fileio, numpy_reader
-from components.codec import schema_file
+from shard_readers import numpy_reader
+from tfrecord_shards import fileio
+from tfrecord_shards.codec import schema_file
 from components.trainer import input as trainer_input
 from components.trainer.options import InputConfig
 
@@ -286,7 +288,7 @@ def test_a_folder_of_images_on_gcs_is_read_like_the_local_one(object_stores, tmp
     reads every image from gs:// into the same examples, in the same splits, as from the
     local folder. (Training on examples in a bucket is the gcs_runs' and the image's
     compiled run's; one whole pipeline a store is enough.)"""
-    from components import example_rows
+    from tfrecord_shards import example_rows
     from pipeline import datasets
 
     local = datasets.write_digits_images(str(tmp_path / "digits"), limit=400)
@@ -384,7 +386,7 @@ def test_s3_without_tensorflow_io_is_named_in_one_line(tmp_path):
     """TensorFlow reaches s3:// only through tensorflow-io: where it is not installed, the
     first s3:// URI a process registers says so, naming the URI and the package."""
     code = ("import sys\nsys.modules['tensorflow_io'] = None  # as if not installed\n"
-            "from components import fileio, tf_filesystems\n"
+            "from tfrecord_shards import fileio, tf_filesystems\n"
             "try:\n    tf_filesystems.register_for(None, 'gs://b/x', 's3://b/root')\n"
             "except fileio.StorageError as e:\n    print(e)\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
@@ -396,7 +398,7 @@ def test_s3_without_tensorflow_io_is_named_in_one_line(tmp_path):
 
 RENAMES = """
 import json, sys
-from components import fileio
+from tfrecord_shards import fileio
 
 bucket = sys.argv[1]
 for name in ("a/shard", "a/shard.idx", "a/shard-1", "folder/x", "folder/sub/y", "folder.keep/z"):

@@ -191,7 +191,7 @@ def test_gz_named_objects_keep_their_bytes(stores, tmp_path):
         import pyarrow.fs as pafs
         import tensorflow as tf
         from google.cloud import storage
-        from components import fileio
+        from tfrecord_shards import fileio
         bucket = "{bucket}"
         payloads = {{"random": os.urandom(600_000),
                      "gzip": gzip.compress(os.urandom(2_000) + b"tfrecord " * 60_000)}}
@@ -373,7 +373,7 @@ def test_on_loopback_the_file_layer_reaches_both_stores_and_close_leaves_no_proc
     try:
         seen = {scheme: run_python(stores, f"""
             import json
-            from components import fileio
+            from tfrecord_shards import fileio
             root = "{stores.make_bucket(scheme, "loopback")}/run"
             fileio.makedirs(root + "/a")
             fileio.write_text(root + "/a/notes.txt", "hello")

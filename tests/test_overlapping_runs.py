@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import REACHABLE, taxi_run_args, tfrp
-from components import fileio
+from tfrecord_shards import fileio
 from components.production_model.find import latest_pushed
 from components.pusher import push
 
@@ -261,7 +261,7 @@ push.push(model, serving, on_copied=hook)
 # What TF Serving's version scan and our finder see in a serving folder, as JSON.
 SCAN = """
 import json, sys
-from components import fileio
+from tfrecord_shards import fileio
 from components.production_model.find import latest_pushed
 from components.pusher import push
 serving = sys.argv[1]

@@ -1,4 +1,4 @@
-"""Packed records (components/packing/): the layout, the writer, and every reader of blocks
+"""Packed records (tfrecord_shards/packing/): the layout, the writer, and every reader of blocks
 (the TensorFlow input function, the numpy reader, the Spark decoder, `tfrp inspect`) on both
 layouts; the packed input chain's settings."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import packing
-from components.packing.layout import ROWS_KEY
-from components.packing.write import pack_batch
+from tfrecord_shards import packing
+from tfrecord_shards.packing.layout import ROWS_KEY
+from tfrecord_shards.packing.write import pack_batch
 from components.trainer.input import _dataset_options, _prefetch, build_dataset
 from components.trainer.options import InputConfig
 
@@ -74,7 +74,7 @@ def _read_with_tensorflow(path, schema) -> dict:
 
 
 def _read_with_numpy(path, schema) -> dict:
-    from components import numpy_reader
+    from shard_readers import numpy_reader
 
     got = {k: [] for k in PACKED_EXPECTED}
     for batch in numpy_reader.iter_batches([path], schema, batch_size=4):
@@ -88,14 +88,14 @@ def _read_with_numpy(path, schema) -> dict:
 
 
 def _read_with_spark_decoder(path, schema) -> dict:
-    from components.spark.read import _FileDecoder
+    from spark_shards.read import _FileDecoder
 
     return pa.Table.from_batches(list(_FileDecoder(schema, os.path.dirname(path), [], [[path]])(
         [pa.record_batch([pa.array([0])], names=["task"])]))).to_pydict()
 
 
 def _read_with_inspect(path, schema) -> dict:
-    from components import example_rows
+    from tfrecord_shards import example_rows
 
     rows = list(example_rows.iter_rows(path, schema=schema))
     return {name: [row[name] for row in rows] for name in PACKED_EXPECTED}

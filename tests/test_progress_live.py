@@ -117,7 +117,7 @@ def test_rows_and_rate_count_only_what_came_after_the_start(monkeypatch):
     import collections
     import types
 
-    from components import rows_done
+    from tfrecord_shards import rows_done
     from pipeline import progress
 
     monkeypatch.setattr(rows_done, "_marks", collections.deque(maxlen=rows_done._MARKS))

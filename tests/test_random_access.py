@@ -1,4 +1,4 @@
-"""Record indexes and map-style access (components/record_index.py, random_access.py): on our
+"""Record indexes and map-style access (tfrecord_shards/record_index.py, random_access.py): on our
 shards (gzip and plain), on stock CsvExampleGen's after `tfrp index`, and on packed blocks,
 record i and row i are what a sequential read gives at i; counts agree; plain files' `.idx`
 is byte for byte what the PyPI `tfrecord` package's tfrecord2idx writes."""
@@ -12,10 +12,11 @@ import sys
 
 import pytest
 
-from components import example_rows, random_access, record_index, tfrecord_io
+from shard_readers import random_access
+from tfrecord_shards import example_rows, record_index, tfrecord_io
 from components.example_gen import engine
 from components.example_gen.options import ExampleGenOptions
-from components.options import from_flat
+from tfrecord_shards.options import from_flat
 from conftest import packed_copy, tfrp
 
 SAMPLE = 200
@@ -139,9 +140,9 @@ def test_rows_of_packed_blocks_by_index(wine_examples, tmp_path):
     """Packed 7 rows to a block (the last short): row i is found in its block."""
     import pyarrow as pa
 
-    from components import packing
-    from components.codec import schema_file
-    from components.packing.write import pack_batch
+    from tfrecord_shards import packing
+    from tfrecord_shards.codec import schema_file
+    from tfrecord_shards.packing.write import pack_batch
 
     split = os.path.join(wine_examples, "Split-train")
     schema = schema_file.find_schema(split)
@@ -306,7 +307,7 @@ def test_a_bounded_read_of_our_shards_knows_its_batches_before_it_is_read(wine_e
 
     import tensorflow as tf
 
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
     from components.trainer.input import build_dataset
     from components.trainer.options import InputConfig
 
@@ -332,7 +333,7 @@ def packed_wine(wine_examples, folder) -> tuple[list[str], object]:
 
 
 def per_row_wine(wine_examples) -> tuple[list[str], object]:
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
 
     split = os.path.join(wine_examples, "Split-train")
     return sorted(glob.glob(os.path.join(split, "*"))), schema_file.find_schema(split)
@@ -425,7 +426,7 @@ def test_row_collate_gives_the_numpy_readers_batches_for_rows_with_missing_value
     from torch.utils.data import DataLoader
 
     from testsupport import corpus
-    from components import numpy_reader
+    from shard_readers import numpy_reader
 
     out = str(tmp_path / "examples")
     engine.run(from_flat(ExampleGenOptions, {"source": corpus.penguins_raw(),

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from testsupport import corpus
-from components import example_rows, shards
+from tfrecord_shards import example_rows, shards
 from components.example_gen import engine
 from components.example_gen.options import ExampleGenOptions
 
@@ -70,7 +70,7 @@ def test_the_raw_penguins_train_to_a_model_that_serves_a_raw_example(tmp_path):
     import numpy as np
     import tensorflow as tf
 
-    from components.codec import schema_file, serializer
+    from tfrecord_shards.codec import schema_file, serializer
     from conftest import tfrp
     from pipeline import run_summary
 
@@ -137,7 +137,7 @@ def test_the_model_is_scaled_by_every_training_row_not_the_first_batches(tmp_pat
     import pandas as pd
     import sklearn.datasets
 
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
     from components.trainer import module
     from components.trainer.options import InputConfig, TrainerOptions
 
@@ -203,7 +203,7 @@ def test_flights_iso_timestamps_become_epoch_seconds(tmp_path):
 
     import pandas as pd
 
-    from components.codec import schema_file, serializer
+    from tfrecord_shards.codec import schema_file, serializer
 
     with open(corpus.nyc_flights(str(tmp_path / "corpus")), newline="") as f:
         head = "".join(itertools.islice(f, 3001))

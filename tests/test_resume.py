@@ -18,9 +18,9 @@ import pytest
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import packing
-from components.packing.write import pack_batch
-from components.codec import schema_file
+from tfrecord_shards import packing
+from tfrecord_shards.packing.write import pack_batch
+from tfrecord_shards.codec import schema_file
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,7 @@ TRAIN = textwrap.dedent("""
     import json, os, signal, sys
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
     from components.trainer import fit, module
     from components.trainer.input import build_dataset
     from components.trainer.options import InputConfig
@@ -168,7 +168,7 @@ def test_a_killed_trainer_resumes_mid_epoch_without_losing_a_row(tmp_path, packe
 def test_checkpointing_with_a_stage_that_cannot_be_saved_says_so(taxi_examples, tmp_path):
     from tfx.components.trainer.fn_args_utils import FnArgs
 
-    from components import taxi
+    from components.transform import taxi
     from components.trainer import fit, module
 
     args = FnArgs(train_files=[os.path.join(taxi_examples, "Split-train", "*")],

@@ -645,8 +645,8 @@ def test_image_folder_by_path_trains_and_serves_resized_jpegs(photo_folder_run):
     """String labels become vocabulary ids in Transform, and the images 16x16 raw pixels
     (image_storage=raw); the served model takes raw JPEGs at their own size (24x24), and its
     transform graph resizes them to the trained 16x16 before it classifies them."""
-    from components.codec import schema_file
-    from components.images import raw_shape
+    from tfrecord_shards.codec import schema_file
+    from shard_readers.images import raw_shape
 
     folder, stdout, output_root = photo_folder_run
     assert "Reused from cache: 0 of 9" in stdout and "Model blessed by Evaluator: yes" in stdout

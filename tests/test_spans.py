@@ -152,7 +152,7 @@ def test_pre_split_inputs_keep_their_files_in_their_splits(tmp_path):
     assert sorted(sources) == [os.path.join("span-2", s, "p.csv") for s in ("eval", "train")]
     assert summary.rows_per_split == {"train": len(years["2008"]) - 1,
                                       "eval": len(years["2009"]) - 1}
-    from components import example_rows
+    from tfrecord_shards import example_rows
 
     column = years["2008"][0].index("Individual ID")
     for split, year in (("train", "2008"), ("eval", "2009")):
@@ -166,7 +166,7 @@ def test_tfrp_examplegen_takes_the_patterns_and_range_as_flags(tmp_path):
     output. Every file of spans 2 and 3 is read into its split, span 1's are not."""
     import gzip
 
-    from components import shards
+    from tfrecord_shards import shards
     from conftest import tfrp
 
     years = penguin_years()

@@ -14,15 +14,15 @@ import pandas as pd
 import pytest
 import tensorflow as tf
 
-from components import example_rows, shards, tfrecord_io
-from components.codec import parser, schema_file, serializer
+from tfrecord_shards import example_rows, shards, tfrecord_io
+from tfrecord_shards.codec import parser, schema_file, serializer
 from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
-from components.spark import session as spark_session
+from spark_shards import session as spark_session
 from components.example_gen import spark_job
-from components.spark.columns import UnsupportedColumnError
-from components.spark.read import file_groups, read_examples
-from components.spark.write import write_examples
+from spark_shards.columns import UnsupportedColumnError
+from spark_shards.read import file_groups, read_examples
+from components.example_gen.spark_write import write_examples
 from conftest import tfrp
 
 pytestmark = pytest.mark.spark
@@ -101,7 +101,7 @@ crashed = sum(subprocess.run(["true"], preexec_fn=lambda: None).returncode != 0
 print("control children that died", crashed)
 sys.stderr.write("CONTROL DONE\\n")
 sys.stderr.flush()
-from components.spark.session import get_session
+from spark_shards.session import get_session
 
 spark = get_session("local[1]")
 assert spark.range(10).count() == 10
@@ -285,8 +285,8 @@ def test_reads_packed_transform_output_and_stock_example_gen(spark, stock_taxi_e
     inferred = read_examples(spark, os.path.join(stock, "Split-train"))
     assert dict(inferred.dtypes)["payment_type"] == "binary"
 
-    from components import packing
-    from components.packing.write import pack_batch
+    from tfrecord_shards import packing
+    from tfrecord_shards.packing.write import pack_batch
     import pyarrow as pa
 
     schema = schema_file.load_schema(stock_schema)

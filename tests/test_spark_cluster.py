@@ -22,8 +22,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
 
-from components import example_rows, listening, shards
-from components.spark.cluster import LocalCluster
+from local_cluster import listening
+from tfrecord_shards import example_rows, shards
+from local_cluster.spark import LocalCluster
 from testsupport import faults
 
 pytestmark = pytest.mark.spark
@@ -32,8 +33,8 @@ ROWS = 100_000
 
 WRITE = """
 import json, sys
-from components.spark.session import get_session
-from components.spark.write import write_examples
+from spark_shards.session import get_session
+from components.example_gen.spark_write import write_examples
 
 master, conf, source, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
 spark = get_session(master, dict({"spark.task.maxFailures": "4"}, **conf))

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from components import tfrecord_io
+from tfrecord_shards import tfrecord_io
 from components.statistics_gen import engine, stats_job
 from components.statistics_gen.options import StatisticsGenOptions
 
@@ -30,7 +30,7 @@ MULTI_PROCESSING = ["--runner=DirectRunner", "--direct_running_mode=multi_proces
 def _examplegen(source: str, out: str, **settings) -> str:
     from components.example_gen import engine as example_gen
     from components.example_gen.options import ExampleGenOptions
-    from components.options import from_flat
+    from tfrecord_shards.options import from_flat
 
     example_gen.run(from_flat(ExampleGenOptions, {"source": source, **settings}), out)
     return out
@@ -48,7 +48,7 @@ def taxi_shards(request, taxi_csv, tmp_path_factory) -> str:
 def exact_values(examples_uri: str, split: str) -> dict[str, np.ndarray]:
     """Every value of each numeric feature of a split, sorted, NaNs left out: the reference
     the sketched quantiles are ranked against."""
-    from components.packing.arrow import RowDecoder
+    from tfrecord_shards.packing.arrow import RowDecoder
 
     (_, files, plan), = stats_job.split_inputs(examples_uri, [split])
     decoder = RowDecoder(plan.schema)
@@ -263,7 +263,7 @@ def test_the_executor_takes_the_pipeline_s_beam_args(taxi_shards, tmp_path, monk
     from tfx.dsl.components.base import base_beam_executor
     from tfx.types import artifact_utils, standard_artifacts
 
-    from components import tfx_artifacts
+    from components.example_gen import artifacts as tfx_artifacts
     from components.statistics_gen import beam_job, executor
 
     ran = []

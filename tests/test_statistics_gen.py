@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from components import fileio, tfrecord_io
-from components.codec import parser
+from tfrecord_shards import fileio, tfrecord_io
+from tfrecord_shards.codec import parser
 from components.statistics_gen import stats_job
 from components.statistics_gen.options import StatisticsGenOptions
 
@@ -27,7 +27,7 @@ SPLITS = ["train", "eval"]
 def _examples_artifact(uri: str, splits=SPLITS):
     from tfx.types import standard_artifacts
 
-    from components import tfx_artifacts
+    from components.example_gen import artifacts as tfx_artifacts
 
     examples = standard_artifacts.Examples()
     examples.uri = uri
@@ -76,7 +76,7 @@ def our_statistics(examples_uri: str, out: str, **kwargs):
 
 
 def load(statistics_uri: str, split: str):
-    from components.tfx_artifacts import load_statistics
+    from components.example_gen.artifacts import load_statistics
 
     return load_statistics(fileio.join(statistics_uri, f"Split-{split}", stats_job.STATS_FILE))
 
@@ -196,7 +196,7 @@ def assert_parity(examples_uri: str, tmp_path, splits=SPLITS) -> dict[str, objec
 def _our_examplegen(source: str, out: str, **settings) -> str:
     from components.example_gen import engine
     from components.example_gen.options import ExampleGenOptions
-    from components.options import from_flat
+    from tfrecord_shards.options import from_flat
 
     engine.run(from_flat(ExampleGenOptions, {"source": source, **settings}), out)
     return out
@@ -277,7 +277,7 @@ def test_binary_values_and_a_statistics_schema_match_stock(digits_examples, tmp_
     """PNG bytes (not UTF-8: counted, and listed under TFDV's placeholder); then with a
     schema input that makes the images bytes (an image domain) and the label a categorical
     int, which changes the statistics both compute."""
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
 
     found = assert_parity(digits_examples, tmp_path / "plain")
     features = {f.path.step[0]: f for f in found["train"].datasets[0].features}
@@ -308,7 +308,7 @@ def test_stock_examplegen_output_on_local_dag_runner(stock_pipeline):
     """Stock CsvExampleGen's shards (no schema.pbtxt; missing values as empty lists, a column
     with no value at all as Features with no list) through our component on LocalDagRunner;
     stock SchemaGen infers the same schema from either statistics."""
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
 
     examples = stock_pipeline["CsvExampleGen"]
     assert schema_file.find_schema(fileio.join(examples, "Split-train")) is None
@@ -368,7 +368,7 @@ def test_schema_gen_and_example_validator_read_it(taxi_slice_dir, taxi_examples,
     """SchemaGen infers the same schema from our statistics as from stock's; against it,
     data that breaks it (a payment type never seen, the company column gone) gives
     ExampleValidator the same anomalies from either."""
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
 
     stock = stock_statistics(taxi_examples, str(tmp_path / "stock"))
     ours = our_statistics(taxi_examples, str(tmp_path / "ours"))
@@ -579,7 +579,7 @@ def import_examples(request, tmp_path_factory) -> str:
 def test_a_feature_first_met_late_is_counted_as_tfdv_counts_it(import_examples, tmp_path):
     """A feature absent from the first 5,000 records (beyond any sample of the first
     records) is listed with TFDV's counts; its eval split holds it from the first record."""
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
 
     assert schema_file.find_schema(fileio.join(import_examples, "Split-train")) is None
     found = assert_parity(import_examples, tmp_path)

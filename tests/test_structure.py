@@ -7,7 +7,9 @@ import ast
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("components", "pipeline", "bench", "testsupport")
+PRODUCT = ("components", "pipeline", "tfrecord_shards", "shard_readers", "spark_shards",
+           "local_cluster")
+PACKAGES = PRODUCT + ("bench", "testsupport")
 
 
 def _modules() -> dict[str, str]:
@@ -124,12 +126,12 @@ def test_the_product_imports_neither_bench_nor_testsupport():
 
 
 # Modules that touch only this machine's own files, never an artifact, a source or a serving
-# folder (which may be gs:// or s3:// URIs and go through components/fileio.py).
+# folder (which may be gs:// or s3:// URIs and go through tfrecord_shards/fileio.py).
 LOCAL_ONLY = {
-    "components/fileio.py": "the file layer itself",
-    "components/listening.py": "reads /proc/net/tcp*",
-    "components/spark/cluster.py": "a local Spark cluster's work folders and logs",
-    "components/spark/session.py": "finds the local Java runtime",
+    "tfrecord_shards/fileio.py": "the file layer itself",
+    "local_cluster/listening.py": "reads /proc/net/tcp*",
+    "local_cluster/spark.py": "a local Spark cluster's work folders and logs",
+    "spark_shards/session.py": "finds the local Java runtime",
     "pipeline/configs.py": "the repository's schemas folder and the YAML config file",
     "pipeline/datasets.py": "writes the bundled digits images to a local folder",
     "pipeline/kubeflow_runner.py": "the job file TFX's compiler writes in a temporary folder",
@@ -207,10 +209,68 @@ def test_the_wheel_holds_the_product_alone(tmp_path):
     import sys
     import zipfile
 
+    import shutil
+
+    # A copy of the checkout without what earlier builds and runs left (setuptools builds in
+    # the source folder, and an old build/lib would add its stale files to the wheel).
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "__pycache__", "tfrp_runs", ".pytest_cache"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp_path), ROOT], check=True, capture_output=True,
+                    "-q", "-w", str(tmp_path), str(source)], check=True, capture_output=True,
                    cwd=str(tmp_path))
     (wheel,) = tmp_path.glob("tfrecord_pipeline-*.whl")
     tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
     assert {"components", "pipeline"} <= tops
     assert not tops & {"bench", "testsupport", "tests"}, tops
+
+
+# Which of our packages each may import (besides itself): the shard format at the bottom, the
+# readers and the Spark glue on it, the components on all three, the pipeline on everything.
+LIBRARIES = ("tfrecord_shards", "shard_readers", "spark_shards", "local_cluster")
+MAY_IMPORT = {
+    "tfrecord_shards": set(),
+    "shard_readers": {"tfrecord_shards"},
+    "spark_shards": {"tfrecord_shards"},
+    "local_cluster": {"spark_shards", "tfrecord_shards"},
+    "components": set(LIBRARIES),
+    "pipeline": {"components", *LIBRARIES},
+}
+
+
+def test_no_import_runs_back_up_the_layers():
+    graph = import_graph()
+    wrong = sorted((name, target) for name, targets in graph.items()
+                   if name.split(".")[0] in MAY_IMPORT for target in targets
+                   if target.split(".")[0] != name.split(".")[0]
+                   and target.split(".")[0] not in MAY_IMPORT[name.split(".")[0]])
+    assert wrong == []
+
+
+def test_components_holds_component_folders_alone():
+    """Each entry at the top of components/ is `__init__.py` or a component's folder (its
+    `component.py`, or the Trainer's: stock Trainer running our `module.py`'s run_fn); the
+    shared pieces live in packages of their own."""
+    top = [name for name in sorted(os.listdir(os.path.join(ROOT, "components")))
+           if name != "__pycache__"]
+    loose = [name for name in top if name != "__init__.py" and not any(
+        os.path.isfile(os.path.join(ROOT, "components", name, entry))
+        for entry in ("component.py", "module.py"))]
+    assert len(top) > 5 and loose == []
+
+
+def test_no_product_module_reads_a_fault_variable():
+    """Faults come through components' hook points (tfrecord_shards/hooks.py), installed by
+    the tests alone (testsupport/faults.py): no product module names a fault variable."""
+    import re
+
+    named = []
+    for name, path in _modules().items():
+        if name.split(".")[0] not in PRODUCT:
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        named += [(name, node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                  and re.search(r"TFRP_\w*FAULT", node.value)]
+    assert named == []

@@ -12,8 +12,9 @@ from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from components import taxi, tfrecord_io
-from components.codec import schema_file
+from components.transform import taxi
+from tfrecord_shards import tfrecord_io
+from tfrecord_shards.codec import schema_file
 from components.trainer import distribute, fit, module
 from components.trainer.input import build_dataset, corrupt_files_named, resolve_files
 from components.trainer.options import ImageSpec, InputConfig
@@ -453,7 +454,7 @@ def test_trains_on_stock_csv_example_gen_output(stock_taxi_examples, tmp_path):
 
 @pytest.mark.slow
 def test_digits_cnn_training_reduces_loss_and_serves_png_bytes(digits_examples, tmp_path):
-    from components import example_rows
+    from tfrecord_shards import example_rows
 
     args = fn_args(digits_examples, tmp_path, train_steps=150, eval_steps=5,
                    custom_config={"images": {"image": [8, 8, 1]}, "batch_size": 32,

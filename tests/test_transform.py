@@ -11,10 +11,11 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from components import packing, shards, taxi
-from components.codec import parser, schema_file
-from components.packing.layout import ROWS_KEY
-from components.shards import ShardingOptions
+from components.transform import taxi
+from tfrecord_shards import packing, shards
+from tfrecord_shards.codec import parser, schema_file
+from tfrecord_shards.packing.layout import ROWS_KEY
+from tfrecord_shards.shards import ShardingOptions
 from components.trainer import module
 from components.trainer.input import build_dataset
 from components.trainer.options import InputConfig
@@ -222,7 +223,7 @@ def _labelled_pixels(examples: str, schema, spec) -> list[tuple[int, bytes]]:
 
 @pytest.mark.slow
 def test_raw_images_equal_the_encoded_images_decoded_and_resized(raw_digits, digits_examples):
-    from components.images import ImageSpec, raw_shape
+    from shard_readers.images import ImageSpec, raw_shape
 
     out, manifest = raw_digits
     assert manifest["rows_in"] == manifest["rows_written"] == 1797
@@ -233,7 +234,7 @@ def test_raw_images_equal_the_encoded_images_decoded_and_resized(raw_digits, dig
     first = next(iter(tf.data.TFRecordDataset(
         glob.glob(str(out / "examples" / "Split-train" / "*")), "GZIP")))
     features = tf.train.Example.FromString(first.numpy()).features.feature
-    # Packed blocks keep each distinct value once (components/packing/, dictionary-coded strings).
+    # Packed blocks keep each distinct value once (tfrecord_shards/packing/, dictionary-coded strings).
     layout = packing.PackedLayout.from_schema(stored)
     values = features["image__dictionary"].bytes_list \
         if layout and layout.feature("image").dictionary else features["image"].bytes_list
@@ -255,8 +256,8 @@ def test_the_tensorflow_free_readers_give_raw_images_as_the_input_function_does(
     """numpy_reader (and map-style rows through RowCollate) give raw-pixel features as uint8
     [rows, h, w, c], per-row and packed: the same (label, pixels) rows as the TensorFlow
     input function."""
-    from components import numpy_reader, random_access
-    from components.images import ImageSpec
+    from shard_readers import numpy_reader, random_access
+    from shard_readers.images import ImageSpec
 
     out, _ = raw_digits
     examples = str(out / "examples")
@@ -310,7 +311,7 @@ def test_a_column_named_as_an_id_also_becomes_ids_of_the_keys_seen_twice(tmp_pat
     import tensorflow_transform as tft
 
     from testsupport import corpus
-    from components import example_rows
+    from tfrecord_shards import example_rows
     from components.example_gen import beam_job as example_gen
     from components.example_gen.options import ExampleGenOptions
 
@@ -415,7 +416,7 @@ def test_the_columnar_path_gives_tf_transforms_default_on_movielens_and_writes_i
     import pandas as pd
 
     from testsupport import corpus
-    from components import example_rows
+    from tfrecord_shards import example_rows
     from components.example_gen import beam_job as example_gen
     from components.example_gen.options import ExampleGenOptions
 

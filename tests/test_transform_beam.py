@@ -40,10 +40,10 @@ def graph_constants(graph_dir: str) -> dict[str, list[bytes]]:
 
 
 def transform_both_ways(examples: str, out, compression: str) -> dict[str, str]:
-    from components.codec import parser, schema_file
+    from tfrecord_shards.codec import parser, schema_file
     from components.transform import beam_job
     from components.transform.options import TransformOptions
-    from components.shards import ShardingOptions
+    from tfrecord_shards.shards import ShardingOptions
 
     graphs = {}
     for mode, make_pipeline in (
@@ -78,7 +78,7 @@ def test_multi_processing_gives_the_in_process_graph_on_the_taxi_sample(
         taxi_csv, compression, tmp_path):
     from components.example_gen import beam_job
     from components.example_gen.options import ExampleGenOptions
-    from components.shards import ShardingOptions
+    from tfrecord_shards.shards import ShardingOptions
 
     examples = str(tmp_path / "examples")
     beam_job.run(ExampleGenOptions(source=taxi_csv,

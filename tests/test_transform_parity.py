@@ -152,7 +152,7 @@ def assert_transform_parity(columnar: str, general: str, records: list) -> dict[
 def test_the_columnar_path_gives_stock_tf_transform_on_real_tables(table, tmp_path):
     """The schema-derived preprocessing_fn on a real table (numbers, strings, missing
     values), analysed by the columnar path and by stock tf.Transform on Beam."""
-    from components.codec import parser, schema_file
+    from tfrecord_shards.codec import parser, schema_file
     from components.transform import beam_job
     from components.transform.options import TransformOptions
 

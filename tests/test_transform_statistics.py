@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pytest
 
-from components import fileio, tfrecord_io
-from components.codec import schema_file
-from components.options import OPTIONS_KEY
+from tfrecord_shards import fileio, tfrecord_io
+from tfrecord_shards.codec import schema_file
+from tfrecord_shards.options import OPTIONS_KEY
 from components.transform import feature_stats
 from components.transform.options import TransformOptions
 
@@ -19,11 +19,11 @@ OUTPUTS = {"pre_transform_schema": "Schema", "pre_transform_stats": "ExampleStat
            "post_transform_schema": "Schema", "post_transform_stats": "ExampleStatistics",
            "post_transform_anomalies": "ExampleAnomalies"}
 
-# The taxi Transform as a module file stock Transform loads: components/taxi.py's
+# The taxi Transform as a module file stock Transform loads: components/transform/taxi.py's
 # preprocessing_fn, given the raw schema as our Transform gives it.
 STOCK_MODULE = """
-from components import taxi
-from components.codec import schema_file
+from components.transform import taxi
+from tfrecord_shards.codec import schema_file
 
 RAW_SCHEMA = schema_file.load_schema({schema!r})
 
@@ -69,7 +69,7 @@ def test_a_pipeline_run_outputs_the_five_statistics_artifacts(taxi_examples, tmp
     from tfx import v1 as tfx
     from tfx.orchestration import metadata
 
-    from components import taxi
+    from components.transform import taxi
     from components.transform.component import ShardedTransform
 
     schema_path = str(tmp_path / "schema" / "schema.pbtxt")
@@ -144,7 +144,7 @@ def both(taxi_examples, tmp_path_factory):
     analysis against tf.Transform's: tests/test_transform.py, to float32 rounding)."""
     from tfx.components.transform import executor as stock_executor
 
-    from components import taxi
+    from components.transform import taxi
     from components.transform import executor
 
     root = tmp_path_factory.mktemp("transform-statistics")
@@ -188,7 +188,7 @@ def test_statistics_match_stock_transforms(both, taxi_examples):
     stock, ours = both
 
     def stats(outputs: dict, name: str):
-        from components.tfx_artifacts import load_statistics
+        from components.example_gen.artifacts import load_statistics
 
         return load_statistics(os.path.join(outputs[name], "FeatureStats.pb"))
 

@@ -12,8 +12,8 @@ import tensorflow as tf
 from tensorflow.python.framework import config as framework_config
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from components import taxi
-from components.codec import schema_file
+from components.transform import taxi
+from tfrecord_shards.codec import schema_file
 from components.trainer import fit, module
 from components.trainer.input import Holdout, build_dataset, resolve_files
 from components.trainer.options import InputConfig, TrainerOptions

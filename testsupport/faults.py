@@ -1,4 +1,4 @@
-"""Faults injected on purpose through the product's hook points (components/hooks.py): the
+"""Faults injected on purpose through the product's hook points (tfrecord_shards/hooks.py): the
 retry tests make a real engine (a Spark cluster, Beam's bundle-retrying DirectRunner, a
 retried pipeline task) retry our tasks the way a cluster does when a machine fails or a task
 is slow, and check that nothing is lost or doubled.
@@ -27,7 +27,7 @@ import signal
 import time
 from typing import Any, Optional
 
-from components import hooks
+from tfrecord_shards import hooks
 
 ENVIRONMENT = "TFRP_INJECT_FAULT"
 FAIL_FIRST_ATTEMPT = "fail-first-attempt"
@@ -43,7 +43,7 @@ class InjectedFault(RuntimeError):
 
 
 def _first_attempt(staging: str, key: str) -> bool:
-    from components import fileio
+    from tfrecord_shards import fileio
 
     folder = fileio.join(staging, MARKERS)
     fileio.makedirs(folder)

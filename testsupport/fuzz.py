@@ -58,7 +58,7 @@ def write_base_inputs(folder: str) -> dict[str, str]:
     from components.example_gen import beam_job
     from components.example_gen.options import ExampleGenOptions
     from components.example_gen.sources.locate import taxi_csv_path
-    from components.shards import ShardingOptions
+    from tfrecord_shards.shards import ShardingOptions
 
     table = pacsv.read_csv(taxi_csv_path()).slice(0, BASE_ROWS)
     paths = {fmt: os.path.join(folder, f"base.{fmt}") for fmt in FORMATS}
@@ -256,7 +256,7 @@ def _shards(folder: str) -> list[str]:
 
 # -- one case --------------------------------------------------------------------------------
 def _looks_complete(out: str) -> bool:
-    from components import shards
+    from tfrecord_shards import shards
 
     return os.path.exists(os.path.join(out, shards.MANIFEST_FILE))
 
@@ -265,7 +265,7 @@ def check_balance(out: str, true_rows: Optional[int] = None) -> Optional[str]:
     """None when the output's counts balance, checked against the files themselves. With
     `true_rows` (an input whose row count the damage cannot change), a run that says it knows
     its losses must also account for every one of those rows."""
-    from components import shards, tfrecord_io
+    from tfrecord_shards import shards, tfrecord_io
 
     manifest = shards.read_manifest(out)
     if manifest is None:

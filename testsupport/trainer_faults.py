@@ -42,7 +42,7 @@ def write_row_ids(folder: str, rows: int, shards: int) -> str:
 
     from components.example_gen import beam_job
     from components.example_gen.options import ExampleGenOptions
-    from components.shards import ShardingOptions
+    from tfrecord_shards.shards import ShardingOptions
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=rows)
@@ -76,7 +76,7 @@ def start_worker(dispatcher_port: int, port: int) -> subprocess.Popen:
 def start_data_service(workers: int = 2) -> tuple[str, list[subprocess.Popen], list[int]]:
     """A dispatcher and `workers` workers: the dispatcher's grpc:// address, the processes
     (dispatcher first) and their ports."""
-    from components.listening import free_ports
+    from local_cluster.listening import free_ports
 
     ports = free_ports(1 + workers)
     dispatcher = start_server("dispatcher", "--port", str(ports[0]))
@@ -104,7 +104,7 @@ def data_service_run(examples: str, batch_size: int, log_dir: str,
     worker."""
     import tensorflow as tf
 
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
     from components.trainer import fit, module
     from components.trainer.input import build_dataset, split_rows
     from components.trainer.options import InputConfig
@@ -152,7 +152,7 @@ def start_cluster(examples: str, out: str, workers: int, *, steps: int, batch_si
                   checkpoint_every: int, kill_after: int = 0, kill_worker: int = -1
                   ) -> list[subprocess.Popen]:
     """A job of `workers` worker processes on 127.0.0.1 (see `main`)."""
-    from components.listening import free_ports
+    from local_cluster.listening import free_ports
 
     addresses = [f"127.0.0.1:{port}" for port in free_ports(workers)]
     return [subprocess.Popen(
@@ -255,7 +255,7 @@ def killed_job(examples: str, out: str, *, steps: int, batch_size: int,
 
 def stream_rows(examples: str, steps: int, batch_size: int) -> list[int]:
     """The row ids one process reads in the global order's first `steps` batches."""
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
     from components.trainer.input import build_dataset
     from components.trainer.options import InputConfig
 
@@ -270,7 +270,7 @@ def main(argv: list[str]) -> None:
     """One worker: the Trainer's strategy, folders, checkpoints and input function, with
     every batch's row ids logged by step to `out`/steps-PID.jsonl."""
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    from components.codec import schema_file
+    from tfrecord_shards.codec import schema_file
     from components.trainer import distribute, fit, module
     from components.trainer.input import build_dataset
     from components.trainer.options import InputConfig, TrainerOptions
@@ -319,7 +319,8 @@ def main(argv: list[str]) -> None:
 
 def split_ids(examples: str) -> list[int]:
     """Every row id of the train split, read back from its shards."""
-    from components import numpy_reader, shards
+    from shard_readers import numpy_reader
+    from tfrecord_shards import shards
 
     manifest = shards.read_manifest(examples)
     files = [os.path.join(examples, shard["path"])

@@ -16,7 +16,7 @@ from tfx.utils import json_utils
 
 from components.evaluator import executor, stock_executor
 from components.evaluator.options import EvaluatorOptions
-from components.options import OPTIONS_KEY, options_or_settings
+from tfrecord_shards.options import OPTIONS_KEY, options_or_settings
 
 
 class EvaluatorSpec(standard_component_specs.EvaluatorSpec):

@@ -22,7 +22,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
-from components import fileio, rows_done, tfrecord_io
+from tfrecord_shards import fileio, rows_done, tfrecord_io
 from components.evaluator import metrics as metric_values
 from components.evaluator.metrics import Scores, UnsupportedSetting
 from components.evaluator.options import EvaluatorOptions
@@ -295,7 +295,7 @@ def score_files(scorers: Sequence[ModelScorer], data_files: Sequence[str],
     import pyarrow as pa
     import tensorflow as tf
 
-    from components.codec import parser
+    from tfrecord_shards.codec import parser
 
     outputs: dict[str, dict[str, list]] = {s.spec.name: {} for s in scorers}
     raw_batches, raw_schema, rows = [], None, 0
@@ -395,7 +395,7 @@ def raw_feature_schema(names: Sequence[str], schema: Any, block: tfrecord_io.Rec
     ExampleGen writes beside its shards, else by the first records themselves."""
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    from components.codec import parser, schema_file
+    from tfrecord_shards.codec import parser, schema_file
 
     if schema is None:
         schema = schema_file.find_schema(block.path)

@@ -10,11 +10,11 @@ from tfx.dsl.components.base import base_beam_executor, base_executor
 from tfx.types import artifact_utils, standard_component_specs as keys
 from tfx.utils import io_utils, json_utils, path_utils, proto_utils
 
-from components import fileio, tf_filesystems
+from tfrecord_shards import fileio, tf_filesystems
 from components.evaluator import evaluate, stock_executor
 from components.evaluator.options import EvaluatorOptions
 from components.evaluator.stock_executor import without_empty_baseline
-from components.options import OPTIONS_KEY
+from tfrecord_shards.options import OPTIONS_KEY
 from components.statistics_gen import releases
 
 
@@ -72,7 +72,7 @@ class Executor(base_executor.BaseExecutor):
             logging.info("Using %s as %s model.", model_paths[spec.name], spec.name)
         schema = None
         if input_dict.get(keys.SCHEMA_KEY):
-            from components.codec import schema_file
+            from tfrecord_shards.codec import schema_file
 
             schema = schema_file.load_schema(io_utils.get_only_uri_in_dir(
                 artifact_utils.get_single_uri(input_dict[keys.SCHEMA_KEY])))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from components.options import JsonOptions, setting
+from tfrecord_shards.options import JsonOptions, setting
 
 
 @dataclasses.dataclass(frozen=True)

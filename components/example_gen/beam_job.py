@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 import apache_beam as beam
 
-from components import beam_shards, shards
+from tfrecord_shards import beam_shards, shards
 from components.example_gen import encode
 from components.example_gen.inputs import unchanged_source
 from components.example_gen.options import ExampleGenOptions

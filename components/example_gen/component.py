@@ -10,7 +10,7 @@ from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionP
 from components.example_gen import executor
 from components.example_gen.options import ExampleGenOptions
 from components.example_gen.inputs import settle_inputs
-from components.options import OPTIONS_KEY, options_or_settings
+from tfrecord_shards.options import OPTIONS_KEY, options_or_settings
 
 
 class ShardedExampleGenSpec(ComponentSpec):

@@ -12,8 +12,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from components import fileio, hooks, rows_done, shards
-from components.codec import schema_file, serializer
+from tfrecord_shards import fileio, hooks, rows_done, shards
+from tfrecord_shards.codec import schema_file, serializer
 from components.example_gen import splits as splitting
 from components.example_gen.options import ExampleGenOptions
 from components.example_gen.sources import registry

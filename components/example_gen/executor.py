@@ -8,10 +8,11 @@ from tfx.components.example_gen import utils as example_gen_utils
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
-from components import shards, tfx_artifacts
+from components.example_gen import artifacts as tfx_artifacts
+from tfrecord_shards import shards
 from components.example_gen import engine, inputs
 from components.example_gen.options import ExampleGenOptions
-from components.options import OPTIONS_KEY
+from tfrecord_shards.options import OPTIONS_KEY
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):

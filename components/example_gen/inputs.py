@@ -8,7 +8,7 @@ import dataclasses
 import re
 from typing import Iterator, Optional
 
-from components import fileio
+from tfrecord_shards import fileio
 from components.example_gen.options import ExampleGenOptions
 from components.example_gen.sources.base import SourceError
 

@@ -6,8 +6,8 @@ from typing import Optional
 
 from components.example_gen.splits import DEFAULT_SPLITS, parse_splits
 from components.example_gen.sources.registry import FORMATS
-from components.options import JsonOptions, setting
-from components.shards import ShardingOptions
+from tfrecord_shards.options import JsonOptions, setting
+from tfrecord_shards.shards import ShardingOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +90,7 @@ _RANGE_FIELDS = {"static_range": ("start_span_number", "end_span_number"),
 def normalize_range_config(config: dict) -> dict:
     """`config` in RangeConfig's JSON form with whole numbers, from that form or its fields
     given flat; a SettingError names what does not fit."""
-    from components.options import SettingError
+    from tfrecord_shards.options import SettingError
 
     if len(config) == 1 and next(iter(config)) in _RANGE_FIELDS:
         (kind, fields), = config.items()

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import logging
 
-from components import shards
+from tfrecord_shards import shards
 from components.example_gen import encode
 from components.example_gen.inputs import unchanged_source
 from components.example_gen.options import ExampleGenOptions
 from components.example_gen.sources import registry
 from components.example_gen.sources.base import FileProfile, SourceError, input_error_line
-from components.spark import session as spark_session
-from components.spark.write import write_shards
+from spark_shards import session as spark_session
+from components.example_gen.spark_write import write_shards
 
 
 def run(options: ExampleGenOptions, output_dir: str, spark=None) -> dict:

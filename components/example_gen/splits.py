@@ -10,9 +10,9 @@ import functools
 import numpy as np
 import pyarrow as pa
 
-from components.codec import serializer
+from tfrecord_shards.codec import serializer
 from components.example_gen.sources.base import SourceError
-from components.options import SettingError
+from tfrecord_shards.options import SettingError
 
 DEFAULT_SPLITS = "train:2,eval:1"  # the same 2:1 hash split stock ExampleGen uses
 # hash_rows folds each column in as `combined * HASH_STEP ^ hash(column)`.

@@ -7,7 +7,7 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import channel_utils, standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 
-from components.options import OPTIONS_KEY, options_or_settings
+from tfrecord_shards.options import OPTIONS_KEY, options_or_settings
 from components.production_model import executor
 from components.production_model.options import ProductionModelOptions
 

@@ -8,8 +8,8 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from components import fileio
-from components.options import OPTIONS_KEY
+from tfrecord_shards import fileio
+from tfrecord_shards.options import OPTIONS_KEY
 from components.production_model import find
 from components.production_model.options import ProductionModelOptions
 

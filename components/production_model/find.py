@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from components import fileio
+from tfrecord_shards import fileio
 from components.pusher import push
 
 # The ProductionModel artifact's property naming the pushed folder it is a copy of.

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from components.options import JsonOptions
+from tfrecord_shards.options import JsonOptions
 
 
 @dataclasses.dataclass(frozen=True)

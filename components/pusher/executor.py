@@ -10,7 +10,7 @@ from tfx.proto import pusher_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
-from components import fileio
+from tfrecord_shards import fileio
 from components.pusher import push
 
 _VERSIONING = pusher_pb2.Versioning

@@ -23,7 +23,7 @@ import time
 import uuid
 from typing import Callable, Optional
 
-from components import fileio
+from tfrecord_shards import fileio
 
 SAVED_MODEL_FILE = "saved_model.pb"
 # Written last into a version folder: the push is complete. Hidden from listings of ours.

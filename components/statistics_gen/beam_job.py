@@ -19,7 +19,7 @@ from typing import Callable, Optional, Sequence
 
 import apache_beam as beam
 
-from components import fileio
+from tfrecord_shards import fileio
 from components.statistics_gen import stats_job
 from components.statistics_gen.options import StatisticsGenOptions
 

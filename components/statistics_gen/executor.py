@@ -17,7 +17,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs as specs
 from tfx.utils import io_utils, json_utils
 
-from components.codec import schema_file
+from tfrecord_shards.codec import schema_file
 from components.statistics_gen import engine, releases, stats_job
 from components.statistics_gen.options import StatisticsGenOptions
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from components.options import JsonOptions, setting
+from tfrecord_shards.options import JsonOptions, setting
 
 
 # The output settings take StatsOptions' defaults (TFDV 1.16), so that our artifact and stock

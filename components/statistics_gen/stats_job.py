@@ -37,8 +37,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
-from components import fileio, rows_done, tfrecord_io
-from components.codec import schema_file, wire
+from tfrecord_shards import fileio, rows_done, tfrecord_io
+from tfrecord_shards.codec import schema_file, wire
 from components.statistics_gen.options import StatisticsGenOptions
 
 STATS_FILE = "FeatureStats.pb"  # stock StatisticsGen's file name in each Split-<name>/
@@ -130,7 +130,7 @@ def make_plan(decoding: schema_pb2.Schema, stats_schema: Optional[schema_pb2.Sch
 def split_files(examples_uri: str, split: str) -> list[str]:
     """The record files of one split (stock's `Split-<name>/` layout; bookkeeping files and
     hidden ones left out, a stopped commit of ours refused)."""
-    from components.example_rows import record_files
+    from tfrecord_shards.example_rows import record_files
 
     folder = fileio.join(examples_uri, f"Split-{split}")
     if not fileio.isdir(folder):
@@ -734,7 +734,7 @@ def scan(inputs: Iterable[tuple[str, list[str], Plan]], options: StatisticsGenOp
     """{split: its statistics} of (split, record files, plan) inputs. The main thread reads
     the files (inflating and unframing release the GIL) and folds the block summaries in
     order; `options.threads` threads decode and summarise the blocks."""
-    from components.packing.arrow import RowDecoder
+    from tfrecord_shards.packing.arrow import RowDecoder
 
     threads = options.threads or _cpus()
     results: dict[str, SplitStats] = {}

@@ -6,7 +6,7 @@ import json
 import logging
 import os
 
-from components import fileio
+from tfrecord_shards import fileio
 from typing import Callable, Optional
 
 import tensorflow as tf

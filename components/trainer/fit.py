@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
-from components import fileio
+from tfrecord_shards import fileio
 from components.trainer.options import REPORT_FILE, InputNotCheckpointable
 
 # The thresholds the TensorFlow profiler's input-pipeline analyser uses.

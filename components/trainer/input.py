@@ -16,11 +16,11 @@ import numpy as np
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import fileio, packing, tf_filesystems, tfrecord_io
-from components.packing import graph as packed_graph
-from components.packing.layout import ROWS_KEY
-from components.codec import parser
-from components.images import ImageSpec, decode_images, with_storage_from
+from tfrecord_shards import fileio, packing, tf_filesystems, tfrecord_io
+from tfrecord_shards.packing import graph as packed_graph
+from tfrecord_shards.packing.layout import ROWS_KEY
+from tfrecord_shards.codec import parser
+from shard_readers.images import ImageSpec, decode_images, with_storage_from
 from components.trainer.options import GLOBAL_SHUFFLE, InputConfig
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -45,7 +45,7 @@ def resolve_files(file_patterns: Union[str, Sequence[str]]) -> list[str]:
 
 def split_rows(file_patterns) -> Optional[int]:
     """The rows of a split from our manifest beside it (None for stock shards)."""
-    from components import shards
+    from tfrecord_shards import shards
 
     patterns = [file_patterns] if isinstance(file_patterns, str) else list(file_patterns)
     total = 0
@@ -446,7 +446,7 @@ def _global_order(files: Sequence[str], config: InputConfig,
     pipeline takes from the row stream (`_RowStream`). The order is a function of (seed,
     stream position) alone, so a run stopped anywhere resumes there with no buffer to
     restore (`start_epoch`, `start_position`), on any number of input pipelines."""
-    from components import record_index
+    from tfrecord_shards import record_index
 
     records = record_index.FileRecords(files)
     count = len(records)
@@ -526,7 +526,8 @@ def _global_blocks(files: Sequence[str], config: InputConfig,
     """Packed records in a global order (`_BlockOrder`): the rows this pipeline takes from the
     row stream, parsed block by block. A block that units of other pipelines share is read
     by each of them; within one pipeline, once."""
-    from components import numpy_reader, record_index
+    from shard_readers import numpy_reader
+    from tfrecord_shards import record_index
 
     records = record_index.FileRecords(files)
     order = _BlockOrder(np.concatenate([numpy_reader.block_rows(f) for f in files]),
@@ -677,7 +678,7 @@ def build_dataset(
         shuffle_rows=config.training and not global_order, shuffle_seed=config.seed or 0,
         holdout=holdout if packing.packed_rows(schema) else None)
 
-    # Packed data (components/packing/) holds blocks of rows: the records shuffled are whole
+    # Packed data (tfrecord_shards/packing/) holds blocks of rows: the records shuffled are whole
     # blocks, one map parses a group of about `shuffle_buffer` rows (shuffled among
     # themselves), and the rows are then cut into batches of `batch_size`.
     rows_per_block = packing.packed_rows(schema)

@@ -25,9 +25,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow_metadata.proto.v0 import schema_pb2  # noqa: E402
 
-from components import fileio, names, packing, tf_filesystems  # noqa: E402
-from components.codec import parser, schema_file  # noqa: E402
-from components.images import ImageSpec, decode_images, with_storage_from  # noqa: E402
+from tfrecord_shards import fileio, names, packing, tf_filesystems  # noqa: E402
+from tfrecord_shards.codec import parser, schema_file  # noqa: E402
+from shard_readers.images import ImageSpec, decode_images, with_storage_from  # noqa: E402
 from components.trainer import distribute, fit, layers, tasks  # noqa: E402
 from components.trainer.input import (  # noqa: E402
     Holdout, build_dataset, corrupt_files_named, example_parser, input_share, resolve_files,

@@ -1,13 +1,13 @@
 """The Trainer's settings, with no TensorFlow import: the input chain's knobs (`InputConfig`)
 and `TrainerOptions`, which the pipeline passes to the stock Trainer as its `custom_config`
-and `run_fn` reads back. How an image feature is read is `components.images.ImageSpec`."""
+and `run_fn` reads back. How an image feature is read is `shard_readers.images.ImageSpec`."""
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Mapping, Optional
 
-from components.images import ImageSpec
-from components.options import JsonOptions, SettingError, from_flat, setting
+from shard_readers.images import ImageSpec
+from tfrecord_shards.options import JsonOptions, SettingError, from_flat, setting
 from components.trainer import tasks
 
 DEFAULT_SEED = 42
@@ -58,7 +58,7 @@ class InputConfig(JsonOptions):
     # Opt-in: scan the files first and read damaged ones past their bad records.
     skip_corrupt: bool = False
     drop_remainder: bool = False
-    # Packed data (see components/packing/) is shuffled as whole blocks in a buffer of this
+    # Packed data (see tfrecord_shards/packing/) is shuffled as whole blocks in a buffer of this
     # many blocks, then row by row within each group of `shuffle_buffer` rows parsed together.
     block_shuffle_buffer: int = 16
     # 0 keeps TF's global pool; a private pool isolates input work from the model's ops.

@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from components import fileio
+from tfrecord_shards import fileio
 from components.transform.statistics import (
     MAX, MEAN, QUANTILES, VAR, VOCABULARY, AnalyzerSpec)
 

@@ -22,9 +22,10 @@ import tensorflow_transform.beam as tft_beam
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx_bsl.public import tfxio
 
-from components import beam_shards, fileio, images, packing, shards, tfrecord_io
-from components.codec import parser, schema_file, serializer
-from components.packing.write import pack_batch
+from shard_readers import images
+from tfrecord_shards import beam_shards, fileio, packing, shards, tfrecord_io
+from tfrecord_shards.codec import parser, schema_file, serializer
+from tfrecord_shards.packing.write import pack_batch
 from components.transform import columnar_job
 from components.transform.inputs import analysis_key, dataset_key, split_files
 from components.transform.options import TransformOptions

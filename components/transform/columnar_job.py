@@ -34,7 +34,7 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tensorflow_transform import graph_context
 
-from components import fileio, rows_done
+from tfrecord_shards import fileio, rows_done
 from components.transform import analyzers
 from components.transform.inputs import (
     analysis_key, dataset_key, record_batches, split_paths, tensor_adapter_config)

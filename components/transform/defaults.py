@@ -26,9 +26,9 @@ import tensorflow as tf
 from tensorflow_transform import schema_inference
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import names
-from components.codec import parser
-from components.codec.serializer import TIME_TAG
+from tfrecord_shards import names
+from tfrecord_shards.codec import parser
+from tfrecord_shards.codec.serializer import TIME_TAG
 from components.transform import analyzers
 from components.trainer.tasks import MULTICLASS, REGRESSION
 

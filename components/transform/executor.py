@@ -9,9 +9,10 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
-from components import fileio, shards, tfx_artifacts
-from components.codec import parser, schema_file
-from components.options import OPTIONS_KEY
+from components.example_gen import artifacts as tfx_artifacts
+from tfrecord_shards import fileio, shards
+from tfrecord_shards.codec import parser, schema_file
+from tfrecord_shards.options import OPTIONS_KEY
 from components.transform import beam_job, feature_stats
 from components.transform.inputs import dataset_key
 from components.transform.options import TransformOptions

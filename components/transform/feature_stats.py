@@ -24,8 +24,8 @@ from typing import Callable, Optional, Sequence
 
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
-from components import fileio
-from components.codec import schema_file
+from tfrecord_shards import fileio
+from tfrecord_shards.codec import schema_file
 from components.statistics_gen import stats_job
 from components.statistics_gen.options import StatisticsGenOptions
 

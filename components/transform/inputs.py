@@ -9,8 +9,8 @@ from typing import Iterator
 
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import fileio, tfrecord_io
-from components.codec import parser
+from tfrecord_shards import fileio, tfrecord_io
+from tfrecord_shards.codec import parser
 
 # Rows a batch holds at most: large enough that TensorFlow's per-call cost vanishes, small
 # enough that a wide schema's batch stays in tens of MB.
@@ -43,7 +43,7 @@ def analysis_key(options, raw_schema: schema_pb2.Schema) -> str:
     import tensorflow_transform as tft
     import tfx_bsl
 
-    from components import fileio
+    from tfrecord_shards import fileio
 
     try:
         ours = importlib.metadata.version("tfrecord-pipeline")

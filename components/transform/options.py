@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from components.images import STORAGES
+from shard_readers.images import STORAGES
 
 ANALYSES = ("columnar", "tft")
-from components.options import JsonOptions, SettingError, setting
-from components.shards import ShardingOptions
+from tfrecord_shards.options import JsonOptions, SettingError, setting
+from tfrecord_shards.shards import ShardingOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +23,7 @@ class TransformOptions(JsonOptions):
     # preprocessing_fn follows: a multiclass int label becomes vocabulary ids (the classes
     # are then counted over every training row), a regression int label a float.
     task: Optional[str] = None
-    # Rows per packed tf.Example (components/packing/); 0 writes one tf.Example per row,
+    # Rows per packed tf.Example (tfrecord_shards/packing/); 0 writes one tf.Example per row,
     # the layout stock components read.
     packed_rows: int = 1024
     analyze_split: str = "train"
@@ -37,7 +37,7 @@ class TransformOptions(JsonOptions):
     fail_on_anomalies: bool = True
     # "raw": image features are decoded and resized to image_shape ([height, width, channels])
     # once, here, and stored as uint8 pixels, so the Trainer reads them with no decode each
-    # epoch (more bytes on disk, much less CPU; components/images.py). "encoded" keeps the
+    # epoch (more bytes on disk, much less CPU; shard_readers/images.py). "encoded" keeps the
     # JPEG/PNG bytes and the input function decodes them.
     image_storage: str = setting("encoded", choices=STORAGES)
     image_shape: Optional[list[int]] = None

@@ -11,8 +11,8 @@ from typing import Callable
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import images
-from components.codec import parser
+from shard_readers import images
+from tfrecord_shards.codec import parser
 from components.transform.defaults import default_preprocessing_fn, dense_scalar
 from components.transform.options import TransformOptions
 

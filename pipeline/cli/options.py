@@ -1,4 +1,4 @@
-"""Click options made from declared settings (`components.options.setting`): a field's flag,
+"""Click options made from declared settings (`tfrecord_shards.options.setting`): a field's flag,
 type, choices and help come from the field, nested options included, so a setting added to
 an options class is on the command line with no change here."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import click
 
-from components.options import SettingError, flat_fields
+from tfrecord_shards.options import SettingError, flat_fields
 
 
 def flag_name(setting: str) -> str:
@@ -57,7 +57,7 @@ def _base_type(hint: Any) -> Any:
 
 def given_settings(cls: type, values: dict[str, Any]) -> dict[str, Any]:
     """The settings of `cls` among click's `values` that were given, as their types: the
-    flat names `components.options.from_flat` takes."""
+    flat names `tfrecord_shards.options.from_flat` takes."""
     found = {}
     for field, hint in flat_fields(cls):
         value = values.get(field.name)

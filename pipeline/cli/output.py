@@ -9,7 +9,7 @@ import warnings
 
 import click
 
-from components import fileio
+from tfrecord_shards import fileio
 
 # Libraries whose INFO and WARNING lines are about their own internals (TFX's metadata queries,
 # Beam's missing snappy, TF's deprecation notices), not about the user's data or model.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from components import fileio
+from tfrecord_shards import fileio
 from components.example_gen.options import ExampleGenOptions
 from pipeline.cli.group import main
 from pipeline.cli.options import given_settings, setting_options, usage_error
@@ -22,7 +22,7 @@ def examplegen(ctx, source, output_dir, **named) -> None:
     Options left out take ExampleGenOptions' defaults.
     """
     from components.example_gen import engine
-    from components.options import from_flat
+    from tfrecord_shards.options import from_flat
 
     try:
         options = from_flat(ExampleGenOptions, {
@@ -53,8 +53,8 @@ def examplegen(ctx, source, output_dir, **named) -> None:
                    "without reading the data, when there is one) and the total.")
 def inspect(path, limit, fmt, count) -> None:
     """Print records of a TFRecord file or folder, typed by its schema.pbtxt if there is one."""
-    from components import example_rows, fileio, record_index, shards
-    from components.tfrecord_io import CorruptRecordError
+    from tfrecord_shards import example_rows, fileio, record_index, shards
+    from tfrecord_shards.tfrecord_io import CorruptRecordError
 
     if not fileio.exists(path):
         raise click.BadParameter(f"{path}: no such file or folder", param_hint="PATH")
@@ -81,8 +81,8 @@ def index(paths) -> None:
     each record, the format DALI and the `tfrecord` package read), a gzip file's members
     (`.gzi.json`). A file in a `Split-*` folder gets its index under the artifact's `index/`
     folder, so readers that glob the split read no index as data."""
-    from components import example_rows, record_index
-    from components.tfrecord_io import CorruptRecordError
+    from tfrecord_shards import example_rows, record_index
+    from tfrecord_shards.tfrecord_io import CorruptRecordError
 
     for path in paths:
         for file in example_rows.record_files(path):

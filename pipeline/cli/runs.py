@@ -5,7 +5,7 @@ import logging
 
 import click
 
-from components import fileio
+from tfrecord_shards import fileio
 from pipeline.cli.group import config_options, load_config, main
 from pipeline.cli.output import one_line
 

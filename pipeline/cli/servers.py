@@ -6,7 +6,7 @@ import time
 
 import click
 
-from components import listening
+from local_cluster import listening
 from components.trainer.options import DATA_SERVICE_PORT
 from pipeline.cli.group import main
 
@@ -68,8 +68,8 @@ def spark_cluster(workers, cores, memory) -> None:
     """Run a Spark standalone cluster on this machine (a master and workers as separate JVMs
     on 127.0.0.1, with a generated secret) until interrupted, for trying `--engine spark` on
     a cluster. Prints the flags that reach it."""
-    from components.spark.cluster import LocalCluster
-    from components.spark.session import SparkSetupError
+    from local_cluster.spark import LocalCluster
+    from spark_shards.session import SparkSetupError
 
     try:
         cluster = LocalCluster(workers, cores, memory).start()

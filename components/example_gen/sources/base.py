@@ -14,8 +14,8 @@ from typing import Callable, Iterator, Optional, Union
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from components import fileio
-from components.codec import serializer
+from tfrecord_shards import fileio
+from tfrecord_shards.codec import serializer
 
 BATCH_ROWS = 65_536
 

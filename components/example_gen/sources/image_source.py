@@ -8,8 +8,8 @@ from typing import Iterator, Optional
 
 import pyarrow as pa
 
-from components import fileio
-from components.codec import serializer
+from tfrecord_shards import fileio
+from tfrecord_shards.codec import serializer
 from components.example_gen.sources.base import (
     BadRecord, FileProfile, Item, SourceError, SourceFormat)
 from components.example_gen.sources.csv_source import profile_csv, read_csv

@@ -8,7 +8,7 @@ from typing import Iterator, Optional
 
 import pyarrow as pa
 
-from components.codec import serializer
+from tfrecord_shards.codec import serializer
 from components.example_gen.sources.base import (
     BATCH_ROWS, BadRecord, Item, SourceFormat, arrow_kinds, flatten_nested, open_input,
     parse_times, profile_batches)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import posixpath
 from typing import Optional, Sequence
 
-from components import fileio
+from tfrecord_shards import fileio
 from components.example_gen.sources.base import SourceError
 from components.example_gen.sources.registry import FORMATS
 
@@ -125,9 +125,9 @@ def is_layout_file(root: str, name: str, output_roots: set[str]) -> bool:
     """A schema.pbtxt, or the manifest.json, quarantine/ and record indexes (index/, at the
     top or beside a partition's splits) of one of our own output folders read back as a
     source: they describe the shards beside them and are not data."""
-    from components.codec.schema_file import SCHEMA_FILE
-    from components.record_index import INDEX_FOLDER
-    from components.shards import MANIFEST_FILE, QUARANTINE_DIR
+    from tfrecord_shards.codec.schema_file import SCHEMA_FILE
+    from tfrecord_shards.record_index import INDEX_FOLDER
+    from tfrecord_shards.shards import MANIFEST_FILE, QUARANTINE_DIR
 
     if name == SCHEMA_FILE:
         return True
@@ -139,7 +139,7 @@ def is_layout_file(root: str, name: str, output_roots: set[str]) -> bool:
 
 
 def _output_roots(path: str) -> set[str]:
-    from components.shards import MANIFEST_FILE
+    from tfrecord_shards.shards import MANIFEST_FILE
 
     return {root for root, _, names in fileio.walk(path) if MANIFEST_FILE in names}
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from components import fileio
+from tfrecord_shards import fileio
 from components.example_gen.sources import (
     csv_source, image_source, jsonl_source, parquet_source, tfrecord_source)
 from components.example_gen.sources.base import FileProfile, Item, SourceError, SourceFormat

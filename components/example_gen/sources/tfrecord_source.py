@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import tfrecord_io
-from components.codec import parser, schema_file, serializer
+from tfrecord_shards import tfrecord_io
+from tfrecord_shards.codec import parser, schema_file, serializer
 from components.example_gen.sources.base import (
     BadRecord, Item, SourceFormat, profile_batches)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, BinaryIO, Iterator, Optional, Union
 import google_crc32c
 from isal import igzip, isal_zlib
 
-from components import fileio
+from tfrecord_shards import fileio
 
 if TYPE_CHECKING:
     import numpy as np
@@ -65,7 +65,7 @@ def frame_records(records) -> tuple:
     import numpy as np
     import pyarrow as pa
 
-    from components.codec import wire
+    from tfrecord_shards.codec import wire
 
     if not isinstance(records, (pa.Array, pa.ChunkedArray)):
         records = pa.array(records, pa.binary())
@@ -187,7 +187,7 @@ def iter_record_blocks(path: str, block_bytes: int = _BLOCK_BYTES) -> Iterator[R
     CorruptRecordError naming the file and offset, as `iter_records` does."""
     import numpy as np
 
-    from components.codec import wire
+    from tfrecord_shards.codec import wire
 
     table = wire.frozen(wire.CRC32C_TABLE)
     offset, rest = 0, np.zeros(0, np.uint8)

@@ -10,6 +10,6 @@ A packed Example carries N rows at once, so one parse yields N rows of each colu
   the one unpacker of the Spark reader, `tfrp inspect` and the numpy/PyTorch reader;
 - `graph`: `block_spec` and `unpack`, blocks -> rows inside the tf.data input function.
 """
-from components.packing.layout import PackedLayout, annotate, packed_rows
+from tfrecord_shards.packing.layout import PackedLayout, annotate, packed_rows
 
 __all__ = ["PackedLayout", "annotate", "packed_rows"]

@@ -18,7 +18,7 @@ import queue
 import threading
 from typing import Callable, Iterable, Iterator, Optional
 
-from components.packing.layout import LENGTHS_SUFFIX
+from tfrecord_shards.packing.layout import LENGTHS_SUFFIX
 
 
 def _map_arrays(batch, convert: Callable):

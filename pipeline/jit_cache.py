@@ -4,7 +4,7 @@ after an install or an image build loads them instead of compiling them. Compile
 use they cost the first run about 10 s in ExampleGen and 15 s in StatisticsGen
 (openintro::resume, 2 cores), and every StatisticsGen task of a compiled pipeline paid them
 again in a fresh container. `make install` and the image build run
-`python -m components.jit_cache`.
+`python -m pipeline.jit_cache`.
 
 It runs the real jobs (ExampleGen's Beam job, then StatisticsGen's) on small tables holding
 each column kind the sources give (whole and fractional numbers, text, each with gaps, and
@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from components import fileio
+from tfrecord_shards import fileio
 
 # One row in three holds gaps; the lists hold 0 to 2 values.
 _ROWS = 60

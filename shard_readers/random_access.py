@@ -1,6 +1,6 @@
 """Map-style access to the rows of TFRecord shards, with no TensorFlow: `len(source)` and
 `source[i]` for any row i, per-row and packed records alike, through each file's record index
-(components/record_index.py). `torch_dataset` gives the same source as a PyTorch map-style
+(tfrecord_shards/record_index.py). `torch_dataset` gives the same source as a PyTorch map-style
 `Dataset`, so `DataLoader(shuffle=True)` and `DistributedSampler` work as documented, and
 `RowCollate` batches its rows, missing values included, as `numpy_reader` does. An
 `ExampleSource` is itself a Grain `RandomAccessDataSource` (thread-safe, deterministic, and
@@ -16,9 +16,10 @@ from typing import Optional, Sequence, Union
 import numpy as np
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import example_rows, numpy_reader, record_index, tfrecord_io
-from components.codec import schema_file
-from components.packing.arrow import RowDecoder
+from shard_readers import numpy_reader
+from tfrecord_shards import example_rows, record_index, tfrecord_io
+from tfrecord_shards.codec import schema_file
+from tfrecord_shards.packing.arrow import RowDecoder
 
 
 class ExampleSource:

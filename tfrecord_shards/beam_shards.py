@@ -1,13 +1,13 @@
 """The sharded write as one Beam transform: chunks in, shards out.
 
 ExampleGen and Transform both end with it; the planning and writing themselves are the
-engine-neutral functions of `components/shards.py`.
+engine-neutral functions of `tfrecord_shards/shards.py`.
 """
 from __future__ import annotations
 
 import apache_beam as beam
 
-from components import shards
+from tfrecord_shards import shards
 
 
 class WriteShards(beam.PTransform):

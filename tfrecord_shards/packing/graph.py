@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional, Union
 
-from components.packing.layout import ROWS_KEY, PackedLayout
+from tfrecord_shards.packing.layout import ROWS_KEY, PackedLayout
 
 if TYPE_CHECKING:  # annotations only; the functions import TensorFlow when they run
     import tensorflow as tf

@@ -14,8 +14,8 @@ from typing import Optional, Sequence
 import numpy as np
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components.codec import parser
-from components.packing.layout import ROWS_KEY, PackedFeature, PackedLayout
+from tfrecord_shards.codec import parser
+from tfrecord_shards.packing.layout import ROWS_KEY, PackedFeature, PackedLayout
 
 
 class RowDecoder:

@@ -17,7 +17,7 @@ input grows.
 Everything is written under a staging folder (`staged_output`) and moved into place at the
 end, manifest last: a run that fails leaves no manifest, and so nothing that looks complete.
 
-This module is engine-neutral: Beam's transform over it is `components/beam_shards.py`, and
+This module is engine-neutral: Beam's transform over it is `tfrecord_shards/beam_shards.py`, and
 any other engine calls the same plan, write and manifest functions.
 """
 from __future__ import annotations
@@ -35,9 +35,9 @@ from typing import Iterator, Optional
 import numpy as np
 from isal import igzip, isal_zlib
 
-from components import fileio, hooks, tfrecord_io
-from components.codec.schema_file import SCHEMA_FILE
-from components.options import JsonOptions, SettingError, setting
+from tfrecord_shards import fileio, hooks, tfrecord_io
+from tfrecord_shards.codec.schema_file import SCHEMA_FILE
+from tfrecord_shards.options import JsonOptions, SettingError, setting
 
 MANIFEST_FILE = "manifest.json"
 DEFAULT_SHARD_SIZE_MB = 128.0
@@ -432,7 +432,7 @@ def _write_plain_index(path: str, relative: str, nbytes: int, record_ends: list
     """Writes the `.idx` of the plain shard at `path` (each record's offset and framed
     length, the text DALI and the `tfrecord` package read) beside it; returns (where it is,
     where it goes relative to the output: the artifact's `index/Split-x/` folder)."""
-    from components import record_index
+    from tfrecord_shards import record_index
 
     ends = np.concatenate(record_ends) if record_ends else np.zeros(0, np.int64)
     offsets = np.concatenate([[0], ends[:-1]]).astype(np.int64)

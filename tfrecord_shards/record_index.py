@@ -29,7 +29,7 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 from isal import igzip_lib
 
-from components import fileio, tfrecord_io
+from tfrecord_shards import fileio, tfrecord_io
 
 PLAIN_SUFFIX = ".idx"
 GZIP_SUFFIX = ".gzi.json"
@@ -175,7 +175,7 @@ def _gzip_members(path: str) -> Iterator[tuple[int, int]]:
 def _member_records(path: str, offset: int, data: bytes):
     """(buffer, record starts, record ends) of a gzip member's inflated `data`, checksums
     checked; damage is an error naming the file and the member's offset."""
-    from components.codec import wire
+    from tfrecord_shards.codec import wire
 
     buffer = np.frombuffer(data, np.uint8)
     starts, ends, used, damaged = wire.unframe_records(wire.frozen(buffer),
@@ -286,7 +286,7 @@ class _OpenMember:
             len(compressed) >= 18 else 0
 
     def record(self, at: int) -> bytes:
-        from components.codec import wire
+        from tfrecord_shards.codec import wire
 
         if at >= self._records:
             raise self._damage("gzip member does not hold the records its index says")

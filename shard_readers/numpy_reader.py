@@ -26,10 +26,11 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import example_rows, fileio, images, record_index, tfrecord_io
-from components.codec import parser, schema_file
-from components.packing.arrow import RowDecoder
-from components.packing.layout import LENGTHS_SUFFIX, ROWS_KEY
+from shard_readers import images
+from tfrecord_shards import example_rows, fileio, record_index, tfrecord_io
+from tfrecord_shards.codec import parser, schema_file
+from tfrecord_shards.packing.arrow import RowDecoder
+from tfrecord_shards.packing.layout import LENGTHS_SUFFIX, ROWS_KEY
 
 # Rows decoded at a time (whole records: per-row records, or blocks of packed rows): each
 # decode and unpack has a fixed cost per call, paid once for this many rows. Large rows (an

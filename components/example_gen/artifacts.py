@@ -3,7 +3,7 @@ stock components read our outputs without guessing (and without warning that the
 from __future__ import annotations
 
 
-from components import fileio
+from tfrecord_shards import fileio
 from typing import Optional
 
 from tfx.components.util import examples_utils

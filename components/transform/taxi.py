@@ -8,11 +8,11 @@ TAXI_LABEL = "big_tipper"
 # The tip is the label's source, and these three are identifiers or timestamps.
 TAXI_EXCLUDED = ("tips", "trip_start_timestamp", "pickup_census_tract", "dropoff_census_tract")
 LABEL_INPUTS = ("tips", "fare")
-PREPROCESSING_FN = "components.taxi.preprocessing_fn"
+PREPROCESSING_FN = "components.transform.taxi.preprocessing_fn"
 
 # The Trainer settings (components/trainer/options.py) that train on taxi rows.
 TRAINER_SETTINGS: dict[str, Any] = {
-    "label_key": TAXI_LABEL, "label_fn": "components.taxi.taxi_label", "task": "binary",
+    "label_key": TAXI_LABEL, "label_fn": "components.transform.taxi.taxi_label", "task": "binary",
     "label_inputs": LABEL_INPUTS, "exclude": TAXI_EXCLUDED}
 
 
@@ -30,7 +30,7 @@ def preprocessing_fn(inputs: dict, custom_config: dict) -> dict:
     computed from the raw tip and fare before they are scaled."""
     import tensorflow as tf
 
-    from components.codec import parser
+    from tfrecord_shards.codec import parser
     from components.transform.defaults import dense_scalar, transform_features
 
     schema = custom_config["raw_schema"]

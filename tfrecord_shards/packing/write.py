@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components.codec import serializer
-from components.packing.layout import ROWS_KEY, PackedFeature, PackedLayout
+from tfrecord_shards.codec import serializer
+from tfrecord_shards.packing.layout import ROWS_KEY, PackedFeature, PackedLayout
 
 _KINDS = {schema_pb2.INT: serializer.INT, schema_pb2.FLOAT: serializer.FLOAT,
           schema_pb2.BYTES: serializer.BYTES}

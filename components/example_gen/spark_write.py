@@ -14,15 +14,15 @@ import dataclasses
 import pickle
 from typing import Optional
 
-from components import fileio, hooks, shards
-from components.codec import serializer
+from tfrecord_shards import fileio, hooks, shards
+from tfrecord_shards.codec import serializer
 from components.example_gen import encode
 from components.example_gen.options import ExampleGenOptions
 from components.example_gen.sources.base import FileProfile
-from components.options import from_flat
-from components.shards import ShardingOptions
-from components.spark import columns as spark_columns
-from components.spark.session import deal_by_weight
+from tfrecord_shards.options import from_flat
+from tfrecord_shards.shards import ShardingOptions
+from spark_shards import columns as spark_columns
+from spark_shards.session import deal_by_weight
 
 FORMAT = "spark-dataframe"
 

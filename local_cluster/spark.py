@@ -19,8 +19,8 @@ from typing import Optional
 
 import psutil
 
-from components.listening import free_ports
-from components.spark.session import check_java
+from local_cluster.listening import free_ports
+from spark_shards.session import check_java
 
 LOOPBACK = "127.0.0.1"
 

@@ -218,7 +218,7 @@ class _Column:
         import numpy as np
         import pyarrow as pa
 
-        from components.codec import wire
+        from tfrecord_shards.codec import wire
 
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks()
@@ -247,7 +247,7 @@ class _Column:
 
     def payload(self):
         """Payload bytes per row (-1: absent)."""
-        from components.codec import wire
+        from tfrecord_shards.codec import wire
 
         return wire.payload_bytes(self.kind, self.offsets, self.present, self.ints,
                                   self.value_offsets)
@@ -263,7 +263,7 @@ def encode_examples_array(example_batch, order=None):
     Feature; both read as absent."""
     import numpy as np
 
-    from components.codec import wire
+    from tfrecord_shards.codec import wire
 
     rows = example_batch.num_rows
     columns = [_Column(name, column)

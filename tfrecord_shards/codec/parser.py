@@ -140,7 +140,7 @@ def decode_record_block(block, schema: schema_pb2.Schema):
     import numpy as np
     import pyarrow as pa
 
-    from components.codec import wire
+    from tfrecord_shards.codec import wire
 
     kinds_by_type = {schema_pb2.FLOAT: wire.FLOAT_KIND, schema_pb2.INT: wire.INT_KIND,
                      schema_pb2.BYTES: wire.BYTES_KIND}
@@ -202,7 +202,7 @@ def decode_record_block(block, schema: schema_pb2.Schema):
 
 def _raise_problem(block, features: list, kinds, record: int, feature: int, problem: int
                    ) -> None:
-    from components.codec import wire
+    from tfrecord_shards.codec import wire
 
     if problem == 0:
         return

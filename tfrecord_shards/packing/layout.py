@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components.codec import parser
+from tfrecord_shards.codec import parser
 
 ROWS_KEY = "__rows__"
 LENGTHS_SUFFIX = "__lengths"

@@ -1,6 +1,6 @@
 """TensorFlow's file systems for the URIs a process is about to use.
 
-Our own file layer (components/fileio.py) reaches gs:// and s3:// through pyarrow and never
+Our own file layer (tfrecord_shards/fileio.py) reaches gs:// and s3:// through pyarrow and never
 imports TensorFlow. The stock TFX components (SchemaGen, ExampleValidator, the Trainer's model
 saving, Evaluator, Pusher), tf.Transform and TensorFlow itself go through `tf.io.gfile`, which
 in TensorFlow 2.16 has gs:// built in but s3:// only once tensorflow-io has registered its
@@ -21,7 +21,7 @@ import os
 import re
 from typing import Optional, Sequence
 
-from components import fileio
+from tfrecord_shards import fileio
 
 
 def needs_tensorflow_io(*uris: Optional[str]) -> bool:

@@ -6,7 +6,7 @@ from typing import Optional
 
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import fileio
+from tfrecord_shards import fileio
 
 SCHEMA_FILE = "schema.pbtxt"
 # A shard sits in Split-x/ (and maybe col=value/) below the folder holding the schema.
