@@ -274,3 +274,15 @@ def test_no_product_module_reads_a_fault_variable():
                   if isinstance(node, ast.Constant) and isinstance(node.value, str)
                   and re.search(r"TFRP_\w*FAULT", node.value)]
     assert named == []
+
+
+def test_the_readme_layout_names_every_package():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        layout = f.read().split("## Layout", 1)[1].split("\n## ", 1)[0]
+    packages = [name for name in sorted(os.listdir(ROOT))
+                if os.path.isfile(os.path.join(ROOT, name, "__init__.py"))]
+    assert set(PACKAGES) <= set(packages)
+    assert [name for name in packages if f"| `{name}/`" not in layout] == []
+    components = [name for name in sorted(os.listdir(os.path.join(ROOT, "components")))
+                  if os.path.isfile(os.path.join(ROOT, "components", name, "__init__.py"))]
+    assert [name for name in components if f"`components/{name}/`" not in layout] == []
