@@ -1,5 +1,6 @@
 """The shard format, as a library of its own: the file layer every path goes through
-(`fileio`, and TensorFlow's file systems for it, `tf_filesystems`), TFRecord framing with
+(`fileio`; the stores behind its URIs, `object_stores`, and files' versions,
+`file_versions`; TensorFlow's file systems for it, `tf_filesystems`), TFRecord framing with
 offsets (`tfrecord_io`) and record indexes (`record_index`), the sharded writer and its
 manifest and commit (`shards`, on Beam: `beam_shards`), tf.Example as columns (`codec/`) and
 as packed blocks (`packing/`), rows read back (`example_rows`), feature names (`names`), the

@@ -12,57 +12,36 @@ Object stores have no folders and no rename: a "folder" is a key prefix, and a r
 copy and a delete per object (`rename` never moves a name that merely prefixes another, as
 a prefix rename would). An error from a store names the URI and the cause (`StorageError`).
 
-Where a store is found, from the standard variables:
-- gs://: Google's default credentials (`GOOGLE_APPLICATION_CREDENTIALS`, the metadata server
-  on Vertex and GKE); `STORAGE_EMULATOR_HOST` (`http://host:port`) points at an emulator.
-- s3://: `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` (MinIO, Ceph, an emulator),
-  `AWS_REGION` or `AWS_DEFAULT_REGION`, and the AWS SDK's credential chain
-  (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, profiles, instance roles).
-- minio://: open-source Kubeflow Pipelines' name for its in-cluster MinIO (its default
-  pipeline root, `minio://mlpipeline/v2/artifacts`): the same objects as s3://, at the
-  endpoint the s3:// variables name.
+This module is the layer's whole interface. The machinery of the stores (the filesystems,
+where the stores are found, their errors) is `object_stores`, and files' versions
+(generations, ETags) are `file_versions`; what callers use of both is re-exported here.
 """
 from __future__ import annotations
 
 import contextlib
 import fnmatch
 import functools
+import glob as local_glob
 import io
 import json
 import os
 import posixpath
 import re
 import shutil
-from typing import Any, Iterator, NamedTuple, Optional, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterator, Optional, Sequence
+
+# Imported here for callers too, which use them as `fileio.X` (FileVersion, file_versions,
+# versions_below, S3_ALIASES, s3_endpoint, s3_region, storage_settings, store_cause, ...).
+from tfrecord_shards.file_versions import FileVersion, file_versions, versions_below
+from tfrecord_shards.object_stores import (REMOTE_READERS, S3_ALIASES, RemoteFile,
+                                           StorageError, calling_store, entries, file_info,
+                                           filesystem, is_remote, s3_endpoint, s3_region,
+                                           scheme, storage_settings, store_cause)
 
 # Names a reader of our outputs never lists: staging and bookkeeping (`.staging-*`,
 # `_attempts`, `_chunks`, `.crc`, `_SUCCESS`).
 HIDDEN_PREFIXES = (".", "_")
-
-
-class StorageError(OSError):
-    """An object store refused or could not be reached. One line: the URI and the cause."""
-
-    def __init__(self, uri: str, cause: str, detail: str = ""):
-        detail = " ".join(str(detail).split())
-        if len(detail) > 400:  # the start says where, the end (google-cloud's) says why
-            detail = f"{detail[:150]} ... {detail[-250:]}"
-        super().__init__(f"{uri}: {cause}" + (f" ({detail})" if detail else ""))
-        self.uri, self.cause = uri, cause
-
-
-def is_remote(path: str) -> bool:
-    """A URI, read through pyarrow.fs (file:// too: the same route on this machine's disk)."""
-    return "://" in path
-
-
-def scheme(path: str) -> str:
-    return path.split("://", 1)[0] if is_remote(path) else ""
-
-
-# Schemes that name S3 objects under another name (launcher_v2.go's LocalPathForURI mounts
-# minio:// beside s3://).
-S3_ALIASES = {"minio": "s3"}
 
 
 # ---- names --------------------------------------------------------------------------------
@@ -118,213 +97,11 @@ def has_hidden_part(path: str, top: str) -> bool:
     return any(is_hidden(p) for p in parts(relpath(path, top)))
 
 
-# ---- the stores ---------------------------------------------------------------------------
-
-def storage_settings() -> dict[str, str]:
-    """The variables that say where the object stores are, as set in this process: what a
-    child process (a Beam worker, a Spark executor, a container) needs to reach the same."""
-    names = ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT",
-             "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION",
-             "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
-    return {n: os.environ[n] for n in names if os.environ.get(n)}
-
-
-def s3_endpoint() -> Optional[str]:
-    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
-
-
-def s3_region() -> str:
-    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-
-
-def _split_endpoint(endpoint: str) -> tuple[str, str]:
-    """('http' or 'https', 'host:port') of an endpoint URL; a bare host:port is http."""
-    if "://" in endpoint:
-        transport, rest = endpoint.split("://", 1)
-        return transport, rest.rstrip("/")
-    return "http", endpoint.rstrip("/")
-
-
-def filesystem(uri: str):
-    """(pyarrow filesystem, path inside it) for a URI."""
-    store = scheme(uri)
-    store = S3_ALIASES.get(store, store)
-    inner = uri.split("://", 1)[1]
-    inner = inner.rstrip("/") or inner
-    try:
-        return _store(store, tuple(sorted(storage_settings().items()))), inner
-    except (OSError, ValueError, ImportError) as e:
-        raise StorageError(uri, f"no filesystem for {store}:// in this pyarrow", str(e)) from e
-
-
-@functools.lru_cache(maxsize=None)
-def _store(store: str, settings: tuple):
-    """One pyarrow filesystem per scheme and settings (made once: each holds a connection
-    pool and, for GCS, a credential refresh)."""
-    import pyarrow.fs as pafs
-
-    env = dict(settings)
-    if store == "gs":
-        emulator = env.get("STORAGE_EMULATOR_HOST")
-        if emulator:
-            transport, host = _split_endpoint(emulator)
-            return pafs.GcsFileSystem(anonymous=True, scheme=transport,
-                                      endpoint_override=host)
-        return pafs.GcsFileSystem()
-    if store == "file":
-        return pafs.LocalFileSystem()
-    if store == "s3":
-        endpoint = s3_endpoint()
-        options: dict[str, Any] = {"region": s3_region()}
-        if endpoint:
-            transport, host = _split_endpoint(endpoint)
-            options.update(scheme=transport, endpoint_override=host)
-        return pafs.S3FileSystem(**options)
-    filesystem_, _ = pafs.FileSystem.from_uri(f"{store}://")
-    return filesystem_
-
-
-# A forked child (a DataLoader worker, a Beam worker) makes its own connections: the parent's
-# filesystem objects hold threads and sockets that do not survive a fork.
-os.register_at_fork(after_in_child=lambda: (_store.cache_clear(), _gcs_client.cache_clear(),
-                                             _s3_client.cache_clear()))
-
-_CAUSES = (
-    (re.compile(r"credential|UNAUTHENTICATED|Unauthorized|PERMISSION_DENIED|AccessDenied|Forbidden|"
-                r"InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken|HTTP status 40[13]", re.I),
-     "no valid credentials or access denied: check the credentials "
-     "(GOOGLE_APPLICATION_CREDENTIALS or the metadata server for gs://; "
-     "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile for s3://)"),
-    (re.compile(r"resolve host|Couldn't connect|Connection refused|UNAVAILABLE|timed out|"
-                r"Timeout|curlCode|network|Could not connect|connection", re.I),
-     "cannot reach the store: check the endpoint (STORAGE_EMULATOR_HOST for a gs:// "
-     "emulator; AWS_ENDPOINT_URL for MinIO or another S3 store) and the network"),
-    (re.compile(r"NOT_FOUND|NotFound|NoSuchBucket|NoSuchKey|does not exist|Not Found|"
-                r"HTTP status 404", re.I), "not found"),
-)
-
-
-def store_cause(detail: str) -> Optional[str]:
-    """What a store's error says went wrong (credentials, endpoint, not found), or None when
-    it names none of these (a damaged file's error, say)."""
-    for pattern, cause in _CAUSES:
-        if pattern.search(detail):
-            return cause
-    return None
-
-
-def _cause(detail: str) -> str:
-    return store_cause(detail) or "the store refused the request"
-
-
-@contextlib.contextmanager
-def calling_store(uri: str) -> Iterator[None]:
-    """Turns a store's error into a StorageError naming `uri` and the cause."""
-    try:
-        yield
-    except StorageError:
-        raise
-    except FileNotFoundError as e:
-        raise StorageError(uri, "not found", str(e)) from e
-    except OSError as e:
-        raise StorageError(uri, _cause(str(e)), str(e)) from e
-    except Exception as e:
-        # google-cloud-storage's and google-auth's errors (gs:// ranged reads) are their own,
-        # as are boto3's (s3:// listings of versions).
-        if type(e).__module__.startswith(("google.", "botocore.")):
-            raise StorageError(uri, _cause(f"{type(e).__name__} {e}"), str(e)) from e
-        # pyarrow's GCS client reports a credential it cannot use (a broken key file) as
-        # ArrowInvalid, a ValueError; a parse error of the data is one too, and stays one.
-        cause = store_cause(str(e)) if type(e).__module__.startswith("pyarrow") else None
-        if cause is not None:
-            raise StorageError(uri, cause, str(e)) from e
-        raise
-
-
-def _info(uri: str):
-    import pyarrow.fs as pafs
-
-    store, inner = filesystem(uri)
-    with calling_store(uri):
-        return store.get_file_info(inner), pafs
-
-
 # ---- reading and writing ------------------------------------------------------------------
 
 # A read of a URI file is one request; reading ahead this much makes a stream of small reads
 # (a record's header, then its body) a request per 4 MiB, not one per read.
 REMOTE_READ_AHEAD = 4 << 20
-
-
-class RemoteFile(io.RawIOBase):
-    """A seekable, unbuffered read of a URI file in which every read is one request for
-    exactly the bytes asked for (`read_at` also serves positional reads from threads).
-    pyarrow 10's GCS file asks for everything from the position to the object's end and drops
-    the rest, so on gs:// the range goes through google-cloud-storage instead."""
-
-    def __init__(self, uri: str, size: int):
-        super().__init__()
-        self.uri, self.size, self._position = uri, size, 0
-        if scheme(uri) == "gs":
-            self._blob = _gcs_blob(uri)
-            self._handle = None
-        else:
-            store, inner = filesystem(uri)
-            self._handle = store.open_input_file(inner)
-
-    def read_at(self, length: int, start: int) -> bytes:
-        length = max(0, min(length, self.size - start))
-        if not length:
-            return b""
-        with calling_store(self.uri):
-            if self._handle is not None:
-                return self._handle.read_at(length, start)
-            return self._blob.download_as_bytes(start=start, end=start + length - 1,
-                                                raw_download=True, checksum=None)
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._position, 2: self.size}[whence]
-        self._position = max(0, base + offset)
-        return self._position
-
-    def readinto(self, buffer) -> int:
-        data = self.read_at(len(buffer), self._position)
-        buffer[:len(data)] = data
-        self._position += len(data)
-        return len(data)
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-        super().close()
-
-
-@functools.lru_cache(maxsize=None)
-def _gcs_client(settings: tuple):
-    import requests.adapters
-    from google.cloud import storage
-
-    client = storage.Client()
-    # requests keeps 10 connections a host; with more ranged reads in flight than that, the
-    # rest would each open (and drop) a TLS connection of their own.
-    pool = requests.adapters.HTTPAdapter(pool_maxsize=4 * REMOTE_READERS)
-    for prefix in ("https://", "http://"):
-        client._http.mount(prefix, pool)
-    return client
-
-
-def _gcs_blob(uri: str):
-    bucket, _, name = uri.split("://", 1)[1].partition("/")
-    return _gcs_client(tuple(sorted(storage_settings().items()))).bucket(bucket).blob(name)
 
 
 def open_file(path: str, mode: str = "rb", buffered: bool = True):
@@ -385,7 +162,7 @@ def read_range(path: str, start: int, length: int) -> bytes:
 # grows past REMOTE_SPAN_BYTES (pyarrow's own read coalescing has the same two limits).
 REMOTE_HOLE_BYTES = 128 << 10
 REMOTE_SPAN_BYTES = 8 << 20
-REMOTE_READERS = 16  # ranged reads of one file in flight at once
+# REMOTE_READERS (object_stores): ranged reads of one file in flight at once.
 
 
 def read_ranges(path: str, ranges: Sequence[tuple[int, int]], handle=None) -> list[bytes]:
@@ -416,8 +193,6 @@ def read_ranges(path: str, ranges: Sequence[tuple[int, int]], handle=None) -> li
             if len(spans) == 1:
                 fetched = [f.read_at(spans[0][1] - spans[0][0], spans[0][0])]
             else:
-                from concurrent.futures import ThreadPoolExecutor
-
                 with ThreadPoolExecutor(min(REMOTE_READERS, len(spans))) as pool:
                     fetched = list(pool.map(lambda s: f.read_at(s[1] - s[0], s[0]), spans))
         else:
@@ -507,15 +282,13 @@ def write_json(path: str, value: Any, indent: Optional[int] = 2) -> None:
 def exists(path: str) -> bool:
     if not is_remote(path):
         return os.path.exists(path)
-    info, pafs = _info(path)
-    return info.type != pafs.FileType.NotFound
+    return file_info(path).type.name != "NotFound"
 
 
 def isdir(path: str) -> bool:
     if not is_remote(path):
         return os.path.isdir(path)
-    info, pafs = _info(path)
-    return info.type == pafs.FileType.Directory
+    return file_info(path).type.name == "Directory"
 
 
 def stat(path: str) -> tuple[int, int]:
@@ -523,8 +296,8 @@ def stat(path: str) -> tuple[int, int]:
     if not is_remote(path):
         found = os.stat(path)
         return found.st_size, found.st_mtime_ns
-    info, pafs = _info(path)
-    if info.type == pafs.FileType.NotFound:
+    info = file_info(path)
+    if info.type.name == "NotFound":
         raise StorageError(path, "not found")
     return info.size or 0, info.mtime_ns or 0
 
@@ -533,145 +306,10 @@ def size(path: str) -> int:
     return os.path.getsize(path) if not is_remote(path) else stat(path)[0]
 
 
-class FileVersion(NamedTuple):
-    """What tells one content of a file from another without reading it: its size, the
-    store's version (a local file's modification time in ns, a GCS object's generation, an
-    S3 object's ETag) and when that version was written (ns since the epoch), which orders
-    changes."""
-
-    size: int
-    version: str
-    written_ns: int
-
-
-def file_versions(paths: Sequence[str]) -> dict[str, FileVersion]:
-    """Each of `paths` that exists, with its version. On gs:// and s3:// it comes from one
-    listing a bucket (the store's own client: pyarrow 10's FileInfo has neither the
-    generation nor the ETag, and a modification time alone misses a replacement within its
-    resolution); elsewhere (and on s3:// without boto3, which the image leaves out) from each
-    file's size and modification time."""
-    found: dict[str, FileVersion] = {}
-    in_buckets: dict[tuple[str, str], set[str]] = {}
-    elsewhere: dict[str, list[str]] = {}
-    for path in paths:
-        if not is_remote(path):
-            try:
-                found[path] = _local_version(path)
-            except FileNotFoundError:
-                pass
-        elif _lister(scheme(path)) is not None:
-            bucket, _, key = path.split("://", 1)[1].partition("/")
-            in_buckets.setdefault((scheme(path), bucket), set()).add(key)
-        else:
-            elsewhere.setdefault(scheme(path), []).append(path)
-    for (store, bucket), keys in in_buckets.items():
-        # One listing from the keys' common prefix: a folder's files share theirs.
-        prefix = os.path.commonprefix(sorted(keys))
-        for key, version in _lister(store)(bucket, prefix):
-            if key in keys:
-                found[f"{store}://{bucket}/{key}"] = version
-    for uris in elsewhere.values():
-        store, _ = filesystem(uris[0])
-        with calling_store(uris[0]):
-            infos = store.get_file_info([filesystem(uri)[1] for uri in uris])
-        for uri, info in zip(uris, infos):
-            if info.type.name == "File":
-                found[uri] = _arrow_version(info)
-    return found
-
-
-def versions_below(folder: str) -> dict[str, FileVersion]:
-    """Every file below `folder` (as `walk` lists them) with its version (`file_versions`);
-    on a store from one listing."""
-    if not is_remote(folder):
-        return file_versions([join(root, name) for root, _, names in walk(folder)
-                              for name in names])
-    top = folder.rstrip("/")
-    lister = _lister(scheme(top))
-    if lister is None:
-        _, inner = filesystem(top)
-        return {f"{top}/{entry.path[len(inner):].strip('/')}": _arrow_version(entry)
-                for entry in _entries(top, True) if entry.type.name == "File"}
-    bucket, _, key = top.split("://", 1)[1].partition("/")
-    prefix = f"{key}/" if key else ""
-    # A key ending in "/" is a folder's marker object, not a file (`walk` skips it too).
-    return {f"{scheme(top)}://{bucket}/{name}": version
-            for name, version in lister(bucket, prefix) if not name.endswith("/")}
-
-
-def _local_version(path: str) -> FileVersion:
-    found = os.stat(path)
-    return FileVersion(found.st_size, str(found.st_mtime_ns), found.st_mtime_ns)
-
-
-def _arrow_version(info) -> FileVersion:
-    return FileVersion(info.size or 0, str(info.mtime_ns or 0), info.mtime_ns or 0)
-
-
-def _epoch_ns(moment) -> int:
-    """A timezone-aware datetime (the stores' clients give them) in ns since the epoch."""
-    import datetime
-
-    since = moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-    return since // datetime.timedelta(microseconds=1) * 1000
-
-
-def _gcs_versions(bucket: str, prefix: str) -> Iterator[tuple[str, FileVersion]]:
-    with calling_store(f"gs://{bucket}/{prefix}"):
-        client = _gcs_client(tuple(sorted(storage_settings().items())))
-        for blob in client.list_blobs(
-                bucket, prefix=prefix,
-                fields="items(name,size,generation,timeCreated),nextPageToken"):
-            # A new generation is a new object, so its creation time is when it was written.
-            written = _epoch_ns(blob.time_created) if blob.time_created else 0
-            yield blob.name, FileVersion(int(blob.size or 0), str(blob.generation), written)
-
-
-@functools.lru_cache(maxsize=None)
-def _s3_client(settings: tuple):
-    import boto3
-
-    endpoint = s3_endpoint()
-    if endpoint:
-        endpoint = "://".join(_split_endpoint(endpoint))
-    return boto3.client("s3", endpoint_url=endpoint, region_name=s3_region())
-
-
-def _s3_versions(bucket: str, prefix: str) -> Iterator[tuple[str, FileVersion]]:
-    with calling_store(f"s3://{bucket}/{prefix}"):
-        client = _s3_client(tuple(sorted(storage_settings().items())))
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket,
-                                                                     Prefix=prefix):
-            for item in page.get("Contents", []):
-                yield item["Key"], FileVersion(item["Size"], item["ETag"].strip('"'),
-                                               _epoch_ns(item["LastModified"]))
-
-
-def _lister(store: str):
-    """The listing of (key, version) pairs under a bucket's prefix that `store`'s own client
-    gives, or None where pyarrow's sizes and times are all there is."""
-    if store == "s3":
-        try:
-            import boto3  # noqa: F401
-        except ImportError:  # a test dependency, not the image's (constraints.txt: dev-only)
-            return None
-        return _s3_versions
-    return {"gs": _gcs_versions}.get(store)
-
-
-def _entries(path: str, recursive: bool) -> list:
-    import pyarrow.fs as pafs
-
-    store, inner = filesystem(path)
-    with calling_store(path):
-        return store.get_file_info(pafs.FileSelector(inner, allow_not_found=True,
-                                                     recursive=recursive))
-
-
 def listdir(path: str) -> list[str]:
     if not is_remote(path):
         return sorted(os.listdir(path))
-    return sorted({posixpath.basename(e.path.rstrip("/")) for e in _entries(path, False)})
+    return sorted({posixpath.basename(e.path.rstrip("/")) for e in entries(path, False)})
 
 
 def walk(path: str) -> Iterator[tuple[str, list[str], list[str]]]:
@@ -679,8 +317,6 @@ def walk(path: str) -> Iterator[tuple[str, list[str], list[str]]]:
     if not is_remote(path):
         yield from os.walk(path)
         return
-    import pyarrow.fs as pafs
-
     top = path.rstrip("/")
     _, inner = filesystem(top)
     folders: dict[str, tuple[set[str], list[str]]] = {top: (set(), [])}
@@ -693,11 +329,11 @@ def walk(path: str) -> Iterator[tuple[str, list[str], list[str]]]:
             folders[parent][0].add(posixpath.basename(relative))
         return folder
 
-    for entry in _entries(top, True):
+    for entry in entries(top, True):
         relative = entry.path[len(inner):].strip("/")
         if not relative:
             continue
-        if entry.type == pafs.FileType.Directory:
+        if entry.type.name == "Directory":
             add_folder(relative)
         else:
             folders[add_folder(posixpath.dirname(relative))][1].append(
@@ -710,8 +346,6 @@ def walk(path: str) -> Iterator[tuple[str, list[str], list[str]]]:
 def glob(pattern: str) -> list[str]:
     """Files and folders matching a pattern; `*` and `?` do not cross `/`."""
     if not is_remote(pattern):
-        import glob as local_glob
-
         return sorted(local_glob.glob(pattern))
     pieces = pattern.split("/")
     fixed = next((i for i, p in enumerate(pieces) if any(c in p for c in "*?[")), None)
