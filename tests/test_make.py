@@ -111,7 +111,7 @@ stats_job.run(work + "/examples", work + "/statistics",
               stats_job.artifact_splits(work + "/examples"))
 hits = misses = 0
 for name in ("tfrecord_shards.codec.wire", "components.example_gen.split_hash",
-             "components.statistics_gen.stats_job"):
+             "components.statistics_gen.kernels"):
     for value in vars(sys.modules[name]).values():
         if isinstance(value, CPUDispatcher):
             hits += sum(value.stats.cache_hits.values())

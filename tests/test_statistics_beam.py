@@ -17,7 +17,8 @@ import pyarrow as pa
 import pytest
 
 from tfrecord_shards import tfrecord_io
-from components.statistics_gen import engine, stats_job
+from components.statistics_gen import accumulators, engine, stats_job
+from components.statistics_gen import plan as stats_plan
 from components.statistics_gen.options import StatisticsGenOptions
 
 SPLITS = ["train", "eval"]
@@ -52,7 +53,7 @@ def exact_values(examples_uri: str, split: str) -> dict[str, np.ndarray]:
 
     (_, files, plan), = stats_job.split_inputs(examples_uri, [split])
     decoder = RowDecoder(plan.schema)
-    columns: dict[str, list] = {f.name: [] for f in plan.features if f.role == stats_job.NUMERIC}
+    columns: dict[str, list] = {f.name: [] for f in plan.features if f.role == stats_plan.NUMERIC}
     for path in files:
         for block in tfrecord_io.iter_record_blocks(path):
             batch = decoder.decode(block)
@@ -87,7 +88,7 @@ def assert_equivalent(got, expected, values: dict[str, np.ndarray], moments_rel:
                       epsilon: float = StatisticsGenOptions().epsilon) -> None:
     """Two DatasetFeatureStatisticsLists of the same rows: equal but for the moments (to
     `moments_rel` relative) and the sketches' quantiles (each within the rank error)."""
-    tolerance = epsilon + 1 / stats_job._SUMMARY_POINTS
+    tolerance = epsilon + 1 / accumulators._SUMMARY_POINTS
     (mine,), (theirs,) = got.datasets, expected.datasets
     assert mine.num_examples == theirs.num_examples
     assert [f.path.step[0] for f in mine.features] == [f.path.step[0] for f in theirs.features]
@@ -159,13 +160,13 @@ def test_the_config_s_beam_args_pick_the_path():
 
 # --- Merging -------------------------------------------------------------------------------
 
-def _shard_stats(examples_uri: str, split: str) -> list[stats_job.SplitStats]:
+def _shard_stats(examples_uri: str, split: str) -> list[accumulators.SplitStats]:
     (_, files, plan), = stats_job.split_inputs(examples_uri, [split])
     options = StatisticsGenOptions(threads=1)
     return [stats_job.scan([(split, [path], plan)], options)[split].compact() for path in files]
 
 
-def _copy(stats: stats_job.SplitStats) -> stats_job.SplitStats:
+def _copy(stats: accumulators.SplitStats) -> accumulators.SplitStats:
     return pickle.loads(pickle.dumps(stats, protocol=pickle.HIGHEST_PROTOCOL))
 
 
@@ -304,28 +305,28 @@ def test_a_million_rows_on_worker_processes(tmp_path_factory, tmp_path):
     root = tmp_path_factory.mktemp("million")
     source = write_taxi_csv(1_000_000, str(root / "csv"))
     examples = _examplegen(source, str(root / "examples"), num_shards=4)
-    assert all(tfrecord_io.is_gzip(path) for path in stats_job.split_files(examples, "train"))
+    assert all(tfrecord_io.is_gzip(path) for path in stats_plan.split_files(examples, "train"))
     _assert_beam_matches_scan(examples, tmp_path)
 
 
 def test_value_tables_merge_by_summing():
     """The string side of a merge: value counts summed per value, whichever order."""
-    plan = stats_job.make_plan(_schema_with_string("s"))
+    plan = stats_plan.make_plan(_schema_with_string("s"))
     options = StatisticsGenOptions()
 
-    def stats_of(values: list[bytes]) -> stats_job.SplitStats:
-        stats = stats_job.SplitStats(plan, options)
+    def stats_of(values: list[bytes]) -> accumulators.SplitStats:
+        stats = accumulators.SplitStats(plan, options)
         column = pa.array([[v] for v in values], pa.list_(pa.large_binary()))
-        part = stats_job._FeaturePart(stats_job._presence(column))
+        part = accumulators._FeaturePart(accumulators._presence(column))
         flat = column.flatten()
         part.bytes_total = sum(len(v) for v in values)
         part.value_counts = flat.value_counts()
-        stats.add(stats_job._BlockPart(len(values), {"s": part}))
+        stats.add(accumulators._BlockPart(len(values), {"s": part}))
         return stats
 
     one, two = stats_of([b"a", b"b", b"a"]), stats_of([b"b", b"c", b"b", b"b"])
-    forward = stats_job.SplitStats(plan, options).merge(one).merge(two).statistics()
-    backward = stats_job.SplitStats(plan, options).merge(two).merge(one).statistics()
+    forward = accumulators.SplitStats(plan, options).merge(one).merge(two).statistics()
+    backward = accumulators.SplitStats(plan, options).merge(two).merge(one).statistics()
     assert forward == backward
     strings = forward.datasets[0].features[0].string_stats
     assert strings.unique == 3

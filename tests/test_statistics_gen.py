@@ -14,7 +14,7 @@ import pytest
 
 from tfrecord_shards import fileio, tfrecord_io
 from tfrecord_shards.codec import parser
-from components.statistics_gen import stats_job
+from components.statistics_gen import accumulators, plan, stats_job
 from components.statistics_gen.options import StatisticsGenOptions
 
 pytestmark = pytest.mark.slow
@@ -86,7 +86,7 @@ def exact_values(examples_uri: str, split: str) -> dict[str, np.ndarray]:
     decoder under test), NaNs left out: the reference for the sketches' quantiles."""
     import pyarrow as pa
 
-    records = [record for path in stats_job.split_files(examples_uri, split)
+    records = [record for path in plan.split_files(examples_uri, split)
                for _, record in tfrecord_io.iter_records(path)]
     batch = parser.decode_examples(records)
     found = {}
@@ -132,7 +132,7 @@ def assert_same_statistics(ours, stock, values: dict[str, np.ndarray],
     our_features = {tuple(f.path.step): f for f in mine.features}
     stock_features = {tuple(f.path.step): f for f in theirs.features}
     assert sorted(our_features) == sorted(stock_features)
-    tolerance = epsilon + 1 / stats_job._SUMMARY_POINTS
+    tolerance = epsilon + 1 / accumulators._SUMMARY_POINTS
     for path, expected in stock_features.items():
         got = our_features[path]
         assert got.type == expected.type, path
@@ -259,14 +259,14 @@ def test_strings_and_missing_values_match_stock(movies_examples, tmp_path):
     block's values reach the sketch thinned."""
     found = assert_parity(movies_examples, tmp_path)
     title = next(f for f in found["train"].datasets[0].features if f.path.step[0] == "title")
-    assert title.string_stats.unique > stats_job._SUMMARY_POINTS
+    assert title.string_stats.unique > accumulators._SUMMARY_POINTS
     budget = next(f for f in found["train"].datasets[0].features if f.path.step[0] == "budget")
     assert budget.num_stats.common_stats.num_missing > budget.num_stats.common_stats.num_non_missing
 
 
 def test_gzip_and_plain_shards(airquality_examples, tmp_path):
     """airquality (NAs in two columns) in three shards a split, gzip and plain."""
-    files = stats_job.split_files(airquality_examples, "train")
+    files = plan.split_files(airquality_examples, "train")
     assert len(files) == 3
     compressed = {tfrecord_io.is_gzip(f) for f in files}
     assert compressed == {airquality_examples.split(os.sep)[-2].startswith("airquality-gzip")}
@@ -471,11 +471,11 @@ def test_thinned_points_keep_every_rank_within_a_run(taxi_csv):
     for name in ("fare", "trip_start_timestamp"):
         ordered = np.sort(table.column(name).drop_null().to_numpy())
         distinct, counts = np.unique(ordered, return_counts=True)
-        few = len(distinct) <= stats_job._SUMMARY_POINTS
+        few = len(distinct) <= accumulators._SUMMARY_POINTS
         assert few == (name == "fare")
-        run = 1 if few else -(-len(ordered) // stats_job._SUMMARY_POINTS)
-        for points, weights in (stats_job._thin(ordered), stats_job._thin(distinct, counts)):
-            assert len(points) <= stats_job._SUMMARY_POINTS
+        run = 1 if few else -(-len(ordered) // accumulators._SUMMARY_POINTS)
+        for points, weights in (accumulators._thin(ordered), accumulators._thin(distinct, counts)):
+            assert len(points) <= accumulators._SUMMARY_POINTS
             assert weights.sum() == len(ordered)
             if few:
                 assert points.tolist() == distinct.tolist()
@@ -490,7 +490,7 @@ def test_a_damaged_shard_is_named_with_its_offset(taxi_examples, tmp_path):
 
     copy = tmp_path / "examples"
     fileio.copy_tree(taxi_examples, str(copy))
-    (shard,) = stats_job.split_files(str(copy), "train")
+    (shard,) = plan.split_files(str(copy), "train")
     data = bytearray(fileio.read_bytes(shard))
     data[len(data) // 2] ^= 0xFF
     fileio.write_bytes(shard, bytes(data))

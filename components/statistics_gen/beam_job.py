@@ -2,11 +2,11 @@
 Flink, Spark, the DirectRunner's `multi_processing` mode): `engine.run` takes it when
 `engine.runs_on_beam` says so. It imports no TFX, TensorFlow or TFDV.
 
-  (split, shard file) -> summarise the shard (`stats_job.scan`'s kernels) -> SplitStats
+  (split, shard file) -> summarise the shard (`stats_job.scan`) -> SplitStats
   SplitStats per split -> merged, in any order (`MergeSplitStats`) -> statistics proto
   -> `output`/Split-<name>/FeatureStats.pb, written by a worker
 
-The accumulators are `stats_job.SplitStats`, merged by their own `merge`: counts, extremes,
+The accumulators are `accumulators.SplitStats`, merged by their own `merge`: counts, extremes,
 length and value-count tables are summed exactly, moments by the parallel (Chan) update and
 the quantile sketches by tfx_bsl's Merge, so the statistics are those `scan` writes, the
 moments to rounding and the quantiles to the sketch's rank error (epsilon).
@@ -21,7 +21,9 @@ import apache_beam as beam
 
 from tfrecord_shards import fileio
 from components.statistics_gen import stats_job
+from components.statistics_gen.accumulators import SplitStats
 from components.statistics_gen.options import StatisticsGenOptions
+from components.statistics_gen.plan import Plan
 
 
 class SplitStatsCoder(beam.coders.Coder):
@@ -29,10 +31,10 @@ class SplitStatsCoder(beam.coders.Coder):
     state through __getstate__), after `compact` has merged its value tables and compacted
     its sketches."""
 
-    def encode(self, value: stats_job.SplitStats) -> bytes:
+    def encode(self, value: SplitStats) -> bytes:
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
-    def decode(self, encoded: bytes) -> stats_job.SplitStats:
+    def decode(self, encoded: bytes) -> SplitStats:
         return pickle.loads(encoded)
 
     def is_deterministic(self) -> bool:
@@ -43,7 +45,7 @@ class _SummariseShard(beam.DoFn):
     """One shard file of a split -> (split, its SplitStats); a split with no shards (path
     None) -> (split, an empty SplitStats), so that its statistics are still written."""
 
-    def __init__(self, plans: dict[str, stats_job.Plan], options: StatisticsGenOptions):
+    def __init__(self, plans: dict[str, Plan], options: StatisticsGenOptions):
         self._plans = plans
         # One decoding thread beside the reading one: the runner runs a worker per core.
         self._options = dataclasses.replace(options, threads=options.threads or 1)
@@ -52,7 +54,7 @@ class _SummariseShard(beam.DoFn):
         split, path = element
         plan = self._plans[split]
         if path is None:
-            yield split, stats_job.SplitStats(plan, self._options)
+            yield split, SplitStats(plan, self._options)
             return
         stats = stats_job.scan([(split, [path], plan)], self._options)[split]
         yield split, stats.compact()
@@ -63,12 +65,12 @@ class MergeSplitStats(beam.CombineFn):
     inputs are left as they were: the first is merged into an empty accumulator, not
     mutated."""
 
-    def create_accumulator(self) -> Optional[stats_job.SplitStats]:
+    def create_accumulator(self) -> Optional[SplitStats]:
         return None
 
-    def add_input(self, accumulator, stats: stats_job.SplitStats):
+    def add_input(self, accumulator, stats: SplitStats):
         if accumulator is None:
-            accumulator = stats_job.SplitStats(stats.plan, stats.options)
+            accumulator = SplitStats(stats.plan, stats.options)
         return accumulator.merge(stats)
 
     def merge_accumulators(self, accumulators):
@@ -85,20 +87,20 @@ class MergeSplitStats(beam.CombineFn):
     def compact(self, accumulator):
         return accumulator.compact() if accumulator is not None else None
 
-    def extract_output(self, accumulator) -> stats_job.SplitStats:
+    def extract_output(self, accumulator) -> SplitStats:
         return accumulator
 
     def get_accumulator_coder(self):
         return SplitStatsCoder()
 
 
-def _write(element: tuple[str, stats_job.SplitStats], output_uri: str) -> tuple[str, int]:
+def _write(element: tuple[str, SplitStats], output_uri: str) -> tuple[str, int]:
     split, stats = element
     return split, stats_job.write_statistics(output_uri, split, stats.statistics())
 
 
 def build_pipeline(pipeline: beam.Pipeline,
-                   inputs: Sequence[tuple[str, list[str], stats_job.Plan]],
+                   inputs: Sequence[tuple[str, list[str], Plan]],
                    options: StatisticsGenOptions, output_uri: str):
     """Adds the statistics of `inputs` ((split, shard files, plan), as `stats_job.split_inputs`
     makes them) to `pipeline`, written under `output_uri`; returns the PCollection of
@@ -111,13 +113,13 @@ def build_pipeline(pipeline: beam.Pipeline,
         | "Shards" >> beam.Create(shards)
         | "Spread" >> beam.Reshuffle()  # one shard per bundle, over every worker
         | "Summarise" >> beam.ParDo(_SummariseShard(plans, options))
-        .with_output_types(beam.typehints.Tuple[str, stats_job.SplitStats])
+        .with_output_types(beam.typehints.Tuple[str, SplitStats])
         | "Merge" >> beam.CombinePerKey(MergeSplitStats())
         | "Write" >> beam.Map(_write, output_uri)
     )
 
 
-def run(inputs: Sequence[tuple[str, list[str], stats_job.Plan]], output_uri: str,
+def run(inputs: Sequence[tuple[str, list[str], Plan]], output_uri: str,
         options: Optional[StatisticsGenOptions] = None,
         beam_pipeline_args: Optional[list[str]] = None,
         make_pipeline: Optional[Callable] = None) -> dict[str, int]:
@@ -140,4 +142,4 @@ def _written_examples(output_uri: str, split: str) -> int:
     return stats.datasets[0].num_examples
 
 
-beam.coders.registry.register_coder(stats_job.SplitStats, SplitStatsCoder)
+beam.coders.registry.register_coder(SplitStats, SplitStatsCoder)

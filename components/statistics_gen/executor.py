@@ -18,7 +18,7 @@ from tfx.types import artifact_utils, standard_component_specs as specs
 from tfx.utils import io_utils, json_utils
 
 from tfrecord_shards.codec import schema_file
-from components.statistics_gen import engine, releases, stats_job
+from components.statistics_gen import engine, plan, releases
 from components.statistics_gen.options import StatisticsGenOptions
 
 # StatsOptions attributes (as its to_json names them) and the StatisticsGenOptions setting
@@ -47,7 +47,7 @@ def fast_path_options(stats_options: tfdv.StatsOptions
     for name, value in given.items():
         if name not in _SETTINGS and name not in _NO_EFFECT and value != defaults.get(name):
             return None, f"StatsOptions.{name.lstrip('_')}={value!r}"
-    reason = stats_job.unsupported_schema(stats_options.schema)
+    reason = plan.unsupported_schema(stats_options.schema)
     if reason:
         return None, f"a schema with {reason}"
     return StatisticsGenOptions(**{ours: given[theirs] for theirs, ours in _SETTINGS.items()}), \

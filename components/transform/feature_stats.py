@@ -26,6 +26,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
 from tfrecord_shards import fileio
 from tfrecord_shards.codec import schema_file
+from components.statistics_gen import plan as stats_plan
 from components.statistics_gen import stats_job
 from components.statistics_gen.options import StatisticsGenOptions
 
@@ -62,7 +63,7 @@ def input_columns(preprocessing_fn: Callable[[dict], dict], raw_schema: schema_p
 def _statistics_schema(schema: Optional[schema_pb2.Schema]) -> Optional[schema_pb2.Schema]:
     """`schema` when the fast engine honours it as TFDV does, else None (its features are
     then summarised by their stored types alone), which is logged."""
-    reason = stats_job.unsupported_schema(schema)
+    reason = stats_plan.unsupported_schema(schema)
     if reason:
         logging.warning("Transform's statistics leave out the schema's feature roles: it has "
                         "%s", reason)
@@ -70,7 +71,7 @@ def _statistics_schema(schema: Optional[schema_pb2.Schema]) -> Optional[schema_p
     return schema
 
 
-def _narrowed(plan: stats_job.Plan, columns: Optional[Sequence[str]]) -> stats_job.Plan:
+def _narrowed(plan: stats_plan.Plan, columns: Optional[Sequence[str]]) -> stats_plan.Plan:
     """`plan` reading only `columns` (in the plan's order), its tags kept."""
     if columns is None:
         return plan
@@ -79,7 +80,7 @@ def _narrowed(plan: stats_job.Plan, columns: Optional[Sequence[str]]) -> stats_j
     schema.CopyFrom(plan.schema)
     del schema.feature[:]
     schema.feature.extend(f for f in plan.schema.feature if f.name in keep)
-    return stats_job.Plan(schema, tuple(f for f in plan.features if f.name in keep),
+    return stats_plan.Plan(schema, tuple(f for f in plan.features if f.name in keep),
                           tuple(name for name in plan.kindless if name in keep))
 
 
@@ -91,8 +92,8 @@ def statistics(examples_dirs: Sequence[str], splits: Sequence[str],
     alone when given), with `schema` as the statistics schema."""
     schema = _statistics_schema(schema)
     files = [path for d in examples_dirs for split in splits
-             for path in stats_job.split_files(d, split)]
-    plan = _narrowed(stats_job.plan_for(fileio.join(examples_dirs[0], f"Split-{splits[0]}"),
+             for path in stats_plan.split_files(d, split)]
+    plan = _narrowed(stats_plan.plan_for(fileio.join(examples_dirs[0], f"Split-{splits[0]}"),
                                         files, schema), columns)
     return _sketch_order(stats_job.scan([(_ALL, files, plan)], StatisticsGenOptions()
                                         )[_ALL].statistics())
