@@ -31,12 +31,14 @@ class Evaluator(base_component.BaseComponent):
     the same outputs: a ModelEvaluation that `tfma.load_eval_result`, `load_metrics` and
     `load_validation_result` read, and a ModelBlessing that stock's Pusher reads. It scores
     the raw examples through the model's own signatures in large batches and computes the
-    configured TFMA metrics on whole arrays (components/evaluator/evaluate.py). What it does
+    configured TFMA metrics on whole arrays (components/evaluator/evaluate.py): in the
+    executor's process by default, as a Beam pipeline on the pipeline's Beam runner when that
+    is not the DirectRunner in process (components/evaluator/beam_job.py). What it does
     not implement (plots, example weights, confidence intervals, UDF modules, ...) is refused
     in one line naming StockEvaluator."""
 
     SPEC_CLASS = EvaluatorSpec
-    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
+    EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
     def __init__(self, examples: types.BaseChannel, model: types.BaseChannel,
                  baseline_model: Optional[types.BaseChannel] = None,

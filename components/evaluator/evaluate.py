@@ -606,8 +606,6 @@ def slice_metrics(rows: Optional[np.ndarray], scorers: Sequence[ModelScorer], sc
                   keys: Sequence[Any], instances: dict, runners: dict, eval_config: Any) -> dict:
     """Every metric of every model on a slice's rows (None: all), then the candidate-minus-
     baseline diffs TFMA adds (`add_diff_metrics`). `runners`: the Keras metrics' by name."""
-    from tensorflow_model_analysis.utils import model_util
-
     found: dict = {}
     for scorer in scorers:
         scores = scored.scores[scorer.spec.name].take(rows)
@@ -617,6 +615,49 @@ def slice_metrics(rows: Optional[np.ndarray], scorers: Sequence[ModelScorer], sc
             if key.model_name == scorer.spec.name:
                 found[key] = metric_values.metric_value(instances[key.name], key, scores,
                                                         runners.get(key.name))
+    return with_diffs(found, eval_config)
+
+
+def slice_statistics(rows: Optional[np.ndarray], scorers: Sequence[ModelScorer],
+                     scored: Scored, keys: Sequence[Any], instances: dict,
+                     runners: dict) -> dict:
+    """What `slice_metrics` computes its metrics from, as sums over the rows
+    (`metrics.metric_statistics`; a model's compiled metrics under ("compiled", model)): the
+    statistics of parts of a slice's rows add up to those of the whole slice
+    (`metrics.merge_statistics`)."""
+    found: dict = {}
+    for scorer in scorers:
+        scores = scored.scores[scorer.spec.name].take(rows)
+        if scorer.default_metrics:
+            found[("compiled", scorer.spec.name)] = scorer.compiled.state(scores)
+        for key in keys:
+            if key.model_name == scorer.spec.name and metric_values.statistic_id(
+                    instances[key.name], key) not in found:
+                found.update(metric_values.metric_statistics(
+                    instances[key.name], key, scores, runners.get(key.name)))
+    return found
+
+
+def metrics_from_statistics(statistics: dict, scorers: Sequence[ModelScorer],
+                            keys: Sequence[Any], instances: dict, runners: dict,
+                            eval_config: Any) -> dict:
+    """`slice_metrics` from a slice's statistics (`slice_statistics`, merged)."""
+    found: dict = {}
+    for scorer in scorers:
+        if scorer.default_metrics:
+            found.update(zip(scorer.compiled_keys, scorer.compiled.results(
+                statistics[("compiled", scorer.spec.name)])))
+        for key in keys:
+            if key.model_name == scorer.spec.name:
+                found[key] = metric_values.statistics_value(instances[key.name], key,
+                                                            statistics, runners.get(key.name))
+    return with_diffs(found, eval_config)
+
+
+def with_diffs(found: dict, eval_config: Any) -> dict:
+    """`found` and the candidate-minus-baseline diffs TFMA adds (`add_diff_metrics`)."""
+    from tensorflow_model_analysis.utils import model_util
+
     baseline = model_util.get_baseline_model_spec(eval_config)
     if baseline is not None:
         diffs = {}

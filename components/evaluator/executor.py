@@ -1,5 +1,7 @@
-"""The fast Evaluator's executor: a thin adapter from TFX's artifacts to `evaluate.evaluate`,
-with stock's config handling before it and stock's ModelBlessing after it."""
+"""The fast Evaluator's executor: a thin adapter from TFX's artifacts to `evaluate.evaluate`
+(in this process) or `beam_job.run` (a Beam pipeline, on the runner the pipeline's Beam args
+name; `beam_job.runs_on_beam` decides), with stock's config handling before it and stock's
+ModelBlessing after it."""
 from __future__ import annotations
 
 import logging
@@ -11,20 +13,22 @@ from tfx.types import artifact_utils, standard_component_specs as keys
 from tfx.utils import io_utils, json_utils, path_utils, proto_utils
 
 from tfrecord_shards import fileio, tf_filesystems
-from components.evaluator import evaluate, stock_executor
+from components.evaluator import beam_job, evaluate, stock_executor
 from components.evaluator.options import EvaluatorOptions
 from components.evaluator.stock_executor import without_empty_baseline
 from tfrecord_shards.options import OPTIONS_KEY
 from components.statistics_gen import releases
 
 
-class Executor(base_executor.BaseExecutor):
+class Executor(base_beam_executor.BaseBeamExecutor):
     """Stock's Evaluator executor, step for step, with the evaluation itself done by
-    `evaluate.evaluate` instead of TFMA on Beam: the eval config gets TFMA's defaults (a
-    baseline model spec only with a baseline model; change thresholds dropped without one),
-    validation runs only when thresholds are configured, and the blessing is written as stock
-    writes it (BLESSED or NOT_BLESSED file; blessed, current_model, current_model_id,
-    baseline_model, baseline_model_id, component_id properties)."""
+    `evaluate.evaluate` in this process (no Beam args, or the DirectRunner in process), or
+    by our Beam pipeline (`beam_job`) on any other runner, instead of TFMA on Beam: the
+    eval config gets TFMA's defaults (a baseline model spec only with a baseline model;
+    change thresholds dropped without one), validation runs only when thresholds are
+    configured, and the blessing is written as stock writes it (BLESSED or NOT_BLESSED
+    file; blessed, current_model, current_model_id, baseline_model, baseline_model_id,
+    component_id properties)."""
 
     def Do(self, input_dict: dict[str, list], output_dict: dict[str, list],
            exec_properties: dict[str, Any]) -> None:
@@ -84,8 +88,16 @@ class Executor(base_executor.BaseExecutor):
                 data_files += split_files(uri)
         output_uri = artifact_utils.get_single_uri(output_dict[keys.EVALUATION_KEY])
         tf_filesystems.register_for(output_uri, *model_paths.values(), *data_files)
-        result = evaluate.evaluate(eval_config, data_files, model_paths, output_uri,
-                                   schema=schema, options=options)
+        if beam_job.runs_on_beam(self._beam_pipeline_args):
+            logging.info("Evaluator: a Beam pipeline on the runner of %s",
+                         self._beam_pipeline_args)
+            result = beam_job.run(eval_config, data_files, model_paths, output_uri,
+                                  schema=schema, options=options,
+                                  make_pipeline=self._make_beam_pipeline,
+                                  temp_dir=self._beam_temp_dir())
+        else:
+            result = evaluate.evaluate(eval_config, data_files, model_paths, output_uri,
+                                       schema=schema, options=options)
         logging.info("Evaluation complete. Results written to %s.", output_uri)
 
         if not run_validation:
@@ -94,13 +106,21 @@ class Executor(base_executor.BaseExecutor):
         write_blessing(artifact_utils.get_single_instance(output_dict[keys.BLESSING_KEY]),
                        input_dict, exec_properties, result.validation.validation_ok)
 
+    def _beam_temp_dir(self) -> Optional[str]:
+        """The executor's temp folder, which the Beam pipeline's workers can write too (the
+        pipeline root's); None (a local one) without a context giving one."""
+        if self._context is None or not self._context._tmp_dir:  # noqa: SLF001 - no getter
+            return None
+        return fileio.join(self._get_tmp_dir(), "evaluator")
+
 
 def _beam_context(context: Optional[base_executor.BaseExecutor.Context]
                   ) -> Optional[base_beam_executor.BaseBeamExecutor.Context]:
-    """Our executor's context as stock's Beam executor takes it (Beam's defaults: this
-    component is launched without Beam arguments)."""
-    if context is None:
-        return None
+    """Our executor's context as stock's Beam executor takes it: as it is (the component
+    is a Beam component, so TFX gives it the pipeline's Beam args), or with Beam's defaults
+    for a plain executor context."""
+    if context is None or isinstance(context, base_beam_executor.BaseBeamExecutor.Context):
+        return context
     return base_beam_executor.BaseBeamExecutor.Context(
         extra_flags=context.extra_flags, executor_output_uri=context.executor_output_uri,
         tmp_dir=context._tmp_dir, unique_id=context._unique_id,  # noqa: SLF001 - no getters

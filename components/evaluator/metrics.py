@@ -21,6 +21,7 @@ with the slice's arrays), and the keys (`metric_specs.to_computations`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from typing import Any, Callable, Optional, Sequence
 
@@ -159,11 +160,23 @@ def matrices_from_histogram(counts: Counts, thresholds: Sequence[float]
     `rebin` onto the thresholds (a bucket goes to the last threshold its lower edge reaches),
     then `_histogram_to_binary_confusion_matrices` (tp and fp: sums from the threshold's bin
     up; tn and fn: sums below it)."""
-    thresholds = list(thresholds)
+    return matrices_from_buckets(*bucket_totals(counts), thresholds)
+
+
+def bucket_totals(counts: Counts) -> tuple[np.ndarray, np.ndarray]:
+    """The weighted positives and negatives in each of the histogram's 10,002 buckets."""
     buckets = histogram_buckets(counts.predictions)
     size = HISTOGRAM_BUCKETS + 2
-    positives = np.bincount(buckets, weights=counts.positives, minlength=size)
-    negatives = np.bincount(buckets, weights=counts.negatives, minlength=size)
+    return (np.bincount(buckets, weights=counts.positives, minlength=size),
+            np.bincount(buckets, weights=counts.negatives, minlength=size))
+
+
+def matrices_from_buckets(positives: np.ndarray, negatives: np.ndarray,
+                          thresholds: Sequence[float]) -> tuple[list, list, list, list]:
+    """(tp, tn, fp, fn) at `thresholds` from the histogram's bucket totals
+    (`bucket_totals`, or their sums over several parts of the rows)."""
+    thresholds = list(thresholds)
+    size = HISTOGRAM_BUCKETS + 2
     # A bucket's lower edge as `rebin` computes it.
     ids = np.arange(size, dtype=np.float64)
     edges = (ids - 1) / HISTOGRAM_BUCKETS * (1.0 - 0.0) + 0.0
@@ -193,8 +206,15 @@ def matrices_from_histogram(counts: Counts, thresholds: Sequence[float]
 def interpolated_thresholds(count: int) -> list[float]:
     """TFMA's (and Keras AUC's) `num_thresholds` thresholds: -epsilon, 1/(n-1), ...,
     (n-2)/(n-1), 1 + epsilon."""
+    return list(_interpolated_thresholds(count))
+
+
+@functools.lru_cache(maxsize=16)
+def _interpolated_thresholds(count: int) -> tuple[float, ...]:
+    # Made once a count: a metric's thresholds are asked for each time its statistics and
+    # its value are, a slice and model at a time.
     inner = [(i + 1) * 1.0 / (count - 1) for i in range(count - 2)]
-    return [-EPSILON] + inner + [1.0 + EPSILON]
+    return (-EPSILON, *inner, 1.0 + EPSILON)
 
 
 def matrix_thresholds(instance: Any) -> tuple[list[float], bool]:
@@ -234,22 +254,28 @@ def matrix_thresholds(instance: Any) -> tuple[list[float], bool]:
 def confusion_matrix_value(instance: Any, key: Any, scores: Scores) -> Any:
     """A TFMA confusion-matrix metric (AUC, BinaryAccuracy, Precision, ...): our matrices,
     the class's own formula."""
+    return statistics_value(instance, key, metric_statistics(instance, key, scores))
+
+
+def _confusion_value(instance: Any, key: Any, thresholds: Sequence[float],
+                     matrices: Sequence[Sequence[float]]) -> Any:
+    """The class's own formula on (tp, tn, fp, fn) at `thresholds`."""
     from tensorflow_model_analysis.metrics import binary_confusion_matrices
 
-    class_id = key.sub_key.class_id if key.sub_key else None
-    if key.sub_key and (key.sub_key.top_k is not None or key.sub_key.k is not None):
-        raise UnsupportedSetting(f"{key.name}: top_k and k sub keys")
-    thresholds, from_histogram = matrix_thresholds(instance)
-    counts = Counts.of(*binary_pairs(scores, class_id))
-    count = matrices_from_histogram if from_histogram else matrices_at_thresholds
-    tp, tn, fp, fn = count(counts, thresholds)
-    matrices = binary_confusion_matrices.Matrices(thresholds, tp, tn, fp, fn)
+    tp, tn, fp, fn = (list(map(float, values)) for values in matrices)
+    matrices = binary_confusion_matrices.Matrices(list(thresholds), tp, tn, fp, fn)
     extra = {name: value for name, value in instance.kwargs.items()
              if name not in ("thresholds", "num_thresholds", "top_k", "class_id", "name")}
     # A slice of one class gives TFMA's formulas 0/0, which they turn into NaN or 0 as TFMA
     # reports them; numpy's warnings about it say nothing more.
     with np.errstate(divide="ignore", invalid="ignore"):
         return instance._metric_value(key=key, matrices=matrices, **extra)  # noqa: SLF001
+
+
+def _class_id(key: Any) -> Optional[int]:
+    if key.sub_key and (key.sub_key.top_k is not None or key.sub_key.k is not None):
+        raise UnsupportedSetting(f"{key.name}: top_k and k sub keys")
+    return key.sub_key.class_id if key.sub_key else None
 
 
 def _scalar_pairs(scores: Scores, key: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -260,6 +286,11 @@ def regression_error(kind: str, scores: Scores, key: Any) -> float:
     """TFMA's mean regression errors: the mean over rows of each row's error, rows whose
     error is NaN left out (mean_regression_error.py), the error taken in the arrays' own
     dtype as TFMA takes it."""
+    return _regression_mean(_regression_sums(kind, scores, key))
+
+
+def _regression_sums(kind: str, scores: Scores, key: Any) -> np.ndarray:
+    """[sum of the rows' errors, rows], rows whose error is NaN left out."""
     if kind == "squared":
         difference = scores.labels - scores.predictions
         errors = np.sum(np.square(difference), axis=1)
@@ -276,22 +307,35 @@ def regression_error(kind: str, scores: Scores, key: Any) -> float:
                 errors = np.square(np.log(labels + 1) - np.log(predictions + 1))
     errors = np.asarray(errors, np.float64)
     kept = errors[~np.isnan(errors)]
-    return float(kept.sum() / len(kept)) if len(kept) else float("nan")
+    return np.array([kept.sum(), float(len(kept))])
+
+
+def _regression_mean(sums: np.ndarray) -> float:
+    total, rows = sums
+    return float(total / rows) if rows else float("nan")
 
 
 def calibration_value(kind: str, scores: Scores, key: Any) -> float:
     """MeanLabel, MeanPrediction and Calibration (TFMA's calibration.py): sums of labels,
     predictions and rows."""
+    return _calibration_ratio(kind, _calibration_sums(scores, key))
+
+
+def _calibration_sums(scores: Scores, key: Any) -> np.ndarray:
+    """[sum of labels, sum of predictions, rows]."""
     labels, predictions = _scalar_pairs(scores, key)
     labels = np.asarray(labels, np.float64)
     predictions = np.asarray(predictions, np.float64)
-    rows = float(len(labels))
+    return np.array([labels.sum(), predictions.sum(), float(len(labels))])
+
+
+def _calibration_ratio(kind: str, sums: np.ndarray) -> float:
+    labels, predictions, rows = sums
     if kind == "calibration":
-        total = labels.sum()
-        return float("nan") if np.isclose(total, 0.0) else float(predictions.sum() / total)
+        return float("nan") if np.isclose(labels, 0.0) else float(predictions / labels)
     if np.isclose(rows, 0.0):
         return float("nan")
-    return float((labels if kind == "mean_label" else predictions).sum() / rows)
+    return float((labels if kind == "mean_label" else predictions) / rows)
 
 
 class KerasRunner:
@@ -303,7 +347,7 @@ class KerasRunner:
 
     def __init__(self, metrics: Sequence[Any], update: Callable[[Any, Any], None]):
         self.metrics, self.update = list(metrics), update
-        self._graph: Optional[Callable] = None
+        self._graphs: dict[str, Callable] = {}
         self._eager = False
 
     @classmethod
@@ -335,26 +379,137 @@ class KerasRunner:
         self.update(labels, predictions)
         return [metric.result() for metric in self.metrics]
 
+    def _state(self, labels: Any, predictions: Any) -> list:
+        import tensorflow as tf
+
+        for metric in self.metrics:
+            metric.reset_state()
+        self.update(labels, predictions)
+        return [[tf.identity(variable) for variable in metric.variables]
+                for metric in self.metrics]
+
     def __call__(self, scores: Scores) -> list:
+        """Each metric's value on `scores`."""
+        return [value.numpy() for value in self._traced(self._run, scores)]
+
+    def state(self, scores: Scores) -> "KerasState":
+        """Each metric's variables after an update with `scores` alone: sums (see
+        `check_additive`), so the states of parts of a slice's rows add up to the state of
+        all of them."""
+        values = self._traced(self._state, scores)
+        return KerasState(
+            (scores.labels.dtype.str, scores.labels.shape[1]),
+            (scores.predictions.dtype.str, scores.predictions.shape[1]),
+            tuple(tuple(value.numpy() for value in metric) for metric in values))
+
+    def results(self, state: "KerasState") -> list:
+        """Each metric's value from a state (`state`, or several added): the variables set
+        to it, then Keras's own `result()`."""
+        import tensorflow as tf
+
+        if any(len(metric.variables) != len(values)
+               for metric, values in zip(self.metrics, state.values)):
+            # Variables some metrics make on their first update (R2Score's), made by one
+            # with no rows.
+            empty = [tf.zeros([0, width], dtype) for dtype, width in (state.labels,
+                                                                      state.predictions)]
+            tf.autograph.experimental.do_not_convert(self._run)(*empty)
+        found = []
+        for metric, values in zip(self.metrics, state.values):
+            if len(metric.variables) != len(values):
+                raise ValueError(f"{metric.name}: {len(metric.variables)} variables against "
+                                 f"a state of {len(values)}")
+            for variable, value in zip(metric.variables, values):
+                variable.assign(value)
+            found.append(metric.result().numpy())
+        return found
+
+    def check_additive(self) -> None:
+        """Refuses, in one line naming it, a metric whose variables are not all sums over
+        the rows, which `state` could not split over parts of them: the Keras classes
+        listed in `ADDITIVE_KERAS` whose updating and reading are Keras's own."""
+        for metric in self.metrics:
+            if not is_additive(metric):
+                raise UnsupportedSetting(
+                    f"{metric.name} ({type(metric).__module__}.{type(metric).__name__}): "
+                    f"a Keras metric whose state does not add up over parts of the rows; "
+                    f"the Evaluator on Beam merges the parts' states, so evaluate it with "
+                    f"the local runner or StockEvaluator")
+
+    def _traced(self, function: Callable, scores: Scores) -> Any:
+        """`function` as a graph traced once; eagerly if Keras's code does not trace."""
         import tensorflow as tf
 
         labels, predictions = tf.constant(scores.labels), tf.constant(scores.predictions)
-        if self._graph is not None and not self._eager:
+        graph = self._graphs.get(function.__name__)
+        if graph is not None and not self._eager:
             try:
-                return [value.numpy() for value in self._graph(labels, predictions)]
+                return graph(labels, predictions)
             except (TypeError, ValueError, NotImplementedError,
                     tf.errors.OperatorNotAllowedInGraphError) as e:
                 logging.info("Evaluator: Keras metrics %s run eagerly (%s)",
                              [m.name for m in self.metrics], e)
                 self._eager = True
-        values = tf.autograph.experimental.do_not_convert(self._run)(labels, predictions)
-        if self._graph is None:
+        values = tf.autograph.experimental.do_not_convert(function)(labels, predictions)
+        if graph is None:
             # Traced after a first eager run, which makes the variables some metrics make
             # on their first update (R2Score's): the graph then resets every one of them.
-            self._graph = tf.function(self._run, autograph=False, input_signature=[
-                tf.TensorSpec([None, labels.shape[1]], labels.dtype),
-                tf.TensorSpec([None, predictions.shape[1]], predictions.dtype)])
-        return [value.numpy() for value in values]
+            self._graphs[function.__name__] = tf.function(
+                function, autograph=False, input_signature=[
+                    tf.TensorSpec([None, labels.shape[1]], labels.dtype),
+                    tf.TensorSpec([None, predictions.shape[1]], predictions.dtype)])
+        return values
+
+
+def _additive_keras() -> tuple:
+    """Keras metric classes whose variables are all sums over the rows (totals and counts,
+    counts at thresholds, confusion matrices, sums of squares): merged by adding them, as
+    TFMA merges Keras metrics' weights."""
+    from tensorflow_model_analysis.utils.keras_lib import tf_keras
+
+    m = tf_keras.metrics
+    return (m.Mean, m.Sum, m.MeanTensor, m.AUC, m.Precision, m.Recall, m.TruePositives,
+            m.FalsePositives, m.TrueNegatives, m.FalseNegatives,
+            m.SensitivityAtSpecificity, m.SpecificityAtSensitivity, m.PrecisionAtRecall,
+            m.RecallAtPrecision, m.IoU, m.BinaryIoU, m.MeanIoU, m.OneHotIoU, m.OneHotMeanIoU,
+            m.R2Score, m.FBetaScore)
+
+
+def is_additive(metric: Any) -> bool:
+    """Whether a Keras metric's state is sums over the rows: an instance of a class of
+    `_additive_keras`, updated, read and reset by Keras's own code (a subclass of ours that
+    overrides any of them may keep something else, a maximum say)."""
+    if not isinstance(metric, _additive_keras()):
+        return False
+    for name in ("update_state", "result", "reset_state"):
+        owner = next((c for c in type(metric).__mro__ if name in vars(c)), None)
+        if owner is None or owner.__module__.split(".")[0] not in ("tf_keras", "keras"):
+            return False
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class KerasState:
+    """Keras metrics' variables after updates with some rows (KerasRunner.state), and the
+    dtype and width of the labels and predictions they were updated with."""
+
+    labels: tuple
+    predictions: tuple
+    values: tuple  # per metric, per variable: numpy arrays
+
+    def __add__(self, other: "KerasState") -> "KerasState":
+        return KerasState(self.labels, self.predictions, tuple(
+            tuple(_add(a, b) for a, b in zip(mine, theirs))
+            for mine, theirs in zip(self.values, other.values)))
+
+
+def _add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Sums of floats in float64, whatever the variables' own dtype (float32 sums of parts
+    added in float32 would depend on the order they are added in); counts as they are."""
+    a, b = np.asarray(a), np.asarray(b)
+    if np.issubdtype(a.dtype, np.floating) or np.issubdtype(b.dtype, np.floating):
+        return np.add(a, b, dtype=np.float64)
+    return a + b
 
 
 def _tfma_kinds() -> dict:
@@ -411,19 +566,132 @@ def metric_value(instance: Any, key: Any, scores: Scores,
                  keras: Optional[KerasRunner] = None) -> Any:
     """The value of TFMA metric key `key`, of metric `instance` (a TFMA metric, or a Keras
     metric or loss named in the config, run by `keras`), on `scores`."""
-    kind, detail = _kind(instance)
-    if kind == "count":
-        return np.float64(len(scores))
-    if kind == "confusion":
-        return confusion_matrix_value(instance, key, scores)
-    if kind == "regression":
-        return regression_error(detail, scores, key)
-    if kind == "calibration":
-        return calibration_value(detail, scores, key)
+    if _kind(instance)[0] == "keras":
+        _check_keras_key(key)
+        (value,) = (keras or KerasRunner.of_metric(instance))(scores)
+        return value
+    return statistics_value(instance, key, metric_statistics(instance, key, scores))
+
+
+def _check_keras_key(key: Any) -> None:
     if key.sub_key:
         raise UnsupportedSetting(f"{key.name}: a Keras metric under a binarize sub key")
-    (value,) = (keras or KerasRunner.of_metric(instance))(scores)
-    return value
+
+
+# --- sufficient statistics: a metric's value from parts of the rows ---------------------------
+# What each metric's value is computed from, as sums over the rows: the rows; a class's
+# weighted positives and negatives in each bucket of the calibration histogram (AUC and
+# every metric at num_thresholds), or the confusion matrices at explicit thresholds; the sum
+# of errors and the rows that have one; the sums of labels and predictions; Keras metrics'
+# variables. `metric_statistics` takes them from some rows of a slice, `merge_statistics`
+# adds those of several parts (in any order and grouping: sums), `statistics_value` computes
+# the metric from them, with the same code the in-process path runs on a whole slice.
+@dataclasses.dataclass(frozen=True)
+class BucketCounts:
+    """A class's weighted positives and negatives in the histogram's buckets, the buckets
+    holding a prediction only (a slice of a shard fills few of the 10,002)."""
+
+    ids: np.ndarray  # sorted bucket ids
+    positives: np.ndarray
+    negatives: np.ndarray
+
+    @classmethod
+    def of(cls, counts: Counts) -> "BucketCounts":
+        positives, negatives = bucket_totals(counts)
+        # Every pair weighs 1 in all (label + 1 - label), so a bucket holding one is not 0.
+        ids = np.flatnonzero((positives != 0) | (negatives != 0))
+        return cls(ids, positives[ids], negatives[ids])
+
+    def __add__(self, other: "BucketCounts") -> "BucketCounts":
+        ids, inverse = np.unique(np.concatenate([self.ids, other.ids]), return_inverse=True)
+        inverse = inverse.ravel()
+        add = lambda a, b: np.bincount(inverse, weights=np.concatenate([a, b]),  # noqa: E731
+                                       minlength=len(ids))
+        return BucketCounts(ids, add(self.positives, other.positives),
+                            add(self.negatives, other.negatives))
+
+    def totals(self) -> tuple[np.ndarray, np.ndarray]:
+        size = HISTOGRAM_BUCKETS + 2
+        positives, negatives = np.zeros(size), np.zeros(size)
+        positives[self.ids], negatives[self.ids] = self.positives, self.negatives
+        return positives, negatives
+
+
+def statistic_id(instance: Any, key: Any) -> tuple:
+    """What the value of `key` (of metric `instance`) is computed from, as a key of the
+    statistics: metrics that need the same share it (AUC, Precision and Recall at
+    num_thresholds, one histogram a model and class)."""
+    kind, detail = _kind(instance)
+    if kind == "count":
+        return ("rows",)
+    if kind == "confusion":
+        class_id = _class_id(key)
+        thresholds, from_histogram = matrix_thresholds(instance)
+        if from_histogram:
+            return ("buckets", key.model_name, class_id)
+        return ("matrices", key.model_name, class_id, tuple(thresholds))
+    if kind == "regression":
+        return ("errors", key.model_name, detail, _class_id(key))
+    if kind == "calibration":
+        return ("sums", key.model_name, _class_id(key))
+    _check_keras_key(key)
+    return ("keras", key.model_name, key.name)
+
+
+def metric_statistics(instance: Any, key: Any, scores: Scores,
+                      keras: Optional[KerasRunner] = None) -> dict:
+    """{statistic_id: statistics} of `key` on `scores` (some or all of a slice's rows);
+    `keras`: the runner of a Keras metric named in the config."""
+    found_id = statistic_id(instance, key)
+    kind, detail = _kind(instance)
+    if kind == "count":
+        value: Any = float(len(scores))
+    elif kind == "confusion":
+        counts = Counts.of(*binary_pairs(scores, found_id[2]))
+        if found_id[0] == "buckets":
+            value = BucketCounts.of(counts)
+        else:
+            value = np.array(matrices_at_thresholds(counts, found_id[3]))
+    elif kind == "regression":
+        value = _regression_sums(detail, scores, key)
+    elif kind == "calibration":
+        value = _calibration_sums(scores, key)
+    else:
+        value = (keras or KerasRunner.of_metric(instance)).state(scores)
+    return {found_id: value}
+
+
+def merge_statistics(parts: Sequence[dict]) -> dict:
+    """The statistics of several parts of a slice's rows, added up: every part's
+    statistics by id (a part may lack ids another has: no row of a model's class, say,
+    never happens, but a part only holds what was asked of it). The parts are not
+    changed."""
+    merged: dict = {}
+    for part in parts:
+        for found_id, value in part.items():
+            merged[found_id] = merged[found_id] + value if found_id in merged else value
+    return merged
+
+
+def statistics_value(instance: Any, key: Any, statistics: dict,
+                     keras: Optional[KerasRunner] = None) -> Any:
+    """The value of `key` (of metric `instance`) from a slice's statistics."""
+    found_id = statistic_id(instance, key)
+    value = statistics[found_id]
+    kind, detail = _kind(instance)
+    if kind == "count":
+        return np.float64(value)
+    if kind == "confusion":
+        thresholds, _ = matrix_thresholds(instance)
+        matrices = matrices_from_buckets(*value.totals(), thresholds) \
+            if found_id[0] == "buckets" else value
+        return _confusion_value(instance, key, thresholds, matrices)
+    if kind == "regression":
+        return _regression_mean(value)
+    if kind == "calibration":
+        return _calibration_ratio(detail, value)
+    (result,) = (keras or KerasRunner.of_metric(instance)).results(value)
+    return result
 
 
 def is_keras(instance: Any) -> bool:

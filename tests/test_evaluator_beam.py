@@ -1,0 +1,307 @@
+"""The fast Evaluator as a Beam pipeline (components/evaluator/beam_job.py) against its
+in-process path (evaluate.evaluate): which runner takes which; shard statistics that merge in
+any order and grouping; and, on the taxi models of tests/test_evaluator.py, the DirectRunner's
+multi_processing mode (two worker processes) giving every metric of every slice within 1e-6
+of the in-process run, and the same blessing, on gzip and plain shards and on 1M rows.
+
+"Within 1e-6": |beam - in-process| <= 1e-6 + 1e-6 * |in-process| (np.isclose's rule), that is
+absolute for values below 1 and relative above: Keras's metric variables (the compiled loss,
+binary cross-entropy) are float32 sums, added shard by shard here and at once in process."""
+from __future__ import annotations
+
+import glob
+import os
+import random
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_model_analysis as tfma
+
+from components.transform import taxi
+from components.evaluator import beam_job, evaluate, executor, metrics
+from components.evaluator.metrics import Scores, UnsupportedSetting
+
+ATOL = RTOL = 1e-6
+MULTI_PROCESSING = ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
+                    "--direct_num_workers=2", "--sdk_container_image=unused"]
+
+
+# --- which path ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("args, on_beam", [
+    (None, False), ([], False),
+    (["--runner=DirectRunner"], False),
+    (["--runner=DirectRunner", "--sdk_container_image=tfrecord-pipeline:latest"], False),
+    (["--direct_num_workers=2"], False),  # in_memory: one process
+    (["--runner=DirectRunner", "--direct_running_mode=multi_threading",
+      "--direct_num_workers=2"], False),
+    (["--runner=direct"], False), (["--runner=BundleBasedDirectRunner"], False),
+    (["--runner=DirectRunner", "--direct_running_mode=multi_processing",
+      "--direct_num_workers=2"], True),
+    (["--direct_running_mode=multi_processing"], True),
+    (["--runner=DataflowRunner", "--project=p", "--region=r"], True),
+    (["--runner=FlinkRunner", "--flink_master=host:8081"], True),
+    (["--runner=SparkRunner"], True), (["--runner=PortableRunner"], True),
+    (["--runner=apache_beam.runners.dataflow.dataflow_runner.DataflowRunner"], True),
+])
+def test_runs_on_beam_off_the_local_runner_only(args, on_beam):
+    assert beam_job.runs_on_beam(args) is on_beam
+
+
+def test_the_pipeline_default_scores_in_process():
+    """`make run`'s Beam args (the DirectRunner, in process) keep the in-process path; the
+    direct_num_workers setting turns on the Beam pipeline."""
+    from pipeline.configs import PipelineConfig
+
+    assert not beam_job.runs_on_beam(PipelineConfig().beam_pipeline_args)
+    assert beam_job.runs_on_beam(PipelineConfig(direct_num_workers=2).beam_pipeline_args)
+
+
+# --- merging ------------------------------------------------------------------------------------
+def synthetic_parts(seed: int = 7, parts: int = 5) -> list[Scores]:
+    """A binary model's labels and predictions in parts of different sizes (one of 3 rows),
+    predictions on bucket edges and at 0 and 1 among them."""
+    rng = np.random.default_rng(seed)
+    found = []
+    for rows in (3, 400, 1250, 77, 2000)[:parts]:
+        predictions = rng.random(rows).astype(np.float32)
+        predictions[: min(rows, 4)] = np.float32([0.0, 1.0, 0.5, 0.25])[: min(rows, 4)]
+        labels = (rng.random(rows) < predictions).astype(np.float32)
+        found.append(Scores(labels.reshape(-1, 1), predictions.reshape(-1, 1)))
+    return found
+
+
+def binary_config() -> tfma.EvalConfig:
+    return tfma.utils.update_eval_config_with_defaults(tfma.EvalConfig(
+        model_specs=[tfma.ModelSpec(label_key="y")],
+        metrics_specs=[tfma.MetricsSpec(metrics=[
+            tfma.MetricConfig(class_name=name) for name in
+            ("ExampleCount", "AUC", "BinaryAccuracy", "Precision", "Recall", "Calibration",
+             "MeanLabel", "MeanPrediction", "MeanSquaredError", "MeanAbsoluteError",
+             "BinaryCrossentropy")] + [  # the last: Keras's, through TFMA's wrapper
+            tfma.MetricConfig(class_name="AUC", config='{"curve": "PR", "name": "auc_pr"}'),
+            tfma.MetricConfig(class_name="AUC", config='{"num_thresholds": 200, '
+                                                       '"name": "auc_200"}'),
+            tfma.MetricConfig(class_name="Precision",
+                              config='{"thresholds": [0.25, 0.75], "name": "precision_at"}')])]))
+
+
+def part_statistics(parts: list[Scores], keys, instances, runners) -> list[tuple]:
+    found = []
+    for scores in parts:
+        statistics = {}
+        for key in keys:
+            if metrics.statistic_id(instances[key.name], key) not in statistics:
+                statistics.update(metrics.metric_statistics(instances[key.name], key, scores,
+                                                            runners.get(key.name)))
+        found.append(((), statistics))
+    return found
+
+
+def values_of(statistics: dict, keys, instances, runners) -> dict:
+    return {key: metrics.statistics_value(instances[key.name], key, statistics,
+                                          runners.get(key.name)) for key in keys}
+
+
+def test_shard_statistics_merge_in_any_order_and_grouping():
+    """The CombineFn's accumulators of five parts merged in two orders and groupings (as
+    Beam's combiner lifting may: adding inputs one by one, then merging partial merges)
+    give the same metrics within 1e-9, and those of all the rows at once within 1e-6."""
+    config = binary_config()
+    keys, instances = evaluate.metric_keys(config)
+    runners = {name: metrics.KerasRunner.of_metric(instance)
+               for name, instance in instances.items() if metrics.is_keras(instance)}
+    parts = synthetic_parts()
+    accumulators = part_statistics(parts, keys, instances, runners)
+    combine = beam_job.MergeStatistics()
+
+    one_by_one = combine.create_accumulator()
+    for accumulator in accumulators:
+        one_by_one = combine.add_input(one_by_one, accumulator)
+    a, b, c, d, e = accumulators
+    grouped = combine.merge_accumulators([
+        combine.merge_accumulators([e, combine.create_accumulator(), c]),
+        combine.add_input(combine.add_input(combine.create_accumulator(), b), d),
+        combine.merge_accumulators([a])])
+    first = values_of(combine.extract_output(one_by_one)[1], keys, instances, runners)
+    second = values_of(combine.extract_output(grouped)[1], keys, instances, runners)
+    assert len(first) == len(keys) >= 14
+    for key in keys:
+        np.testing.assert_allclose(first[key], second[key], rtol=1e-9, atol=1e-9,
+                                   err_msg=str(key))
+    # ... and they are the metrics of all the rows at once.
+    whole = Scores(np.concatenate([p.labels for p in parts]),
+                   np.concatenate([p.predictions for p in parts]))
+    for key in keys:
+        expected = metrics.metric_value(instances[key.name], key, whole, runners.get(key.name))
+        np.testing.assert_allclose(first[key], expected, rtol=RTOL, atol=ATOL,
+                                   err_msg=str(key))
+    assert first[next(k for k in keys if k.name == "example_count")] == len(whole)
+    # The parts themselves were not changed by merging.
+    again = part_statistics(parts, keys, instances, runners)
+    for (_, mine), (_, theirs) in zip(accumulators, again):
+        assert values_of(mine, keys, instances, runners).keys() == \
+            values_of(theirs, keys, instances, runners).keys()
+        for key, value in values_of(mine, keys, instances, runners).items():
+            np.testing.assert_array_equal(value, values_of(theirs, keys, instances,
+                                                           runners)[key])
+
+
+def test_a_keras_metric_whose_state_does_not_add_up_is_refused_in_one_line():
+    from tensorflow_model_analysis.utils.keras_lib import tf_keras
+
+    class Largest(tf_keras.metrics.Metric):
+        def __init__(self, name="largest", **kwargs):
+            super().__init__(name=name, **kwargs)
+            self.largest = self.add_weight("largest", initializer="zeros")
+
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            self.largest.assign(tf.maximum(self.largest, tf.reduce_max(y_pred)))
+
+        def result(self):
+            return self.largest
+
+    class MeanOfRows(tf_keras.metrics.Mean):  # Keras's sums, our update: not trusted
+        def update_state(self, values, sample_weight=None):
+            return super().update_state(values, sample_weight)
+
+    metrics.KerasRunner.of_metric(tf_keras.metrics.BinaryAccuracy()).check_additive()
+    metrics.KerasRunner.of_metric(tf_keras.losses.BinaryCrossentropy()).check_additive()
+    for metric, name in ((Largest(), "largest"), (MeanOfRows(name="mean_of_rows"),
+                                                   "mean_of_rows")):
+        with pytest.raises(UnsupportedSetting) as raised:
+            metrics.KerasRunner.of_metric(metric).check_additive()
+        message = str(raised.value)
+        assert message.startswith(f"{name} (") and "\n" not in message
+        assert "does not add up" in message
+
+
+# --- on the taxi models: Beam's multi_processing against in process ------------------------------
+def run_executor(folder, examples: str, config, models: dict, beam_args=None):
+    """Our executor as TFX runs it, with the pipeline's Beam args (None: none)."""
+    from tfx.dsl.components.base import base_beam_executor
+    from test_evaluator import run_evaluator
+
+    context = base_beam_executor.BaseBeamExecutor.Context(
+        beam_pipeline_args=beam_args, tmp_dir=str(folder) + "-tmp", unique_id="1")
+    return run_evaluator(lambda: executor.Executor(context), folder, examples, config,
+                         models["candidate"], models["baseline"])
+
+
+def assert_same_tables(beam_uri: str, local_uri: str) -> dict:
+    from test_evaluator import metric_table
+
+    beam, local = metric_table(beam_uri), metric_table(local_uri)
+    assert sorted(beam) == sorted(local)
+    far = {key: (local[key], beam[key]) for key in local
+           if not np.allclose(beam[key], local[key], atol=ATOL, rtol=RTOL, equal_nan=True)}
+    assert not far, far
+    return local
+
+
+def binary_taxi_config() -> tfma.EvalConfig:
+    """test_evaluator's binary config: every kind of metric, thresholds met and missed."""
+    from test_evaluator import TAXI_SLICES, bound, taxi_config
+
+    return taxi_config([
+        tfma.MetricConfig(class_name="BinaryAccuracy", threshold=bound(lower=0.0, change=-1.0)),
+        tfma.MetricConfig(class_name="AUC", threshold=bound(lower=0.99)),
+        tfma.MetricConfig(class_name="AUC", config='{"curve": "PR", "name": "auc_pr"}'),
+        tfma.MetricConfig(class_name="AUC", config='{"num_thresholds": 200, '
+                                                   '"name": "auc_200"}'),
+        tfma.MetricConfig(class_name="Precision"), tfma.MetricConfig(class_name="Recall"),
+        tfma.MetricConfig(class_name="Precision",
+                          config='{"thresholds": [0.25, 0.75], "name": "precision_at"}'),
+        tfma.MetricConfig(class_name="BinaryCrossentropy",
+                          threshold=bound(change=-0.5, higher_is_better=False)),
+        tfma.MetricConfig(class_name="Calibration"), tfma.MetricConfig(class_name="MeanLabel"),
+        tfma.MetricConfig(class_name="MeanPrediction", threshold=bound(relative=10.0)),
+        tfma.MetricConfig(class_name="MeanSquaredError"),
+        tfma.MetricConfig(class_name="MeanAbsoluteError"),
+        tfma.MetricConfig(class_name="ExampleCount", threshold=bound(upper=1e9))], TAXI_SLICES)
+
+
+from test_evaluator import taxi_models  # noqa: E402,F401 - the module's fixture, reused
+
+
+@pytest.mark.slow
+def test_multi_processing_matches_in_process_on_taxi(taxi_examples, taxi_models, tmp_path):
+    """Every metric of both models and their diffs, on every slice, within 1e-6, and the same
+    blessing and failed thresholds, with two worker processes."""
+    from test_evaluator import blessing_facts, failures
+
+    config = binary_taxi_config()
+    local_uri, local_blessing = run_executor(tmp_path / "local", taxi_examples, config,
+                                             taxi_models)
+    beam_uri, beam_blessing = run_executor(tmp_path / "beam", taxi_examples, config,
+                                           taxi_models, MULTI_PROCESSING)
+    table = assert_same_tables(beam_uri, local_uri)
+    assert len({where for where, _ in table}) > 20
+    assert blessing_facts(beam_blessing) == blessing_facts(local_blessing)
+    assert blessing_facts(beam_blessing)[0] == ["NOT_BLESSED"]
+    local, beam = failures(local_uri), failures(beam_uri)
+    assert sorted(beam) == sorted(local) and local
+    # The summary the pipeline leaves in the executor's temp folder is read and removed.
+    assert not glob.glob(str(tmp_path / "beam-tmp" / "**" / "evaluator-summary-*"),
+                         recursive=True)
+
+
+def split_records(taxi_examples: str) -> list[bytes]:
+    return [r.numpy() for r in tf.data.TFRecordDataset(
+        sorted(glob.glob(os.path.join(taxi_examples, "Split-eval", "*"))),
+        compression_type="GZIP")]
+
+
+@pytest.mark.slow
+def test_gzip_and_plain_shards_on_beam(taxi_examples, taxi_models, tmp_path):
+    """The eval rows in six shards, three gzip and three plain, one empty: the Beam pipeline
+    (two worker processes) gives the in-process metrics on the same files."""
+    records = split_records(taxi_examples)
+    random.Random(5).shuffle(records)
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    bounds = [0, 300, 301, 900, 1200, len(records)]
+    files = []
+    for i, (start, end) in enumerate(zip(bounds, bounds[1:] + [len(records)])):
+        compression = "GZIP" if i % 2 else ""
+        path = str(folder / (f"part-{i}.tfrecord" + (".gz" if compression else "")))
+        with tf.io.TFRecordWriter(path, options=compression or None) as writer:
+            for record in records[start:end]:
+                writer.write(record)
+        files.append(path)
+    assert sum(open(p, "rb").read(2) == b"\x1f\x8b" for p in files) == 3
+    config = tfma.utils.update_eval_config_with_defaults(binary_taxi_config(),
+                                                         has_baseline=True)
+    paths = {spec.name: taxi_models["baseline" if spec.is_baseline else "candidate"] +
+             "/Format-Serving" for spec in config.model_specs}
+    local = evaluate.evaluate(config, files, paths, str(tmp_path / "local"))
+    beam = beam_job.run(config, files, paths, str(tmp_path / "beam"),
+                        beam_pipeline_args=MULTI_PROCESSING[:3])
+    assert (beam.rows, beam.slices) == (local.rows, local.slices) == (len(records),
+                                                                      local.slices)
+    assert beam.validation.validation_ok == local.validation.validation_ok
+    assert_same_tables(str(tmp_path / "beam"), str(tmp_path / "local"))
+
+
+@pytest.mark.slow
+def test_multi_processing_matches_in_process_on_a_million_rows(tmp_path_factory):
+    """1M taxi-like rows (testsupport/data.py, its fixed seed) through our ExampleGen, all but
+    a thousandth in the eval split (8 gzip shards), scored both ways by two taxi models
+    trained on the whole bundled sample (the 2,000-trip slice's models cannot parse the
+    sample's rows with missing values): bench/evaluator_beam.py's data and models."""
+    from bench.evaluator_beam import prepare
+    from test_evaluator import blessing_facts
+
+    root = tmp_path_factory.mktemp("million")
+    prepare(str(root))
+    models = {name: str(root / name) for name in ("candidate", "baseline")}
+    examples = str(root / "million")
+    config = binary_taxi_config()
+    local_uri, local_blessing = run_executor(root / "local", examples, config, models)
+    beam_uri, beam_blessing = run_executor(root / "beam", examples, config, models,
+                                           MULTI_PROCESSING)
+    table = assert_same_tables(beam_uri, local_uri)
+    count = [v for (where, key), v in table.items()
+             if not where and 'name: "example_count" model_name: "candidate"' in key]
+    assert count and count[0] > 990_000
+    assert blessing_facts(beam_blessing) == blessing_facts(local_blessing)
