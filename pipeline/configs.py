@@ -163,6 +163,12 @@ class PipelineConfig:
     validation_fraction: float = TrainerOptions.validation_fraction
     early_stopping_patience: int = TrainerOptions.early_stopping_patience
     early_stopping_min_steps: int = TrainerOptions.early_stopping_min_steps
+    # Below this many train rows the chosen length is trained again on every train row
+    # (the held-out tenth too); 0: never.
+    refit_below_rows: int = TrainerOptions.refit_below_rows
+    # Below small_table_rows train rows, batches of at most small_table_batch_size (0: never).
+    small_table_rows: int = TrainerOptions.small_table_rows
+    small_table_batch_size: int = TrainerOptions.small_table_batch_size
     # A table's numbers also enter the model through sines at this many trained frequencies
     # (0: off), drawn from N(0, periodic_sigma) at the start.
     periodic_frequencies: int = TrainerOptions.periodic_frequencies

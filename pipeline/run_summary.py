@@ -123,9 +123,13 @@ def trainer_line(rows: dict) -> str:
     else:
         source = "none held out: the last step's weights"
     eval_split = "read" if rows.get("eval_split_read") else "untouched"
+    # A small train split is fitted again on every train row for the length they chose.
+    refit = f"; then all {rows['refit_rows']:,} train rows trained the exported model for " \
+        f"{rows['refit_steps']:,} steps" if rows.get("refit_rows") else ""
     return (f"Trainer: {rows.get('rows_trained', 0):,} rows trained; "
-            f"{rows.get('rows_choosing_weights', 0):,} validation rows chose the weights "
-            f"({source}); eval split {eval_split}")
+            f"{rows.get('rows_choosing_weights', 0):,} validation rows chose the "
+            f"{'training length' if refit else 'weights'} ({source}){refit}; "
+            f"eval split {eval_split}")
 
 
 def trainer_rows(artifacts) -> dict:

@@ -305,6 +305,24 @@ def test_a_small_tables_patience_lasts_early_stopping_min_steps(taxi_examples, t
     assert never.patience == 0
 
 
+def test_a_small_table_trains_in_smaller_batches():
+    """Below small_table_rows train rows the batch is at most small_table_batch_size (a
+    smaller one set stays); a larger split, one of unknown size, images, or 0: as set."""
+    from components.trainer.options import TrainerOptions
+
+    default = TrainerOptions()
+    assert default.input.batch_size == 256
+    assert default.for_train_rows(500).input.batch_size == default.small_table_batch_size == 64
+    assert default.for_train_rows(default.small_table_rows).input.batch_size == 256
+    assert default.for_train_rows(None).input.batch_size == 256
+    assert TrainerOptions.from_custom_config({"batch_size": 32}).for_train_rows(
+        500).input.batch_size == 32
+    assert TrainerOptions.from_custom_config({"small_table_rows": 0}).for_train_rows(
+        500).input.batch_size == 256
+    assert TrainerOptions.from_custom_config({"images": {"image": [8, 8, 1]}}).for_train_rows(
+        500).input.batch_size == 256
+
+
 def test_validation_batches_are_scored_in_few_large_calls(taxi_examples, tmp_path):
     """The validation rows the early stop and the final score read (eval_steps training
     batches, at most a pass over the tenth of the train split held out) are taken in calls of

@@ -153,3 +153,91 @@ def test_a_validation_split_of_the_examples_own_is_used_when_they_have_one(taxi_
     assert validation["rows_choosing_weights"] == len(trip_ids(
         resolve_files(str(examples / "Split-validation" / "*")), schema))
     assert validation["eval_split_read"] is False
+
+
+def model_rows(files, schema, feature_keys, holdout=None) -> list[tuple]:
+    """Each row read, as the tuple of the model's features."""
+    data = build_dataset(files, schema, None, feature_keys=feature_keys, holdout=holdout,
+                         config=InputConfig(batch_size=500, training=False, num_epochs=1))
+    return [tuple(row) for batch in data for row in zip(
+        *(np.asarray(batch[k]).ravel().tolist() for k in feature_keys))]
+
+
+@pytest.mark.slow
+def test_a_small_train_split_is_fitted_again_on_every_train_row_never_an_eval_row(
+        taxi_examples, tmp_path, monkeypatch):
+    """Below refit_below_rows the validation rows choose the training length, then a new model
+    trains on every train row for that many passes: the first fit reads the training side
+    only, the refit every train row, the held-out tenth included, and neither a row of the
+    eval split. Each fit's rows are taken from the batches it trained on."""
+    fits: list[list[tuple]] = []
+    train = fit.train
+
+    def recorded(*args, **kwargs):
+        rows: list[tuple] = []
+        fits.append(rows)
+
+        def seen(step, batch):
+            features = batch[0]
+            rows.extend(zip(*(np.asarray(features[k]).ravel().tolist() for k in keys)))
+        return train(*args, on_batch=seen, **kwargs)
+
+    monkeypatch.setattr(fit, "train", recorded)
+    settings = {**taxi.TRAINER_SETTINGS, "batch_size": 64, "early_stopping_min_steps": 20}
+    args = fn_args(taxi_examples, tmp_path, train_steps=200, eval_steps=4,
+                   custom_config=settings)
+    options = TrainerOptions.from_custom_config(settings)
+    schema = schema_file.load_schema(taxi_examples)
+    keys = module.model_feature_keys(schema, options.label_key, options.excluded(), {},
+                                     options.label_inputs)
+    files = resolve_files(os.path.join(taxi_examples, "Split-train", "*"))
+    every = model_rows(files, schema, keys)
+    held_out = set(model_rows(files, schema, keys, Holdout(0.1, validation=True)))
+    trained = set(model_rows(files, schema, keys, Holdout(0.1, validation=False)))
+    eval_only = set(model_rows(resolve_files(os.path.join(taxi_examples, "Split-eval", "*")),
+                               schema, keys)) - set(every)
+    held_out_only = held_out - trained
+    assert len(every) < options.refit_below_rows and held_out_only and eval_only
+
+    module.run_fn(args)
+    report = fit.load_report(args.model_run_dir)
+    assert len(fits) == 2
+    first, refit = (set(rows) for rows in fits)
+    assert first <= trained and first.isdisjoint(held_out_only)
+    # At least one whole pass (the chosen step is at least one), and every train row in it.
+    assert report["refit"]["steps"] >= -(-len(every) // 64)
+    assert refit == set(every) and held_out_only <= refit
+    assert first.isdisjoint(eval_only) and refit.isdisjoint(eval_only)
+    assert len(fits[1]) <= report["refit"]["steps"] * 64
+    validation = report["validation"]
+    assert validation["refit_rows"] == len(every) == report["refit"]["rows"]
+    assert validation["rows_trained"] == len(every) - len(
+        model_rows(files, schema, keys, Holdout(0.1, validation=True)))
+    assert validation["eval_split_read"] is False
+    best = report["early_stopping"]["best_step"]
+    one_pass = -(-validation["rows_trained"] // 64)
+    assert report["refit"]["steps"] == round(best * -(-len(every) // 64) / one_pass)
+
+    # Off (refit_below_rows 0), or a train split at the threshold: one fit, the chosen one.
+    fits.clear()
+    for threshold in (0, len(every)):
+        off = fn_args(taxi_examples, tmp_path / f"off{threshold}", train_steps=200,
+                      eval_steps=4, custom_config={**settings, "refit_below_rows": threshold})
+        module.run_fn(off)
+        assert fit.load_report(off.model_run_dir)["refit"] is None
+        assert fit.load_report(off.model_run_dir)["validation"]["refit_rows"] is None
+    assert len(fits) == 2
+
+
+def test_the_run_summary_says_when_every_train_row_trained_again():
+    from pipeline.run_summary import trainer_line
+
+    rows = {"rows_trained": 700, "rows_choosing_weights": 80, "fraction": 0.1,
+            "hashed": "record", "eval_split_read": False}
+    assert trainer_line(dict(rows, refit_rows=780, refit_steps=1_200)) == (
+        "Trainer: 700 rows trained; 80 validation rows chose the training length (10% of the "
+        "train split, held out by a hash of each record); then all 780 train rows trained the "
+        "exported model for 1,200 steps; eval split untouched")
+    assert trainer_line(dict(rows, refit_rows=None)) == (
+        "Trainer: 700 rows trained; 80 validation rows chose the weights (10% of the train "
+        "split, held out by a hash of each record); eval split untouched")

@@ -67,6 +67,8 @@ class TrainingResult:
     eval_losses: list = dataclasses.field(default_factory=list)
     best_step: Optional[int] = None
     stopped_at_step: Optional[int] = None
+    # The second fit on every train row, when there was one (module.RefitPlan).
+    refit: Optional[dict] = None
 
     def report(self) -> dict:
         wait = sum(e.wait_seconds for e in self.epochs)
@@ -88,6 +90,7 @@ class TrainingResult:
             "checkpoints": self.checkpoints,
             "early_stopping": {"eval_losses": self.eval_losses, "best_step": self.best_step,
                                "stopped_at_step": self.stopped_at_step},
+            "refit": self.refit,
         }
 
 

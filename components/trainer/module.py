@@ -499,7 +499,8 @@ def run_fn(fn_args: Any) -> None:
     tf_filesystems.register_for(fn_args.serving_model_dir, fn_args.model_run_dir,
                                 fn_args.transform_graph_path, *(fn_args.train_files or ()))
     phases = Phases()
-    options = TrainerOptions.from_custom_config(fn_args.custom_config)
+    options = TrainerOptions.from_custom_config(fn_args.custom_config).for_train_rows(
+        split_rows(fn_args.train_files))
     schemas = resolve_schemas(fn_args)
     # ShardedTransform's stored schema says which image features it wrote as raw pixels.
     images = with_storage_from(options.image_specs(), schemas.stored)
@@ -530,11 +531,17 @@ def run_fn(fn_args: Any) -> None:
                 warm_start(model, fn_args.base_model, feature_keys)
         with phases("train"):
             result = _train(model, strategy, inputs, fn_args, options, folders, checkpointing)
+        plan = refit_plan(inputs, fn_args, statistics, result)
+        if plan is not None:
+            with phases("refit"):
+                model, refitted = _refit(plan, inputs, strategy, fn_args, folders, schemas,
+                                         feature_keys, head)
+            result.refit = dict(plan.report(), training=refitted.report())
     with phases("export"):
         export_model(model, fn_args.serving_model_dir, folders, serving_signatures(
             model, schemas, feature_keys, images, head, options.label_key))
     _write_input_report(result, head, strategy, inputs, folders.run_dir, phases,
-                        _validation_report(inputs, statistics, fn_args))
+                        _validation_report(inputs, statistics, fn_args, plan))
 
 
 class Phases:
@@ -572,6 +579,72 @@ def _train(model: keras.Model, strategy: tf.distribute.Strategy, inputs: "Traini
         early_stopping=fit.EarlyStopping(budget.patience, budget.validation_steps)
         if budget.patience and budget.validation_steps else None,
         validation_rows_repeat=inputs.validation_rows_repeat)
+
+
+@dataclasses.dataclass(frozen=True)
+class RefitPlan:
+    """The second fit of a small train split (TrainerOptions.refit_below_rows): every train
+    row, the held-out ones too, for the passes the validation rows chose."""
+
+    rows: int  # every train row
+    steps: int
+    chosen_step: int  # the first fit's best check, on `chosen_rows` training rows
+    chosen_rows: int
+
+    def report(self) -> dict:
+        return {"rows": self.rows, "steps": self.steps, "chosen_step": self.chosen_step,
+                "chosen_rows": self.chosen_rows}
+
+
+def refit_plan(inputs: "TrainingInput", fn_args: Any, statistics: DataStatistics,
+               result: fit.TrainingResult) -> Optional[RefitPlan]:
+    """The refit, when the validation rows were held out of a train split of fewer than
+    refit_below_rows rows and chose a step; else None. The chosen step in passes over the
+    training rows is the refit's in passes over every train row (a pass of a few steps is
+    whole batches, so 60 steps of 4-batch passes over 700 rows are 15 passes, and over the
+    780 rows with the held-out ones, 15 passes of 4 batches still)."""
+    options, validation = inputs.options, inputs.validation
+    if not options.refit_below_rows or validation.holdout is None or \
+            result.best_step is None or not statistics.rows:
+        return None
+    rows = split_rows(fn_args.train_files)
+    if rows is None:  # not our shards: count them
+        rows = inputs.statistics(fn_args.train_files).rows
+    if rows >= options.refit_below_rows:
+        return None
+    batch = options.input.batch_size
+    one_pass, all_pass = -(-statistics.rows // batch), -(-rows // batch)
+    steps = max(1, round(result.best_step * all_pass / one_pass))
+    return RefitPlan(rows, steps, result.best_step, statistics.rows)
+
+
+def _refit(plan: RefitPlan, inputs: "TrainingInput", strategy: tf.distribute.Strategy,
+           fn_args: Any, folders: distribute.WorkerFolders, schemas: "Schemas",
+           feature_keys: list[str], head: "Head"
+           ) -> tuple[keras.Model, fit.TrainingResult]:
+    """A new model from the first fit's start (the same seed; scaling from every train row),
+    trained on every train row for the plan's steps, with no validation rows and no early
+    stop: nothing is chosen here. The eval split is not read. Not checkpointed: a restarted
+    Trainer fits it again (a small table's, seconds)."""
+    options = inputs.options
+    statistics = inputs.statistics(fn_args.train_files)
+    keras.utils.set_random_seed(options.seed)
+    with strategy.scope():
+        model = build_model(schemas.model, feature_keys, inputs.images, statistics, head,
+                            Periodic.of(options))
+        if options.warm_start:
+            warm_start(model, fn_args.base_model, feature_keys)
+    window = min(plan.steps, training_budget(fn_args, options).steps_per_epoch)
+    result = fit.train(
+        model, strategy,
+        distribute.distribute(strategy, inputs.dataset_fn(fn_args.train_files, True)),
+        steps=plan.steps, steps_per_epoch=max(1, window),
+        log_dir=fileio.join(folders.run_dir, "refit"),
+        global_batch_size=options.input.batch_size)
+    logging.info("refit: %d steps on all %d train rows (the validation rows chose step %d "
+                 "of %d rows' training)", plan.steps, plan.rows, plan.chosen_step,
+                 plan.chosen_rows)
+    return model, result
 
 
 def checkpointing_for(options: TrainerOptions, folders: distribute.WorkerFolders
@@ -661,9 +734,10 @@ def build_model(schema: schema_pb2.Schema, feature_keys: list[str],
 
 
 def _validation_report(inputs: TrainingInput, statistics: DataStatistics,
-                       fn_args: Any) -> dict:
-    """How many rows trained, how many chose the weights and where they came from; the eval
-    split is not among them (the run summary says so from this)."""
+                       fn_args: Any, refit: Optional[RefitPlan] = None) -> dict:
+    """How many rows trained, how many chose the weights and where they came from, and the
+    refit's rows and steps when there was one; the eval split is not among them (the run
+    summary says so from this)."""
     validation, budget = inputs.validation, training_budget(fn_args, inputs.options)
     chose = inputs.rows_read(
         list(validation.files), validation.holdout, budget.validation_steps,
@@ -672,6 +746,8 @@ def _validation_report(inputs: TrainingInput, statistics: DataStatistics,
     holdout = validation.holdout
     return {"rows_trained": statistics.rows, "rows_choosing_weights": chose,
             "split": validation.split, "fraction": holdout.fraction if holdout else None,
+            "refit_rows": refit.rows if refit else None,
+            "refit_steps": refit.steps if refit else None,
             "hashed": None if not holdout else "packed row (its block and place in it)"
             if packing.packed_rows(inputs.schema) else "record",
             # The files this run read, checked against the eval split's.
