@@ -14,16 +14,18 @@ writers copy whole chunk files; only a chunk that a cut falls inside is inflated
 parts deflated again. Memory holds chunk metadata, never the data, so it stays flat as the
 input grows.
 
-Everything is written under a staging folder (`staged_output`) and moved into place at the
-end, manifest last: a run that fails leaves no manifest, and so nothing that looks complete.
+Everything is written under a staging folder (`staged_output`, `commit.py`) and moved into
+place at the end, manifest (`manifest.py`) last: a run that fails leaves no manifest, and so
+nothing that looks complete. Both are imported here too, for callers that use them as
+`shards.X`.
 
 This module is engine-neutral: Beam's transform over it is `tfrecord_shards/beam_shards.py`, and
 any other engine calls the same plan, write and manifest functions.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import hashlib
 import os
 import posixpath
 import urllib.parse
@@ -35,11 +37,16 @@ from typing import Iterator, Optional
 import numpy as np
 from isal import igzip, isal_zlib
 
-from tfrecord_shards import fileio, hooks, tfrecord_io
-from tfrecord_shards.codec.schema_file import SCHEMA_FILE
+from tfrecord_shards import fileio, record_index, tfrecord_io
+# The staged output and the manifest, as callers have them from here (`shards.staged_output`).
+from tfrecord_shards.commit import (COMMITTING_FILE, STAGING_PREFIX, IncompleteOutputError,
+                                    check_committed, check_output_dir, clear_earlier_attempt,
+                                    commit, discard, new_staging_dir, staged_output)
+from tfrecord_shards.manifest import (MANIFEST_FILE, Shard, build_manifest,
+                                      check_row_accounting, read_manifest, split_names,
+                                      write_manifest)
 from tfrecord_shards.options import JsonOptions, SettingError, setting
 
-MANIFEST_FILE = "manifest.json"
 DEFAULT_SHARD_SIZE_MB = 128.0
 QUARANTINE_DIR = "quarantine"
 # Inside the staging folder, where a shard is written before it is moved into place; like
@@ -127,18 +134,6 @@ class ShardSpec:
         return posixpath.join(self.partition, f"Split-{self.split}", name)
 
 
-@dataclasses.dataclass(frozen=True)
-class Shard:
-    partition: str
-    split: str
-    path: str  # relative to the output folder
-    rows: int
-    nbytes: int  # on disk
-    # Gzip shards: (compressed offset, records) of each gzip member, so a reader can skip a
-    # damaged member and count exactly what it lost (tfrecord_io.iter_records).
-    gzip_members: tuple = ()
-
-
 # The folder names of a null and of an empty partition value (Hive writes
 # __HIVE_DEFAULT_PARTITION__ for both; keeping them apart loses less).
 NULL_PARTITION, EMPTY_PARTITION = "__null__", "__empty__"
@@ -161,8 +156,6 @@ def partition_dir(column: str, value) -> str:
             # The literal strings must not land in the null or empty value's folder.
             text = text.replace("_", "%5F")
     if len(text) > 120:
-        import hashlib
-
         text = text[:80] + "~" + hashlib.sha1(text.encode()).hexdigest()[:16]
     safe_column = urllib.parse.quote(column, safe="-_").replace(".", "%2E")
     return f"{safe_column}={text}"
@@ -432,8 +425,6 @@ def _write_plain_index(path: str, relative: str, nbytes: int, record_ends: list
     """Writes the `.idx` of the plain shard at `path` (each record's offset and framed
     length, the text DALI and the `tfrecord` package read) beside it; returns (where it is,
     where it goes relative to the output: the artifact's `index/Split-x/` folder)."""
-    from tfrecord_shards import record_index
-
     ends = np.concatenate(record_ends) if record_ends else np.zeros(0, np.int64)
     offsets = np.concatenate([[0], ends[:-1]]).astype(np.int64)
     index = record_index.RecordIndex(path, False, nbytes, offsets, ends - offsets,
@@ -471,173 +462,3 @@ def gzip_member(data: bytes, level: int) -> bytes:
     if level in _ISAL_LEVELS:
         return isal_zlib.compress(data, level, wbits=_GZIP_WBITS)
     return zlib.compress(data, level, wbits=_GZIP_WBITS)
-
-
-STAGING_PREFIX = ".staging-"
-# Written into the output before the first move of a commit and removed after the manifest:
-# on an object store a commit is a copy per object, and a reader that finds this file
-# without a manifest knows the output is partial (a `_` name: no stock reader lists it).
-COMMITTING_FILE = "_COMMITTING"
-
-
-def check_output_dir(output_dir: str) -> None:
-    """Refuses an output folder that holds anything: a finished output is never overwritten,
-    and the remains of a run that was killed (outputs moved in before the manifest) are named,
-    with what to delete, rather than mixed into a new output."""
-    entries = sorted(n for n in fileio.listdir(output_dir)) \
-        if fileio.isdir(output_dir) else []
-    if not entries:
-        return
-    if MANIFEST_FILE in entries:
-        raise FileExistsError(f"{output_dir} already holds a finished output ({MANIFEST_FILE} "
-                              "is there); write to an empty folder")
-    stopped = " left by a run that stopped before it finished (no manifest.json)" \
-        if COMMITTING_FILE in entries or any(n.startswith("Split-") for n in entries) else ""
-    delete = f"gsutil -m rm -r {output_dir}" if output_dir.startswith("gs://") else \
-        f"aws s3 rm --recursive {output_dir}" if output_dir.startswith("s3://") else \
-        f"rm -r {output_dir}"
-    raise FileExistsError(f"{output_dir} is not empty: it holds {', '.join(entries[:5])}"
-                          f"{' ...' if len(entries) > 5 else ''}{stopped}; delete the folder "
-                          f"({delete}) or write to an empty one")
-
-
-def clear_earlier_attempt(output_dir: str) -> None:
-    """Removes what an earlier attempt of the same task left in `output_dir` and the staging
-    folders beside it (a commit stopped half-way, a job killed before it): an orchestrator
-    retries a task into the URIs it gave the first attempt, and the retry must write whole.
-    For executors only, whose output folder is their task's alone; `staged_output` itself
-    refuses a folder that is not empty, which keeps a user's own folder safe."""
-    output_dir = output_dir.rstrip("/")
-    parent = fileio.dirname(output_dir)
-    prefix = f"{STAGING_PREFIX}{fileio.basename(output_dir)}-"
-    if fileio.isdir(parent):
-        for name in fileio.listdir(parent):
-            if name.rstrip("/").startswith(prefix):
-                fileio.rmtree(fileio.join(parent, name.rstrip("/")))
-    if fileio.isdir(output_dir) and fileio.listdir(output_dir):
-        fileio.rmtree(output_dir)
-
-
-def new_staging_dir(output_dir: str) -> str:
-    """A fresh staging folder beside `output_dir`, never inside it: nothing of a run in
-    progress is below the folder a reader lists, on a disk or a bucket."""
-    output_dir = output_dir.rstrip("/")
-    staging = fileio.join(fileio.dirname(output_dir), f"{STAGING_PREFIX}"
-                          f"{fileio.basename(output_dir)}-{uuid.uuid4().hex[:12]}")
-    fileio.makedirs(staging)
-    return staging
-
-
-def write_manifest(staging: str, manifest: dict) -> None:
-    fileio.write_json(fileio.join(staging, MANIFEST_FILE), manifest)
-
-
-def build_manifest(shards: list[Shard], sources: list[dict], compression: str,
-                   quarantined: int, **extra) -> dict:
-    splits: dict[str, dict] = {}
-    for shard in sorted(shards, key=lambda s: s.path):
-        entry = splits.setdefault(shard.split, {"rows": 0, "bytes": 0, "shards": []})
-        entry["rows"] += shard.rows
-        entry["bytes"] += shard.nbytes
-        entry["shards"].append({"path": shard.path, "rows": shard.rows, "bytes": shard.nbytes,
-                                "partition": shard.partition})
-        if shard.gzip_members:
-            entry["shards"][-1]["gzip_members"] = [list(m) for m in shard.gzip_members]
-    rows_written = sum(s.rows for s in shards)
-    rows_in = sum(s.get("rows_in", 0) for s in sources)
-    return {
-        "rows_in": rows_in,
-        "rows_written": rows_written,
-        "rows_quarantined": quarantined,
-        "compression": compression,
-        "splits": splits,
-        "sources": sources,
-        **extra,
-    }
-
-
-def commit(staging: str, output_dir: str) -> None:
-    """Moves staged results into `output_dir`; the manifest goes last and marks completion.
-
-    On a disk each top-level entry is one rename. On an object store every object is copied
-    and deleted, so a kill can stop a commit half-way: `COMMITTING_FILE` is there from the
-    first move until after the manifest, and `check_committed` refuses such a folder."""
-    names = fileio.listdir(staging)
-    fileio.makedirs(output_dir)
-    marker = fileio.join(output_dir, COMMITTING_FILE)
-    fileio.write_text(marker, staging)
-    # The data first, then the schema, the manifest last: a run killed part-way through the
-    # moves leaves shards without a schema or without a manifest, never a complete look.
-    last = {SCHEMA_FILE: 1, MANIFEST_FILE: 2}
-    moved = 0
-    hooks.reached(hooks.COMMIT_MOVED, moved=moved)
-    for name in sorted(names, key=lambda n: (last.get(n, 0), n)):
-        if fileio.is_hidden(name):
-            continue
-        target = fileio.join(output_dir, name)
-        if fileio.exists(target):
-            if fileio.isdir(target):
-                fileio.rmtree(target)
-            else:
-                fileio.remove(target)
-        fileio.rename(fileio.join(staging, name), target)
-        moved += 1
-        hooks.reached(hooks.COMMIT_MOVED, moved=moved)
-    fileio.remove(marker)
-    fileio.rmtree(staging)
-
-
-def check_committed(folder: str) -> None:
-    """Refuses an output of ours whose commit was stopped (shards without their manifest):
-    a reader of it would count some rows, or some twice."""
-    if fileio.exists(fileio.join(folder, COMMITTING_FILE)) and \
-            not fileio.exists(fileio.join(folder, MANIFEST_FILE)):
-        raise IncompleteOutputError(
-            f"{folder}: an unfinished output: a run stopped while moving it into place "
-            f"({COMMITTING_FILE} is there and {MANIFEST_FILE} is not); run it again into an "
-            "empty folder")
-
-
-class IncompleteOutputError(ValueError):
-    pass
-
-
-def discard(staging: str) -> None:
-    if fileio.exists(staging):
-        fileio.rmtree(staging)
-
-
-@contextlib.contextmanager
-def staged_output(output_dir: str) -> Iterator[str]:
-    """A fresh staging folder beside `output_dir`, committed into it when the block succeeds
-    and removed when it fails, so a failed run leaves nothing that looks complete.
-    `output_dir` must be empty (check_output_dir)."""
-    check_output_dir(output_dir)
-    staging = new_staging_dir(output_dir)
-    try:
-        yield staging
-        commit(staging, output_dir)
-    except BaseException:
-        discard(staging)
-        raise
-
-
-def check_row_accounting(manifest: dict) -> None:
-    """Every row read is written, quarantined, counted as lost to damage in the source or
-    left out for a null label; anything else is a row lost silently, and fatal."""
-    rows_in, written = manifest["rows_in"], manifest["rows_written"]
-    quarantined, lost = manifest["rows_quarantined"], manifest.get("rows_lost", 0)
-    unlabelled = manifest.get("rows_unlabelled", 0)
-    if rows_in != written + quarantined + lost + unlabelled:
-        raise RuntimeError(f"Row accounting failed: {rows_in} rows in, {written} written, "
-                           f"{quarantined} quarantined, {lost} lost to damage, {unlabelled} "
-                           f"without a label")
-
-
-def read_manifest(folder: str) -> Optional[dict]:
-    return fileio.read_json(fileio.join(folder, MANIFEST_FILE))
-
-
-def split_names(manifest: dict) -> list[str]:
-    return sorted(manifest["splits"])
-
