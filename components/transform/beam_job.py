@@ -156,7 +156,8 @@ def _analyze(make_pipeline, options, examples_dirs, raw_schema, preprocessing_fn
 
 
 def _transform(make_pipeline, options, examples_dirs, splits, raw_schema, schema,
-               graph_dir, temp_dir, staging, columnar: bool) -> list:
+               graph_dir, temp_dir, staging, columnar: bool,
+               kept: Optional[dict[str, str]] = None) -> list:
     with make_pipeline() as pipeline, tft_beam.Context(temp_dir=temp_dir):
         transform_fn = None if columnar else \
             pipeline | "ReadTransformFn" >> tft_beam.ReadTransformFn(graph_dir)
@@ -164,7 +165,7 @@ def _transform(make_pipeline, options, examples_dirs, splits, raw_schema, schema
         for split in splits:
             if columnar:
                 transformed = columnar_job.transformed_batches(pipeline, split, examples_dirs,
-                                                               raw_schema, graph_dir)
+                                                               raw_schema, graph_dir, kept)
             else:
                 sources = [_raw_source(d, split, raw_schema) for d in examples_dirs]
                 raw = [pipeline | f"Read[{split}][{i}]" >> source.BeamSource()
@@ -216,9 +217,16 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
     with shards.staged_output(output_dir) as staging:
         graph_staging = fileio.join(staging, "_graph")
         temp_dir = fileio.join(staging, "_tft_tmp")
+        # The analysis's decoded batches, for the transform to read instead of decoding the
+        # analysed split again: inside the staging folder (hidden, never committed, removed
+        # with it when the run fails) and deleted as soon as the transform is done.
+        kept_dir = fileio.join(staging, "_decoded") if options.reuse_decoded else None
+        kept = {}
         if columnar:
             analysis = columnar_job.analyze(make_pipeline, options, examples_dirs, raw_schema,
-                                            columnar, graph_staging, temp_dir)
+                                            columnar, graph_staging, temp_dir, kept_dir)
+            kept = columnar_job.kept_copies(kept_dir, analysis["analysed"],
+                                            options.analyze_split)
         else:
             analysis = _analyze(make_pipeline, options, examples_dirs, raw_schema,
                                 load_preprocessing_fn(options, raw_schema), graph_staging,
@@ -232,8 +240,13 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
         row_schema = tft.TFTransformOutput(graph_staging).transformed_metadata.schema
         schema = stored_schema(row_schema, options, raw_image_names(raw_schema, options))
         # The encoder is given the schema stored beside the blocks, so they say the same.
-        result = _transform(make_pipeline, options, examples_dirs, splits, raw_schema,
-                            schema, graph_staging, temp_dir, staging, columnar is not None)
+        try:
+            result = _transform(make_pipeline, options, examples_dirs, splits, raw_schema,
+                                schema, graph_staging, temp_dir, staging, columnar is not None,
+                                kept)
+        finally:
+            if kept_dir and fileio.exists(kept_dir):
+                fileio.rmtree(kept_dir)
         written = [shards.Shard(**s) for s in result["shards"]]
         manifest = shards.build_manifest(written, [], options.sharding.compression, 0,
                                          schema=schema_file.SCHEMA_FILE, inputs=examples_dirs,

@@ -11,13 +11,16 @@ preprocessing_fn keeps tf.Transform's general path.
    adapter makes them (`inputs.py`), run the function, add each batch to the numpy accumulators
    (`statistics.Analysis`); merge the files' and inputs' analyses. With an analyzer cache,
    each input's analysis is kept (by `inputs.dataset_key` and the function's fingerprint)
-   and an input seen before is not read again.
+   and an input seen before is not read again. With `reuse_decoded` (the default), each
+   file's decoded batches are also written as an Arrow IPC file in the run's staging folder
+   (through the file layer, so on any runner and any store), for step 4.
 3. Trace the preprocessing_fn again with `ConstantAnalyzers` and write it with tf.Transform's
    own writer (`impl_helper.trace_and_write_v2_saved_model`): a standard TransformGraph
    (`transform_fn/` with its vocabularies as assets, `transformed_metadata/`), which the
    stock Trainer, TFMA and TF Serving load as they load tf.Transform's.
 4. Transform (a Beam job, one element per file of every split): the graph from step 3
-   applied to decoded batches of about 64k rows, its outputs converted to Arrow by
+   applied to decoded batches of about 64k rows (of the analysed split, the batches step 2
+   kept, read back instead of decoded again), its outputs converted to Arrow by
    tf.Transform's converter, then packed and written by the same encoder and sharding
    writer as the general path.
 """
@@ -37,7 +40,8 @@ from tensorflow_transform import graph_context
 from tfrecord_shards import fileio, rows_done
 from components.transform import analyzers
 from components.transform.inputs import (
-    analysis_key, dataset_key, record_batches, split_paths, tensor_adapter_config)
+    analysis_key, dataset_key, kept_batches, record_batches, split_paths,
+    tensor_adapter_config)
 from components.transform.options import TransformOptions
 from components.transform.preprocessing import load_preprocessing_fn
 from components.transform.statistics import Analysis, AnalyzerSpec, merged
@@ -153,11 +157,32 @@ def columnar_inputs(options: TransformOptions, raw_schema: schema_pb2.Schema
         return None
 
 
-class _AnalyzeFile(beam.DoFn):
-    """A file of the analyze split -> its `Analysis`."""
+def kept_copy(keep_dir: str, path: str) -> str:
+    """Where the analysis keeps the decoded batches of the file `path`, in `keep_dir`."""
+    return fileio.join(keep_dir, hashlib.sha256(path.encode()).hexdigest()[:24] + ".arrow")
 
-    def __init__(self, options: TransformOptions, raw_schema: schema_pb2.Schema):
+
+def kept_copies(keep_dir: Optional[str], examples_dirs: Sequence[str], split: str
+                ) -> dict[str, str]:
+    """{file of `split` of each of `examples_dirs`: its decoded copy in `keep_dir`}, for the
+    inputs whose analysis kept them there; none without `keep_dir`."""
+    if not keep_dir:
+        return {}
+    return {path: kept_copy(keep_dir, path) for d in examples_dirs
+            for path in split_paths(d, split)}
+
+
+class _AnalyzeFile(beam.DoFn):
+    """A file of the analyze split -> its `Analysis`. With `keep_dir`, the file's decoded
+    batches are also written there (`kept_copy`) for the transform to apply the graph to,
+    so that it reads Arrow and does not decode the tf.Examples again. The copy goes through
+    the file layer, beside the run's staging output, not into this worker's memory: on a
+    distributed runner the transform of a file may run on another worker."""
+
+    def __init__(self, options: TransformOptions, raw_schema: schema_pb2.Schema,
+                 keep_dir: Optional[str] = None):
         self._options, self._raw_schema = options, raw_schema
+        self._keep_dir = keep_dir
 
     def setup(self):
         from tfx_bsl.tfxio import tensor_adapter
@@ -167,7 +192,8 @@ class _AnalyzeFile(beam.DoFn):
 
     def process(self, path: str):
         analysis = Analysis(self._inputs.specs)
-        for batch in record_batches(path, self._raw_schema):
+        keep = kept_copy(self._keep_dir, path) if self._keep_dir else None
+        for batch in record_batches(path, self._raw_schema, keep):
             analysis.add(batch.num_rows, self._inputs(
                 self._adapter.ToBatchTensors(batch, produce_eager_tensors=True)))
         yield analysis.to_bytes()
@@ -191,18 +217,22 @@ class _MergeAnalyses(beam.CombineFn):
 
 
 def _analyse_inputs(make_pipeline, options: TransformOptions, inputs: dict[str, str],
-                    raw_schema: schema_pb2.Schema, specs: list[AnalyzerSpec], temp_dir: str
-                    ) -> dict[str, Analysis]:
-    """{key: the analysis of that Examples folder's analyze split}, one Beam job for all."""
+                    raw_schema: schema_pb2.Schema, specs: list[AnalyzerSpec], temp_dir: str,
+                    keep_dir: Optional[str] = None) -> dict[str, Analysis]:
+    """{key: the analysis of that Examples folder's analyze split}, one Beam job for all;
+    with `keep_dir`, each file's decoded batches kept there (`_AnalyzeFile`)."""
     if not inputs:
         return {}
     fileio.makedirs(temp_dir)
+    if keep_dir:
+        fileio.makedirs(keep_dir)
     results = {key: fileio.join(temp_dir, f"analysis-{key}.pkl") for key in inputs}
     with make_pipeline() as pipeline:
         for key, examples_dir in inputs.items():
             files = split_paths(examples_dir, options.analyze_split)
             _ = (pipeline | f"Files[{key}]" >> beam.Create(files)
-                 | f"Analyze[{key}]" >> beam.ParDo(_AnalyzeFile(options, raw_schema))
+                 | f"Analyze[{key}]" >> beam.ParDo(_AnalyzeFile(options, raw_schema,
+                                                                keep_dir))
                  | f"Merge[{key}]" >> beam.CombineGlobally(_MergeAnalyses(specs))
                  | f"Keep[{key}]" >> beam.Map(lambda data, path: fileio.write_bytes(path, data),
                                               results[key]))
@@ -211,10 +241,11 @@ def _analyse_inputs(make_pipeline, options: TransformOptions, inputs: dict[str, 
 
 def analyze(make_pipeline, options: TransformOptions, examples_dirs: Sequence[str],
             raw_schema: schema_pb2.Schema, inputs_fn: AnalyzerInputs, graph_dir: str,
-            temp_dir: str) -> dict[str, list[str]]:
+            temp_dir: str, keep_dir: Optional[str] = None) -> dict[str, list[str]]:
     """Analyses the analyze split of every input (or takes an input's analysis from the
     analyzer cache) and writes the transform graph into `graph_dir`. Returns the inputs
-    analysed and those taken from the cache."""
+    analysed and those taken from the cache. With `keep_dir`, the batches the analysis
+    decoded are kept there (`kept_copies` of the inputs analysed)."""
     # An entry is for this graph (its fingerprint) and this split, schema, settings and
     # library versions (`analysis_key`), and no other.
     cache_dir = options.analyzer_cache_dir
@@ -230,7 +261,7 @@ def analyze(make_pipeline, options: TransformOptions, examples_dirs: Sequence[st
                   for d in examples_dirs if cached_path(d) and fileio.exists(cached_path(d))}
     to_read = {dataset_key(d): d for d in examples_dirs if d not in from_cache}
     read = _analyse_inputs(make_pipeline, options, to_read, raw_schema, inputs_fn.specs,
-                           temp_dir)
+                           temp_dir, keep_dir)
     for key, analysis in read.items():
         if cache_dir:
             fileio.makedirs(fileio.dirname(cached_path(to_read[key])))
@@ -286,7 +317,8 @@ def write_transform_graph(preprocessing_fn: Callable[[dict], dict],
 
 class _TransformFile(beam.DoFn):
     """A file of one split -> its rows transformed, as Arrow record batches (the general
-    path's TransformDataset gives the same)."""
+    path's TransformDataset gives the same). An element is (the file, the copy of its
+    decoded batches the analysis kept, or None): a kept copy is read instead of the file."""
 
     def __init__(self, raw_schema: schema_pb2.Schema, graph_dir: str):
         self._raw_schema, self._graph_dir = raw_schema, graph_dir
@@ -304,8 +336,9 @@ class _TransformFile(beam.DoFn):
                                             output.transformed_metadata.schema))
         self._layer, self._converter = _loaded[self._graph_dir]
 
-    def process(self, path: str):
-        for batch in record_batches(path, self._raw_schema):
+    def process(self, element: tuple[str, Optional[str]]):
+        path, kept = element
+        for batch in kept_batches(kept) if kept else record_batches(path, self._raw_schema):
             transformed = self._layer(self._adapter.ToBatchTensors(
                 batch, produce_eager_tensors=True))
             rows_done.add(batch.num_rows)
@@ -318,8 +351,11 @@ def release(graph_dir: str) -> None:
 
 
 def transformed_batches(pipeline, split: str, examples_dirs: Sequence[str],
-                        raw_schema: schema_pb2.Schema, graph_dir: str):
-    """A PCollection of one split's rows of every input, transformed."""
-    files = [path for d in examples_dirs for path in split_paths(d, split)]
+                        raw_schema: schema_pb2.Schema, graph_dir: str,
+                        kept: Optional[dict[str, str]] = None):
+    """A PCollection of one split's rows of every input, transformed; a file with a copy in
+    `kept` ({file: its decoded copy}) is read from the copy."""
+    kept = kept or {}
+    files = [(path, kept.get(path)) for d in examples_dirs for path in split_paths(d, split)]
     return (pipeline | f"Files[{split}]" >> beam.Create(files)
             | f"Transform[{split}]" >> beam.ParDo(_TransformFile(raw_schema, graph_dir)))

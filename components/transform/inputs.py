@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Iterator
+from typing import Iterator, Optional
 
 from tensorflow_metadata.proto.v0 import schema_pb2
 
@@ -92,11 +92,14 @@ def tensor_adapter_config(raw_schema: schema_pb2.Schema):
                                  ).TensorAdapterConfig()
 
 
-def record_batches(path: str, raw_schema: schema_pb2.Schema) -> Iterator:
+def record_batches(path: str, raw_schema: schema_pb2.Schema,
+                   keep: Optional[str] = None) -> Iterator:
     """A file's tf.Examples as Arrow record batches of at most BATCH_ROWS rows, decoded by the
     codec's compiled decoder in a thread of their own, a batch or two ahead of the caller:
     inflating, unframing and decoding release the GIL, as the caller's TensorFlow graph
-    does, so the two share the cores."""
+    does, so the two share the cores. With `keep` (a path or URI), that thread also writes
+    the batches there as an Arrow IPC stream (`ArrowCopy`), for `kept_batches` to give back
+    without decoding again; the copy appears only once every batch has been read."""
     per_decode = min(BATCH_ROWS, parser.records_per_decode(raw_schema))
 
     def decoded() -> Iterator:
@@ -104,7 +107,76 @@ def record_batches(path: str, raw_schema: schema_pb2.Schema) -> Iterator:
             for part in block.parts(per_decode):
                 yield parser.decode_record_block(part, raw_schema)
 
-    return read_ahead(decoded(), READ_AHEAD)
+    def decoded_and_kept() -> Iterator:
+        with ArrowCopy(keep) as copy:
+            for batch in decoded():
+                copy.write(batch)
+                yield batch
+
+    return read_ahead(decoded_and_kept() if keep else decoded(), READ_AHEAD)
+
+
+def kept_batches(path: str) -> Iterator:
+    """The record batches an `ArrowCopy` kept at `path`, read a batch or two ahead of the
+    caller in a thread of their own (reading releases the GIL), one batch in memory at a
+    time."""
+    return read_ahead(_read_copy(path), READ_AHEAD)
+
+
+def _read_copy(path: str) -> Iterator:
+    import pyarrow as pa
+
+    if fileio.size(path) == 0:  # a file without records
+        return
+    with (pa.OSFile(path, "rb") if not fileio.is_remote(path)
+          else fileio.open_file(path, "rb")) as source:
+        yield from pa.ipc.open_stream(source)
+
+
+class ArrowCopy:
+    """Writes record batches to `path` (a path or URI) as an Arrow IPC stream, uncompressed:
+    reading it back is a copy of the bytes, against inflating, unframing and decoding the
+    tf.Examples again. A context manager: the file appears under its name only when the block
+    ends without an error (on a disk written beside it and renamed; on an object store an
+    object appears whole when it is closed), and a failed or abandoned copy is removed, so
+    a reader finds a complete copy or none. A file without records gives an empty file."""
+
+    def __init__(self, path: str):
+        import uuid
+
+        self.path = path
+        self._remote = fileio.is_remote(path)
+        self._partial = path if self._remote else f"{path}.{uuid.uuid4().hex[:8]}.partial"
+        self._sink = self._writer = None
+
+    def __enter__(self) -> "ArrowCopy":
+        import pyarrow as pa
+
+        self._sink = fileio.open_file(self._partial, "wb") if self._remote \
+            else pa.OSFile(self._partial, "wb")
+        return self
+
+    def write(self, batch) -> None:
+        import pyarrow as pa
+
+        if self._writer is None:
+            self._writer = pa.ipc.new_stream(self._sink, batch.schema)
+        self._writer.write_batch(batch)
+
+    def __exit__(self, kind, error, trace) -> None:
+        if kind is None:
+            if self._writer is not None:
+                self._writer.close()
+            self._sink.close()
+            if not self._remote:
+                fileio.rename(self._partial, self.path)
+            return
+        # An error, or the reader stopped early (GeneratorExit): nothing may look complete.
+        try:
+            self._sink.close()
+        finally:
+            if fileio.exists(self._partial):
+                fileio.remove(self._partial)
 
 
 READ_AHEAD = 2
@@ -134,6 +206,9 @@ def read_ahead(items: Iterator, depth: int) -> Iterator:
         try:
             for item in items:
                 if not put((item, None)):
+                    # The caller stopped: end `items` here, in the thread that runs it, so
+                    # what it holds open (a file being kept) is let go of now.
+                    getattr(items, "close", lambda: None)()
                     return
             put((done, None))
         except BaseException as error:  # noqa: BLE001 - handed to the caller

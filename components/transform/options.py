@@ -49,6 +49,11 @@ class TransformOptions(JsonOptions):
     # of the rows it analysed and of the rows it wrote, their schemas and the anomalies of the
     # latter (components/transform/feature_stats.py); off, those outputs do not exist.
     disable_statistics: bool = False
+    # The columnar path (analysis="columnar") keeps the batches its analysis decoded, as
+    # Arrow IPC files in the run's staging folder, and applies the transform to those
+    # instead of reading and decoding the analysed split's tf.Examples a second time; they
+    # are deleted once the transform is done. Off: the analysed split is decoded twice.
+    reuse_decoded: bool = True
     sharding: ShardingOptions = dataclasses.field(default_factory=ShardingOptions)
 
     def __post_init__(self) -> None:

@@ -1,0 +1,147 @@
+"""ShardedTransform's columnar path applies the transform to the batches its analysis decoded
+(kept as Arrow IPC files in the run's staging folder, `reuse_decoded`) instead of decoding
+the analysed split a second time: the same rows, values and TransformGraph as decoding
+twice, every row accounted for, and no kept copy left behind, whether the run succeeds or
+fails."""
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+
+from components.transform import beam_job, columnar_job, taxi
+from components.transform.inputs import ArrowCopy, kept_batches, record_batches, split_paths
+from components.transform.options import TransformOptions
+from tfrecord_shards import tfrecord_io
+from tfrecord_shards.codec import parser, schema_file
+from tfrecord_shards.shards import ShardingOptions
+
+
+def leftovers(folder) -> list[str]:
+    """Kept copies (whole or partial) anywhere below `folder`, hidden folders included."""
+    return [os.path.join(top, name) for top, _, names in os.walk(folder) for name in names
+            if name.endswith((".arrow", ".partial"))]
+
+
+@pytest.fixture(scope="module", params=["gzip", "none"])
+def examples(request, taxi_csv, tmp_path_factory) -> str:
+    """The taxi sample through our ExampleGen, three shards a split (several files, so
+    several kept copies), gzip and plain."""
+    from components.example_gen import beam_job as example_gen
+    from components.example_gen.options import ExampleGenOptions
+
+    out = str(tmp_path_factory.mktemp(f"examples-{request.param}") / "examples")
+    example_gen.run(ExampleGenOptions(source=taxi_csv, sharding=ShardingOptions(
+        compression=request.param, num_shards=3)), out)
+    return out
+
+
+def counting_decodes(monkeypatch) -> list[int]:
+    """Rows the columnar path decodes from tf.Examples, counted as they are decoded."""
+    decoded = []
+
+    def counted(path, schema, keep=None):
+        for batch in record_batches(path, schema, keep):
+            decoded.append(batch.num_rows)
+            yield batch
+
+    monkeypatch.setattr(columnar_job, "record_batches", counted)
+    return decoded
+
+
+def transform(examples: str, out, reuse: bool) -> dict:
+    options = TransformOptions(preprocessing_fn=taxi.PREPROCESSING_FN, packed_rows=0,
+                               reuse_decoded=reuse)
+    return beam_job.run(options, examples, parser.active_schema(
+        schema_file.load_schema(examples)), str(out / "graph"), str(out / "examples"))
+
+
+def records(examples: str, split: str) -> list[bytes]:
+    return sorted(record for path in split_paths(examples, split)
+                  for record in tfrecord_io.iter_records(path))
+
+
+def test_default_reuses_the_decoded_batches():
+    assert TransformOptions().reuse_decoded is True
+
+
+def test_reused_batches_give_the_rows_values_and_graph_of_decoding_twice(
+        examples, tmp_path, monkeypatch):
+    from test_transform_beam import graph_constants
+
+    source = beam_job.shards.read_manifest(examples)
+    rows = {split: entry["rows"] for split, entry in source["splits"].items()}
+    decoded = counting_decodes(monkeypatch)
+    twice = transform(examples, tmp_path / "twice", reuse=False)
+    assert sum(decoded) == 2 * rows["train"] + rows["eval"]
+    decoded.clear()
+    once = transform(examples, tmp_path / "once", reuse=True)
+    # The train split decoded once, by the analysis; the transform read the kept copies.
+    assert sum(decoded) == rows["train"] + rows["eval"]
+
+    for manifest in (twice, once):
+        assert manifest["rows_in"] == manifest["rows_written"] == sum(rows.values())
+        assert {s: e["rows"] for s, e in manifest["splits"].items()} == rows
+    for split in rows:
+        assert records(str(tmp_path / "once" / "examples"), split) == \
+            records(str(tmp_path / "twice" / "examples"), split), split
+    assert graph_constants(str(tmp_path / "once" / "graph")) == \
+        graph_constants(str(tmp_path / "twice" / "graph"))
+    for name in ("transformed_metadata/*", "transform_fn/assets/*"):
+        files = {side: {os.path.relpath(f, tmp_path / side): open(f, "rb").read()
+                        for f in glob.glob(str(tmp_path / side / "graph" / name))}
+                 for side in ("once", "twice")}
+        assert files["once"] and files["once"] == files["twice"], name
+    assert leftovers(tmp_path) == []
+    assert [n for n in os.listdir(tmp_path / "once") if n.startswith(".")] == []
+
+
+def test_a_failed_transform_leaves_no_kept_copies_and_no_complete_output(
+        examples, tmp_path, monkeypatch):
+    def fail(self, element):
+        raise RuntimeError("the encoder failed")
+
+    made = []
+    real_enter = ArrowCopy.__enter__
+
+    def tracked(self):
+        made.append(self.path)
+        return real_enter(self)
+
+    monkeypatch.setattr(ArrowCopy, "__enter__", tracked)
+    monkeypatch.setattr(beam_job._EncodeChunks, "process", fail)
+    with pytest.raises(Exception, match="the encoder failed"):
+        transform(examples, tmp_path, reuse=True)
+    assert made  # the analysis had kept its batches when the transform failed
+    assert leftovers(tmp_path) == []
+    out = tmp_path / "examples"
+    assert not out.exists() or not os.listdir(out)
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]
+
+
+def test_a_copy_appears_only_when_every_batch_was_read(examples, tmp_path, monkeypatch):
+    from components.transform import inputs
+
+    monkeypatch.setattr(inputs, "BATCH_ROWS", 64)  # many batches a file
+    schema = parser.active_schema(schema_file.load_schema(examples))
+    path = split_paths(examples, "train")[0]
+    copy = str(tmp_path / "copy.arrow")
+
+    stopped = record_batches(path, schema, copy)
+    next(stopped)
+    stopped.close()  # a reader that stops early, as an analysis that fails does
+    assert leftovers(tmp_path) == []
+
+    whole = list(record_batches(path, schema, copy))
+    assert [n for n in os.listdir(tmp_path)] == ["copy.arrow"]
+    again = list(kept_batches(copy))
+    assert len(whole) > 10 and len(again) == len(whole)
+    assert all(a.equals(b) for a, b in zip(again, whole))
+
+
+def test_a_file_without_records_keeps_an_empty_copy(tmp_path):
+    copy = str(tmp_path / "empty.arrow")
+    with ArrowCopy(copy):
+        pass
+    assert os.path.getsize(copy) == 0 and list(kept_batches(copy)) == []
