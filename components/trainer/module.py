@@ -522,8 +522,6 @@ def run_fn(fn_args: Any) -> None:
                                            inputs.validation.training_holdout)
         head = make_head(options, schemas.model, options.label_key, images, statistics.label,
                          schemas.transform_output)
-        logging.info("Task: %s%s", head.task, f" ({head.num_classes} classes)"
-                     if head.task == tasks.MULTICLASS else "")
         with phases("build"), strategy.scope():
             model = build_model(schemas.model, feature_keys, images, statistics, head,
                                 Periodic.of(options))
@@ -531,12 +529,8 @@ def run_fn(fn_args: Any) -> None:
                 warm_start(model, fn_args.base_model, feature_keys)
         with phases("train"):
             result = _train(model, strategy, inputs, fn_args, options, folders, checkpointing)
-        plan = refit_plan(inputs, fn_args, statistics, result)
-        if plan is not None:
-            with phases("refit"):
-                model, refitted = _refit(plan, inputs, strategy, fn_args, folders, schemas,
-                                         feature_keys, head)
-            result.refit = dict(plan.report(), training=refitted.report())
+        model, plan = _refit_if_small(model, result, statistics, inputs, strategy, fn_args,
+                                      folders, schemas, head, phases)
     with phases("export"):
         export_model(model, fn_args.serving_model_dir, folders, serving_signatures(
             model, schemas, feature_keys, images, head, options.label_key))
@@ -616,6 +610,24 @@ def refit_plan(inputs: "TrainingInput", fn_args: Any, statistics: DataStatistics
     one_pass, all_pass = -(-statistics.rows // batch), -(-rows // batch)
     steps = max(1, round(result.best_step * all_pass / one_pass))
     return RefitPlan(rows, steps, result.best_step, statistics.rows)
+
+
+def _refit_if_small(model: keras.Model, result: fit.TrainingResult,
+                    statistics: DataStatistics, inputs: "TrainingInput",
+                    strategy: tf.distribute.Strategy, fn_args: Any,
+                    folders: distribute.WorkerFolders, schemas: "Schemas", head: "Head",
+                    phases: "Phases") -> tuple[keras.Model, Optional[RefitPlan]]:
+    """The model to export and the refit's plan: a small train split's refit on every train
+    row (`refit_plan`; its training is recorded in `result.refit`), else `model` as the first
+    fit left it and no plan."""
+    plan = refit_plan(inputs, fn_args, statistics, result)
+    if plan is None:
+        return model, None
+    with phases("refit"):
+        model, refitted = _refit(plan, inputs, strategy, fn_args, folders, schemas,
+                                 inputs.feature_keys, head)
+    result.refit = dict(plan.report(), training=refitted.report())
+    return model, plan
 
 
 def _refit(plan: RefitPlan, inputs: "TrainingInput", strategy: tf.distribute.Strategy,
@@ -849,6 +861,7 @@ def make_head(options: TrainerOptions, schema: schema_pb2.Schema, label_key: str
     task = options.task if options.task != tasks.AUTO else (
         tasks.MULTICLASS if images else tasks.task_from_schema(label) or tasks.BINARY)
     if task != tasks.MULTICLASS:
+        logging.info("Task: %s", task)
         return Head(task)
     num_classes = options.num_classes or tasks.classes_from_schema(label)
     if not num_classes:
@@ -866,4 +879,5 @@ def make_head(options: TrainerOptions, schema: schema_pb2.Schema, label_key: str
             class_names = ()
     if class_names and len(class_names) != num_classes:
         class_names = ()
+    logging.info("Task: %s (%d classes)", task, num_classes)
     return Head(task, int(num_classes), class_names)
