@@ -115,14 +115,14 @@ def test_both_crc32c_paths_agree_with_google_crc32c():
     both must give the library's checksum, at every length and misalignment."""
     import google_crc32c
 
-    from tfrecord_shards.codec import wire
+    from tfrecord_shards.codec import framing
 
     data = np.random.default_rng(7).integers(0, 256, 4_096, dtype=np.uint8)
     for start, count in [(0, 0), (0, 1), (3, 7), (1, 8), (5, 9), (0, 64), (13, 1_000)]:
         expected = google_crc32c.value(data[start:start + count].tobytes())
-        assert wire.crc32c_by_table(data, start, count, wire.CRC32C_TABLE) == expected
-        if wire._has_crc32_instruction():
-            assert wire._crc32c_by_instruction(data, start, count, wire.CRC32C_TABLE) == \
+        assert framing.crc32c_by_table(data, start, count, framing.CRC32C_TABLE) == expected
+        if framing._has_crc32_instruction():
+            assert framing._crc32c_by_instruction(data, start, count, framing.CRC32C_TABLE) == \
                 expected
 
 

@@ -175,11 +175,11 @@ def _gzip_members(path: str) -> Iterator[tuple[int, int]]:
 def _member_records(path: str, offset: int, data: bytes):
     """(buffer, record starts, record ends) of a gzip member's inflated `data`, checksums
     checked; damage is an error naming the file and the member's offset."""
-    from tfrecord_shards.codec import wire
+    from tfrecord_shards.codec import framing, wire
 
     buffer = np.frombuffer(data, np.uint8)
-    starts, ends, used, damaged = wire.unframe_records(wire.frozen(buffer),
-                                                       wire.frozen(wire.CRC32C_TABLE))
+    starts, ends, used, damaged = framing.unframe_records(wire.frozen(buffer),
+                                                          wire.frozen(framing.CRC32C_TABLE))
     if damaged >= 0 or used != len(buffer):
         raise tfrecord_io.CorruptRecordError(path, offset, "damaged record in a gzip member")
     return buffer, starts, ends
@@ -286,13 +286,13 @@ class _OpenMember:
             len(compressed) >= 18 else 0
 
     def record(self, at: int) -> bytes:
-        from tfrecord_shards.codec import wire
+        from tfrecord_shards.codec import framing
 
         if at >= self._records:
             raise self._damage("gzip member does not hold the records its index says")
         want = (at + 1) * self._inflated_size // self._records * 33 // 32 + 512
         while True:
-            skipped, start = wire.skip_records(self._data, at)
+            skipped, start = framing.skip_records(self._data, at)
             if skipped == at and start + 16 <= len(self._data):
                 end = start + 16 + int.from_bytes(self._data[start:start + 8].tobytes(),
                                                   "little")

@@ -61,11 +61,11 @@ def masked_crc(data: bytes) -> int:
 def frame_records(records) -> tuple:
     """TFRecord framing of a whole batch: (framed bytes as a uint8 array, end offset of each
     framed record). `records` is a pyarrow binary array or a list of bytes; the framing and
-    both checksums are one compiled pass over the batch (codec/wire.py)."""
+    both checksums are one compiled pass over the batch (codec/framing.py)."""
     import numpy as np
     import pyarrow as pa
 
-    from tfrecord_shards.codec import wire
+    from tfrecord_shards.codec import framing, wire
 
     if not isinstance(records, (pa.Array, pa.ChunkedArray)):
         records = pa.array(records, pa.binary())
@@ -80,8 +80,8 @@ def frame_records(records) -> tuple:
         records.offset:records.offset + len(records) + 1].astype(np.int64)
     data = np.frombuffer(records.buffers()[2], np.uint8) if records.buffers()[2] is not None \
         else np.zeros(0, np.uint8)
-    return wire.frame_records(wire.frozen(data), wire.frozen(offsets),
-                              wire.frozen(wire.CRC32C_TABLE))
+    return framing.frame_records(wire.frozen(data), wire.frozen(offsets),
+                                 wire.frozen(framing.CRC32C_TABLE))
 
 
 def is_gzip(path: str) -> bool:
@@ -183,13 +183,13 @@ _BLOCK_BYTES = 1 << 24
 
 def iter_record_blocks(path: str, block_bytes: int = _BLOCK_BYTES) -> Iterator[RecordBlock]:
     """The file's records about `block_bytes` at a time, unframed (checksums checked) in one
-    compiled pass a block (codec/wire.py) rather than a Python step a record. Damage raises
+    compiled pass a block (codec/framing.py) rather than a Python step a record. Damage raises
     CorruptRecordError naming the file and offset, as `iter_records` does."""
     import numpy as np
 
-    from tfrecord_shards.codec import wire
+    from tfrecord_shards.codec import framing, wire
 
-    table = wire.frozen(wire.CRC32C_TABLE)
+    table = wire.frozen(framing.CRC32C_TABLE)
     offset, rest = 0, np.zeros(0, np.uint8)
     with open_records(path) as stream:
         while True:
@@ -203,7 +203,7 @@ def iter_record_blocks(path: str, block_bytes: int = _BLOCK_BYTES) -> Iterator[R
                 _raise_first_damage(path, offset)
             at_end = filled < len(buffer)
             buffer = buffer[:filled]
-            starts, ends, used, damaged = wire.unframe_records(wire.frozen(buffer), table)
+            starts, ends, used, damaged = framing.unframe_records(wire.frozen(buffer), table)
             if damaged >= 0 or (at_end and used < filled):
                 _raise_first_damage(path, offset + used)
             if len(starts):

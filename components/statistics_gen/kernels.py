@@ -30,21 +30,21 @@ def unlisted_feature(buffer, starts, ends, first: int, keys, key_offsets, kinds)
     for r in range(first, len(starts)):
         position, end = starts[r], ends[r]
         while position < end:
-            entry, features_end = wire._next_message(buffer, position, end)
+            entry, features_end = wire.next_message(buffer, position, end)
             if entry < 0:
                 return r, -1, -1, -1
             while entry < features_end:
-                field, entry_end = wire._next_message(buffer, entry, features_end)
+                field, entry_end = wire.next_message(buffer, entry, features_end)
                 if field < 0:
                     return r, -1, -1, -1
                 keyed = False
                 key_start = key_end = value_start = value_end = 0
                 while field < entry_end:
-                    tag, field = wire._get_tag(buffer, field, entry_end)
+                    tag, field = wire.get_tag(buffer, field, entry_end)
                     if field < 0:
                         return r, -1, -1, -1
                     if tag == 0x0A or tag == 0x12:
-                        inner, inner_end = wire._message_end(buffer, field, entry_end)
+                        inner, inner_end = wire.message_end(buffer, field, entry_end)
                         if inner < 0:
                             return r, -1, -1, -1
                         if tag == 0x0A:
@@ -54,7 +54,7 @@ def unlisted_feature(buffer, starts, ends, first: int, keys, key_offsets, kinds)
                             value_start, value_end = inner, inner_end
                         field = inner_end
                     else:
-                        field = wire._skip_field(buffer, field, entry_end, tag & 7)
+                        field = wire.skip_field(buffer, field, entry_end, tag & 7)
                         if field < 0:
                             return r, -1, -1, -1
                 entry = entry_end
@@ -63,20 +63,20 @@ def unlisted_feature(buffer, starts, ends, first: int, keys, key_offsets, kinds)
                 kind = -1
                 value = value_start
                 while value < value_end:
-                    tag, value = wire._get_tag(buffer, value, value_end)
+                    tag, value = wire.get_tag(buffer, value, value_end)
                     if value < 0:
                         return r, -1, -1, -1
                     if tag == 0x0A or tag == 0x12 or tag == 0x1A:  # bytes, float, int64 list
                         kind = wire.BYTES_KIND if tag == 0x0A else \
                             wire.FLOAT_KIND if tag == 0x12 else wire.INT_KIND
-                        inner, value = wire._message_end(buffer, value, value_end)
+                        inner, value = wire.message_end(buffer, value, value_end)
                         if inner < 0:
                             return r, -1, -1, -1
                     else:
-                        value = wire._skip_field(buffer, value, value_end, tag & 7)
+                        value = wire.skip_field(buffer, value, value_end, tag & 7)
                         if value < 0:
                             return r, -1, -1, -1
-                f = wire._key_index(buffer, key_start, key_end, keys, key_offsets, guess)
+                f = wire.key_index(buffer, key_start, key_end, keys, key_offsets, guess)
                 if f < 0 or (kind >= 0 and kinds[f] != kind):
                     return r, key_start, key_end, kind
                 # Writers keep one order of features, so the next entry is nearly always

@@ -6,4 +6,6 @@ example_serializer.py.
   Imports TensorFlow.
 - `serializer` (writing): Arrow -> tf.Example, column kinds, the Schema a profile implies.
   Imports no TensorFlow, so encoding workers (Beam, Spark executors) stay light.
+- `example_loops`, `framing`, `wire`: the compiled loops (numba) under both halves and under
+  `tfrecord_io`: the encoder's and decoder's, TFRecord framing, the wire format's steps.
 """

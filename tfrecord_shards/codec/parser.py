@@ -133,14 +133,14 @@ _KIND_NAMES = ("float_list", "int64_list", "bytes_list")  # by wire.FLOAT_KIND, 
 def decode_record_block(block, schema: schema_pb2.Schema):
     """A block of serialized tf.Examples (a `tfrecord_io.RecordBlock`) as the RecordBatch
     `decode_examples(records, schema)` gives (a large_list column per schema feature, null
-    where a record has no value for it), decoded by compiled loops (codec/wire.py) in two
+    where a record has no value for it), decoded by compiled loops (codec/example_loops.py) in two
     passes over the records, counting then filling, with no Python object per record or
     value. A malformed record, or a feature of another type than the schema's, is a
     ValueError naming the file and offset."""
     import numpy as np
     import pyarrow as pa
 
-    from tfrecord_shards.codec import wire
+    from tfrecord_shards.codec import example_loops, wire
 
     kinds_by_type = {schema_pb2.FLOAT: wire.FLOAT_KIND, schema_pb2.INT: wire.INT_KIND,
                      schema_pb2.BYTES: wire.BYTES_KIND}
@@ -155,12 +155,12 @@ def decode_record_block(block, schema: schema_pb2.Schema):
     list_ends = np.empty((records, len(features)), np.int64)
     byte_totals = np.zeros(len(features), np.int64)
     buffer = wire.frozen(block.buffer)
-    problem = wire.locate_values(buffer, *(wire.frozen(a) for a in (
+    problem = example_loops.locate_values(buffer, *(wire.frozen(a) for a in (
         block.starts, block.ends, keys, key_offsets, kinds)), lengths, list_starts, list_ends,
         byte_totals)
     _raise_problem(block, features, kinds, *problem)
 
-    offsets, absent, any_absent = wire.list_offsets(wire.frozen(lengths))
+    offsets, absent, any_absent = example_loops.list_offsets(wire.frozen(lengths))
     counts = offsets[:, -1]
     # Each kind's values in one array, feature after feature; a bytes feature's offsets take
     # one slot more than its values (its data start).
@@ -177,8 +177,9 @@ def decode_record_block(block, schema: schema_pb2.Schema):
     value_offsets = np.empty(max(int(slots[kinds == wire.BYTES_KIND].sum()), 1), np.int64)
     value_offsets[starts[kinds == wire.BYTES_KIND]] = byte_starts[kinds == wire.BYTES_KIND]
     data = np.empty(int(byte_totals.sum()), np.uint8)
-    wire.fill_values(buffer, *(wire.frozen(a) for a in (lengths, list_starts, list_ends, kinds)),
-                     floats, ints, value_offsets, data, cursors, byte_cursors)
+    example_loops.fill_values(
+        buffer, *(wire.frozen(a) for a in (lengths, list_starts, list_ends, kinds)),
+        floats, ints, value_offsets, data, cursors, byte_cursors)
 
     columns = []
     for f, feature in enumerate(features):
@@ -202,7 +203,7 @@ def decode_record_block(block, schema: schema_pb2.Schema):
 
 def _raise_problem(block, features: list, kinds, record: int, feature: int, problem: int
                    ) -> None:
-    from tfrecord_shards.codec import wire
+    from tfrecord_shards.codec import example_loops
 
     if problem == 0:
         return
@@ -210,10 +211,10 @@ def _raise_problem(block, features: list, kinds, record: int, feature: int, prob
     if feature < 0:
         raise ValueError(f"{where} is not a tf.Example")
     name = features[feature].name
-    if problem == wire.WRONG_KIND:
+    if problem == example_loops.WRONG_KIND:
         raise ValueError(f"{where}: feature {name!r} is not a {_KIND_NAMES[kinds[feature]]}, "
                          f"which its schema type "
                          f"{schema_pb2.FeatureType.Name(features[feature].type)} needs")
-    if problem == wire.REPEATED_KEY:
+    if problem == example_loops.REPEATED_KEY:
         raise ValueError(f"{where}: feature {name!r} appears twice")
     raise ValueError(f"{where}: feature {name!r} is malformed")

@@ -168,7 +168,7 @@ def encode_examples(example_batch) -> list[bytes]:
 # ---------------------------------------------------------------------------------------------
 # The columnar encoder
 # ---------------------------------------------------------------------------------------------
-# Each column is sized and then written for all rows by compiled loops (codec/wire.py) over
+# Each column is sized and then written for all rows by compiled loops (codec/example_loops.py) over
 # Arrow's own buffers. A null row writes no entry at all, so readers outside TensorFlow (which
 # choke on an empty Feature) read it as absent, exactly as TensorFlow's parsers do.
 
@@ -247,10 +247,10 @@ class _Column:
 
     def payload(self):
         """Payload bytes per row (-1: absent)."""
-        from tfrecord_shards.codec import wire
+        from tfrecord_shards.codec import example_loops
 
-        return wire.payload_bytes(self.kind, self.offsets, self.present, self.ints,
-                                  self.value_offsets)
+        return example_loops.payload_bytes(self.kind, self.offsets, self.present, self.ints,
+                                           self.value_offsets)
 
 
 def encode_examples_array(example_batch, order=None):
@@ -263,7 +263,7 @@ def encode_examples_array(example_batch, order=None):
     Feature; both read as absent."""
     import numpy as np
 
-    from tfrecord_shards.codec import wire
+    from tfrecord_shards.codec import example_loops, wire
 
     rows = example_batch.num_rows
     columns = [_Column(name, column)
@@ -278,7 +278,7 @@ def encode_examples_array(example_batch, order=None):
     value_offsets, data_base = [], 0
     for index, column in enumerate(columns):
         payload[index] = column.payload()
-        wire.add_entry_sizes(totals, payload[index], column.kind != wire.BYTES_KIND,
+        example_loops.add_entry_sizes(totals, payload[index], column.kind != wire.BYTES_KIND,
                              len(column.key))
         offsets[index] = column.offsets + bases[column.kind]
         parts[column.kind].append(column.values)
@@ -297,7 +297,7 @@ def encode_examples_array(example_batch, order=None):
     keys = [column.key for column in columns]
     key_offsets = np.zeros(len(keys) + 1, np.int64)
     np.cumsum([len(key) for key in keys], out=key_offsets[1:])
-    out, ends = wire.write_rows(
+    out, ends = example_loops.write_rows(
         wire.frozen(totals), wire.frozen(np.array([column.kind for column in columns], np.int64)),
         wire.frozen(payload), wire.frozen(offsets),
         joined(parts[wire.FLOAT_KIND], np.uint8), joined(parts[wire.INT_KIND], np.uint64),
