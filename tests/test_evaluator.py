@@ -23,7 +23,8 @@ from tfx.utils import json_utils, proto_utils
 from components.transform import taxi
 from tfrecord_shards.codec import schema_file
 from components.evaluator import evaluate, executor, stock_executor
-from components.evaluator.metrics import UnsupportedSetting
+from components.evaluator.config import check_config, metric_keys
+from components.evaluator.options import UnsupportedSetting
 from components.evaluator.options import EvaluatorOptions
 from components.trainer import module
 
@@ -488,7 +489,7 @@ def test_histogram_confusion_matrices_are_tfmas(taxi_examples, taxi_models):
     from tensorflow_model_analysis.metrics import binary_confusion_matrices as tfma_bcm
     from tensorflow_model_analysis.metrics import calibration_histogram, metric_types
 
-    from components.evaluator import metrics
+    from components.evaluator import confusion
 
     serve = tf.saved_model.load(taxi_models["candidate"] + "/Format-Serving")
     records = [r.numpy() for r in tf.data.TFRecordDataset(
@@ -508,12 +509,12 @@ def test_histogram_confusion_matrices_are_tfmas(taxi_examples, taxi_models):
             example_weight=np.array([1.0])))
     histogram = next(iter(combiner.extract_output(accumulator).values()))
     for count in (10_000, 200, 7):
-        thresholds = metrics.interpolated_thresholds(count)
+        thresholds = confusion.interpolated_thresholds(count)
         rebinned = calibration_histogram.rebin(
-            [t + metrics.EPSILON if t != 0 else t for t in thresholds], histogram)
+            [t + confusion.EPSILON if t != 0 else t for t in thresholds], histogram)
         expected = tfma_bcm._histogram_to_binary_confusion_matrices(thresholds, rebinned)
-        tp, tn, fp, fn = metrics.matrices_from_histogram(
-            metrics.Counts.of(labels, predictions), thresholds)
+        tp, tn, fp, fn = confusion.matrices_from_histogram(
+            confusion.Counts.of(labels, predictions), thresholds)
         for ours, theirs in ((tp, expected.tp), (tn, expected.tn), (fp, expected.fp),
                              (fn, expected.fn)):
             np.testing.assert_allclose(ours, theirs, atol=1e-9)
@@ -632,8 +633,8 @@ def test_settings_it_does_not_implement_are_refused_in_one_line(change, what):
     config = tfma.utils.update_eval_config_with_defaults(config)
     with pytest.raises(UnsupportedSetting, match=r"^the fast Evaluator does not support "
                        + "|^plots") as raised:
-        evaluate.check_config(config)
-        evaluate.metric_keys(config)
+        check_config(config)
+        metric_keys(config)
     assert what in str(raised.value) and "\n" not in str(raised.value)
 
 
@@ -641,10 +642,11 @@ def test_the_engine_imports_no_tfx():
     """The engine, with TFMA's pieces it uses, runs without TFX (as the Beam jobs do)."""
     code = ("import sys, tensorflow_model_analysis as tfma\n"
             "from components.evaluator import evaluate\n"
+            "from components.evaluator.config import check_config, metric_keys\n"
             "config = tfma.utils.update_eval_config_with_defaults(tfma.EvalConfig(\n"
             "    model_specs=[tfma.ModelSpec(label_key='y')], metrics_specs=[tfma.MetricsSpec(\n"
             "    metrics=[tfma.MetricConfig(class_name='AUC')])]))\n"
-            "evaluate.check_config(config); evaluate.metric_keys(config)\n"
+            "check_config(config); metric_keys(config)\n"
             "loaded = sorted(m for m in sys.modules if m == 'tfx' or m.startswith('tfx.'))\n"
             "print(loaded); sys.exit(1 if loaded else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -19,8 +19,10 @@ import tensorflow as tf
 import tensorflow_model_analysis as tfma
 
 from components.transform import taxi
-from components.evaluator import beam_job, evaluate, executor, metrics
-from components.evaluator.metrics import Scores, UnsupportedSetting
+from components.evaluator import beam_job, evaluate, executor, keras_metrics, kinds, slice_stats
+from components.evaluator.config import metric_keys
+from components.evaluator.options import UnsupportedSetting
+from components.evaluator.scores import Scores
 
 ATOL = RTOL = 1e-6
 MULTI_PROCESSING = ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
@@ -91,16 +93,16 @@ def part_statistics(parts: list[Scores], keys, instances, runners) -> list[tuple
     for scores in parts:
         statistics = {}
         for key in keys:
-            if metrics.statistic_id(instances[key.name], key) not in statistics:
-                statistics.update(metrics.metric_statistics(instances[key.name], key, scores,
-                                                            runners.get(key.name)))
+            if slice_stats.statistic_id(instances[key.name], key) not in statistics:
+                statistics.update(slice_stats.metric_statistics(
+                    instances[key.name], key, scores, runners.get(key.name)))
         found.append(((), statistics))
     return found
 
 
 def values_of(statistics: dict, keys, instances, runners) -> dict:
-    return {key: metrics.statistics_value(instances[key.name], key, statistics,
-                                          runners.get(key.name)) for key in keys}
+    return {key: slice_stats.statistics_value(instances[key.name], key, statistics,
+                                              runners.get(key.name)) for key in keys}
 
 
 def test_shard_statistics_merge_in_any_order_and_grouping():
@@ -108,9 +110,9 @@ def test_shard_statistics_merge_in_any_order_and_grouping():
     Beam's combiner lifting may: adding inputs one by one, then merging partial merges)
     give the same metrics within 1e-9, and those of all the rows at once within 1e-6."""
     config = binary_config()
-    keys, instances = evaluate.metric_keys(config)
-    runners = {name: metrics.KerasRunner.of_metric(instance)
-               for name, instance in instances.items() if metrics.is_keras(instance)}
+    keys, instances = metric_keys(config)
+    runners = {name: keras_metrics.KerasRunner.of_metric(instance)
+               for name, instance in instances.items() if kinds.is_keras(instance)}
     parts = synthetic_parts()
     accumulators = part_statistics(parts, keys, instances, runners)
     combine = beam_job.MergeStatistics()
@@ -133,7 +135,8 @@ def test_shard_statistics_merge_in_any_order_and_grouping():
     whole = Scores(np.concatenate([p.labels for p in parts]),
                    np.concatenate([p.predictions for p in parts]))
     for key in keys:
-        expected = metrics.metric_value(instances[key.name], key, whole, runners.get(key.name))
+        expected = slice_stats.metric_value(instances[key.name], key, whole,
+                                            runners.get(key.name))
         np.testing.assert_allclose(first[key], expected, rtol=RTOL, atol=ATOL,
                                    err_msg=str(key))
     assert first[next(k for k in keys if k.name == "example_count")] == len(whole)
@@ -165,12 +168,12 @@ def test_a_keras_metric_whose_state_does_not_add_up_is_refused_in_one_line():
         def update_state(self, values, sample_weight=None):
             return super().update_state(values, sample_weight)
 
-    metrics.KerasRunner.of_metric(tf_keras.metrics.BinaryAccuracy()).check_additive()
-    metrics.KerasRunner.of_metric(tf_keras.losses.BinaryCrossentropy()).check_additive()
+    keras_metrics.KerasRunner.of_metric(tf_keras.metrics.BinaryAccuracy()).check_additive()
+    keras_metrics.KerasRunner.of_metric(tf_keras.losses.BinaryCrossentropy()).check_additive()
     for metric, name in ((Largest(), "largest"), (MeanOfRows(name="mean_of_rows"),
                                                    "mean_of_rows")):
         with pytest.raises(UnsupportedSetting) as raised:
-            metrics.KerasRunner.of_metric(metric).check_additive()
+            keras_metrics.KerasRunner.of_metric(metric).check_additive()
         message = str(raised.value)
         assert message.startswith(f"{name} (") and "\n" not in message
         assert "does not add up" in message

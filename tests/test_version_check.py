@@ -82,7 +82,7 @@ def test_evaluator_runs_stock_on_another_tfma(iris_models, tmp_path, monkeypatch
     import tensorflow_model_analysis as tfma
 
     from components.evaluator import executor
-    from components.evaluator.metrics import UnsupportedSetting
+    from components.evaluator.options import UnsupportedSetting
     from test_evaluator import model_specs, run_evaluator
 
     examples, model, _ = iris_models

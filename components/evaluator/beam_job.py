@@ -2,19 +2,19 @@
 processes (Dataflow, Flink, Spark, the DirectRunner's multi_processing mode); `runs_on_beam`
 says when. One element a shard file of the eval split:
 
-1. `ScoreShard` scores the shard with today's code (`evaluate.score_files` on that one file),
+1. `ScoreShard` scores the shard with today's code (`scoring.score_files` on that one file),
    the models loaded once a worker process through Beam's `Shared` handle, slices its rows
-   (`evaluate.slice_rows`) and emits each slice's sufficient statistics
-   (`evaluate.slice_statistics`: prediction histograms and confusion counts, sums of errors,
+   (`slices.slice_rows`) and emits each slice's sufficient statistics
+   (`slices.slice_statistics`: prediction histograms and confusion counts, sums of errors,
    labels and predictions, Keras metrics' variables);
-2. `MergeStatistics`, a CombineFn per slice, adds them up (`metrics.merge_statistics`: sums, so
-   in any order and grouping);
-3. `Finish`, once, computes each slice's metrics from them (`evaluate.metrics_from_statistics`,
+2. `MergeStatistics`, a CombineFn per slice, adds them up (`slice_stats.merge_statistics`:
+   sums, so in any order and grouping);
+3. `Finish`, once, computes each slice's metrics from them (`slices.metrics_from_statistics`,
    the code the in-process path runs) and validates and writes the ModelEvaluation as
-   `evaluate.evaluate` does (`evaluate.validate`, `evaluate.write_evaluation`).
+   `evaluate.evaluate` does (`output.validate`, `output.write_evaluation`).
 
 A Keras metric whose variables are not sums over the rows is refused in one line naming it
-(`metrics.KerasRunner.check_additive`). Imports no TFX.
+(`keras_metrics.KerasRunner.check_additive`). Imports no TFX.
 """
 from __future__ import annotations
 
@@ -27,11 +27,15 @@ import uuid
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 from apache_beam.utils import shared
+from tensorflow_model_analysis.proto import validation_result_pb2
+from tensorflow_model_analysis.slicer import slicer_lib
 
 from tfrecord_shards import fileio, tfrecord_io
-from components.evaluator import evaluate
-from components.evaluator import metrics as metric_values
+from components.evaluator import evaluate, keras_metrics, kinds, output, scoring, slice_stats
+from components.evaluator.config import check_config, metric_keys, slicing_columns
+from components.evaluator.slices import metrics_from_statistics, slice_rows, slice_statistics
 from components.evaluator.options import EvaluatorOptions
 
 # Runners that run in this process unless told otherwise (`--direct_running_mode`).
@@ -46,9 +50,6 @@ def runs_on_beam(beam_pipeline_args: Optional[Sequence[str]]) -> bool:
     process (`evaluate.evaluate`), without Beam's start-up."""
     if not beam_pipeline_args:
         return False
-    from apache_beam.options.pipeline_options import (DirectOptions, PipelineOptions,
-                                                      StandardOptions)
-
     options = PipelineOptions([str(arg) for arg in beam_pipeline_args])
     runner = options.view_as(StandardOptions).runner or "DirectRunner"
     if not isinstance(runner, str):
@@ -68,11 +69,11 @@ def run(eval_config: Any, data_files: Sequence[str], model_paths: dict[str, str]
     summary the pipeline leaves for this process (a folder its workers can write: the
     executor's temp folder; a local one by default)."""
     started = time.perf_counter()
-    evaluate.check_config(eval_config)
-    keys, instances = evaluate.metric_keys(eval_config)
+    check_config(eval_config)
+    keys, instances = metric_keys(eval_config)
     for instance in instances.values():
-        if metric_values.is_keras(instance):
-            metric_values.KerasRunner.of_metric(instance).check_additive()
+        if kinds.is_keras(instance):
+            keras_metrics.KerasRunner.of_metric(instance).check_additive()
     data_files = list(data_files)
     if not data_files:
         raise ValueError("no examples to evaluate in no files")
@@ -118,9 +119,7 @@ def run(eval_config: Any, data_files: Sequence[str], model_paths: dict[str, str]
 
 def read_validation(output_uri: str) -> Any:
     """The ValidationResult the pipeline wrote."""
-    from tensorflow_model_analysis.proto import validation_result_pb2
-
-    path = fileio.join(output_uri, evaluate.VALIDATIONS_FILE)
+    path = fileio.join(output_uri, output.VALIDATIONS_FILE)
     (record,) = [record for _, record in tfrecord_io.iter_records(path)]
     return validation_result_pb2.ValidationResult.FromString(record)
 
@@ -146,16 +145,16 @@ class Models:
 
     def __init__(self, job: Job):
         config = job.eval_config
-        self.keys, self.instances = evaluate.metric_keys(config)
-        self.scorers = [evaluate.ModelScorer.load(spec, job.model_paths[spec.name], config)
+        self.keys, self.instances = metric_keys(config)
+        self.scorers = [scoring.ModelScorer.load(spec, job.model_paths[spec.name], config)
                         for spec in config.model_specs]
-        self.runners = {name: metric_values.KerasRunner.of_metric(instance)
+        self.runners = {name: keras_metrics.KerasRunner.of_metric(instance)
                         for name, instance in self.instances.items()
-                        if metric_values.is_keras(instance)}
+                        if kinds.is_keras(instance)}
         for scorer in self.scorers:
             if scorer.default_metrics:
                 scorer.compiled.check_additive()
-        columns = evaluate.slicing_columns(config)
+        columns = slicing_columns(config)
         self.raw_names = sorted(
             {s.spec.label_key for s in self.scorers if not s.label_transformed} |
             {c for c in columns if not any(c in s.transformed_outputs for s in self.scorers)})
@@ -180,15 +179,15 @@ class ScoreShard(_ModelsStep):
 
     def process(self, path: str) -> Iterator[Any]:
         job, models = self._job, self._models
-        scored = evaluate.score_files(models.scorers, [path], models.raw_names, job.schema,
+        scored = scoring.score_files(models.scorers, [path], models.raw_names, job.schema,
                                       job.options)
         yield beam.pvalue.TaggedOutput(self.ROWS, scored.rows)
         if not scored.rows:
             return
         found = []
         with models.lock:
-            for slice_key, rows in evaluate.slice_rows(job.eval_config, scored).items():
-                found.append((slice_id(slice_key), (slice_key, evaluate.slice_statistics(
+            for slice_key, rows in slice_rows(job.eval_config, scored).items():
+                found.append((slice_id(slice_key), (slice_key, slice_statistics(
                     rows, models.scorers, scored, models.keys, models.instances,
                     models.runners))))
         yield from found
@@ -197,14 +196,12 @@ class ScoreShard(_ModelsStep):
 def slice_id(slice_key: tuple) -> bytes:
     """A slice key as Beam's grouping key: TFMA's serialized SliceKey, deterministic bytes
     whatever the values' types."""
-    from tensorflow_model_analysis.slicer import slicer_lib
-
     return slicer_lib.serialize_slice_key(slice_key).SerializeToString(deterministic=True)
 
 
 class MergeStatistics(beam.CombineFn):
     """A slice's statistics from its parts (shards): (slice key, statistics) added up by
-    `metrics.merge_statistics`, sums whatever the order and grouping Beam merges them in."""
+    `slice_stats.merge_statistics`, sums whatever the order and grouping Beam merges them in."""
 
     def create_accumulator(self) -> Optional[tuple]:
         return None
@@ -216,7 +213,7 @@ class MergeStatistics(beam.CombineFn):
         found = [a for a in accumulators if a is not None]
         if not found:
             return None
-        return found[0][0], metric_values.merge_statistics([a[1] for a in found])
+        return found[0][0], slice_stats.merge_statistics([a[1] for a in found])
 
     def extract_output(self, accumulator: Optional[tuple]) -> Optional[tuple]:
         return accumulator
@@ -239,11 +236,11 @@ class Finish(_ModelsStep):
         sliced_metrics = []
         with models.lock:
             for slice_key, statistics in sorted(slices, key=slice_order(job.eval_config)):
-                sliced_metrics.append((slice_key, evaluate.metrics_from_statistics(
+                sliced_metrics.append((slice_key, metrics_from_statistics(
                     statistics, models.scorers, models.keys, models.instances,
                     models.runners, job.eval_config)))
-        validation = evaluate.validate(sliced_metrics, job.eval_config)
-        evaluate.write_evaluation(self._output_uri, job.eval_config, sliced_metrics,
+        validation = output.validate(sliced_metrics, job.eval_config)
+        output.write_evaluation(self._output_uri, job.eval_config, sliced_metrics,
                                   validation, dict(job.model_paths), self._data_files)
         fileio.makedirs(fileio.dirname(self._summary_path))
         fileio.write_json(self._summary_path, {"rows": int(rows),
@@ -253,8 +250,6 @@ class Finish(_ModelsStep):
 def slice_order(eval_config: Any) -> Callable[[tuple], tuple]:
     """Slices in the order the in-process path writes them: by the first slicing spec that
     makes each, then by their values."""
-    from tensorflow_model_analysis.slicer import slicer_lib
-
     specs = [slicer_lib.SingleSliceSpec(spec=proto) for proto in eval_config.slicing_specs] \
         or [slicer_lib.SingleSliceSpec()]
 

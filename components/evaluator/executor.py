@@ -7,14 +7,16 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
+import tensorflow_model_analysis as tfma
 from tfx.components.evaluator import constants
 from tfx.dsl.components.base import base_beam_executor, base_executor
 from tfx.types import artifact_utils, standard_component_specs as keys
 from tfx.utils import io_utils, json_utils, path_utils, proto_utils
 
 from tfrecord_shards import fileio, tf_filesystems
+from tfrecord_shards.codec import schema_file
 from components.evaluator import beam_job, evaluate, stock_executor
-from components.evaluator.options import EvaluatorOptions
+from components.evaluator.options import EvaluatorOptions, UnsupportedSetting
 from components.evaluator.stock_executor import without_empty_baseline
 from tfrecord_shards.options import OPTIONS_KEY
 from components.statistics_gen import releases
@@ -32,8 +34,6 @@ class Executor(base_beam_executor.BaseBeamExecutor):
 
     def Do(self, input_dict: dict[str, list], output_dict: dict[str, list],
            exec_properties: dict[str, Any]) -> None:
-        import tensorflow_model_analysis as tfma
-
         if not releases.fast_path_tested("tensorflow-model-analysis", "Evaluator"):
             # The fast path calls TFMA internals that another release may have changed.
             stock_executor.Executor(_beam_context(self._context)).Do(
@@ -46,7 +46,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                             keys.MODULE_PATH_KEY, keys.FAIRNESS_INDICATOR_THRESHOLDS_KEY):
             value = exec_properties.get(unsupported)
             if value and value != "null":
-                raise evaluate.UnsupportedSetting(
+                raise UnsupportedSetting(
                     f"the fast Evaluator does not support {unsupported}; use StockEvaluator")
         if not exec_properties.get(keys.EVAL_CONFIG_KEY):
             raise ValueError("the Evaluator needs an eval_config")
@@ -76,8 +76,6 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             logging.info("Using %s as %s model.", model_paths[spec.name], spec.name)
         schema = None
         if input_dict.get(keys.SCHEMA_KEY):
-            from tfrecord_shards.codec import schema_file
-
             schema = schema_file.load_schema(io_utils.get_only_uri_in_dir(
                 artifact_utils.get_single_uri(input_dict[keys.SCHEMA_KEY])))
         splits = json_utils.loads(exec_properties.get(keys.EXAMPLE_SPLITS_KEY) or "null") \

@@ -1,9 +1,14 @@
-"""The fast Evaluator's options."""
+"""The fast Evaluator's options, and the error for a TFMA setting it does not implement."""
 from __future__ import annotations
 
 import dataclasses
 
 from tfrecord_shards.options import JsonOptions, setting
+
+
+class UnsupportedSetting(ValueError):
+    """A metric or TFMA setting this evaluator does not implement; StockEvaluator (TFMA on Beam)
+    does."""
 
 
 @dataclasses.dataclass(frozen=True)
