@@ -10,18 +10,16 @@ from typing import Iterator, Optional
 
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from tfrecord_shards import fileio, tfrecord_io
+from tfrecord_shards import fileio, shards, tfrecord_io
 from tfrecord_shards.codec import parser, schema_file
 from tfrecord_shards.packing.arrow import RowDecoder
+from tfrecord_shards.record_index import INDEX_FOLDER
 
 
 def record_files(path: str) -> list[str]:
     """TFRecord files at `path`: the file itself, or every data file below a folder. Names
     starting with "." or "_" at any depth are a writer's bookkeeping, never data, and an
     output of ours whose commit was stopped is refused (`shards.check_committed`)."""
-    from tfrecord_shards import shards
-    from tfrecord_shards.record_index import INDEX_FOLDER
-
     if not fileio.isdir(path):
         return [path]
     shards.check_committed(path)

@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, Optional, Sequence
 
 import numpy as np
@@ -175,6 +176,7 @@ def _gzip_members(path: str) -> Iterator[tuple[int, int]]:
 def _member_records(path: str, offset: int, data: bytes):
     """(buffer, record starts, record ends) of a gzip member's inflated `data`, checksums
     checked; damage is an error naming the file and the member's offset."""
+    # codec.framing (numba): 0.3 s to import; only checking a member's records needs it
     from tfrecord_shards.codec import framing, wire
 
     buffer = np.frombuffer(data, np.uint8)
@@ -286,6 +288,7 @@ class _OpenMember:
             len(compressed) >= 18 else 0
 
     def record(self, at: int) -> bytes:
+        # codec.framing (numba): 0.3 s to import; only reading a record by index needs it
         from tfrecord_shards.codec import framing
 
         if at >= self._records:
@@ -360,8 +363,6 @@ class FileRecords:
                 out[i] = record
 
         if len(shares) > 1 and self.remote:
-            from concurrent.futures import ThreadPoolExecutor
-
             # Each file's requests wait on the network, not the CPU: all files at once.
             with ThreadPoolExecutor(min(len(shares), fileio.REMOTE_READERS)) as pool:
                 list(pool.map(read_share, shares))

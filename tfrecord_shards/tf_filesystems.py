@@ -48,6 +48,7 @@ def register_for(*uris: Optional[str]) -> bool:
         # it also reaches the processes this one starts (Beam's DirectRunner workers).
         os.environ.setdefault("S3_ENDPOINT", endpoint)
     try:
+        # tensorflow_io: optional, 3.7 s to import; only s3:// through tf.io.gfile needs it
         import tensorflow_io  # noqa: F401  registers s3:// with tf.io.gfile
     except ImportError as e:
         first = next(uri for uri in uris if needs_tensorflow_io(uri))

@@ -62,9 +62,11 @@ def frame_records(records) -> tuple:
     """TFRecord framing of a whole batch: (framed bytes as a uint8 array, end offset of each
     framed record). `records` is a pyarrow binary array or a list of bytes; the framing and
     both checksums are one compiled pass over the batch (codec/framing.py)."""
+    # numpy + pyarrow: 0.25 s to import; plain record reads and writes need neither
     import numpy as np
     import pyarrow as pa
 
+    # codec.framing (numba): 0.4 s to import; plain record reads and writes need none
     from tfrecord_shards.codec import framing, wire
 
     if not isinstance(records, (pa.Array, pa.ChunkedArray)):
@@ -159,6 +161,7 @@ class RecordBlock:
         """Records already read, as one block; `offset` is the first record's framing
         offset in `path`, so an error about the first record names the right place (and
         about a later one, too, when they followed each other in the file)."""
+        # numpy: 0.1 s to import; plain record reads and writes need none
         import numpy as np
 
         sizes = np.array([len(r) for r in records], np.int64)
@@ -185,8 +188,10 @@ def iter_record_blocks(path: str, block_bytes: int = _BLOCK_BYTES) -> Iterator[R
     """The file's records about `block_bytes` at a time, unframed (checksums checked) in one
     compiled pass a block (codec/framing.py) rather than a Python step a record. Damage raises
     CorruptRecordError naming the file and offset, as `iter_records` does."""
+    # numpy: 0.1 s to import; plain record reads and writes need none
     import numpy as np
 
+    # codec.framing (numba): 0.4 s to import; plain record reads and writes need none
     from tfrecord_shards.codec import framing, wire
 
     table = wire.frozen(framing.CRC32C_TABLE)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import posixpath
 from typing import Optional
 
+from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from tfrecord_shards import fileio
@@ -15,16 +16,12 @@ _SCHEMA_SEARCH_DEPTH = 3
 
 def load_schema(path: str) -> schema_pb2.Schema:
     """Reads a text-format Schema; `path` may be the file or the folder holding schema.pbtxt."""
-    from google.protobuf import text_format
-
     if fileio.isdir(path):
         path = posixpath.join(path.rstrip("/"), SCHEMA_FILE)
     return text_format.Parse(fileio.read_text(path), schema_pb2.Schema())
 
 
 def write_schema(schema: schema_pb2.Schema, path: str) -> None:
-    from google.protobuf import text_format
-
     fileio.write_text(path, text_format.MessageToString(schema))
 
 

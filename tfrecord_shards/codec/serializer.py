@@ -33,6 +33,7 @@ def widen(a: str, b: str) -> str:
 
 def arrow_kind(arrow_type) -> tuple[str, bool]:
     """(kind, is_list) of an Arrow type; nested lists and structs are not tf.Example values."""
+    # pyarrow: 0.3 s to import; TIME_TAG's readers (components/transform) need none
     import pyarrow as pa
 
     is_list = pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or \
@@ -59,6 +60,7 @@ def arrow_kind(arrow_type) -> tuple[str, bool]:
 
 def arrow_value_type(kind: str):
     """The Arrow type a column of `kind` is converted to before encoding."""
+    # pyarrow: 0.3 s to import; TIME_TAG's readers (components/transform) need none
     import pyarrow as pa
 
     # float32 is what tf.train.FloatList stores: float64 sources are narrowed here, once.
@@ -73,6 +75,7 @@ def to_example_column(array, kind: str, is_list: bool):
     (tf.io.parse_example, tfx_bsl's decoder, TFDV) treat it as absent, as they do for stock
     CsvExampleGen output.
     """
+    # pyarrow(.compute): 0.5 s to import; TIME_TAG's readers (components/transform) need none
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -100,6 +103,7 @@ def to_example_column(array, kind: str, is_list: bool):
 
 
 def _cast_values(values, kind: str, target):
+    # pyarrow(.compute): 0.5 s to import; TIME_TAG's readers (components/transform) need none
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -125,6 +129,7 @@ def _cast_values(values, kind: str, target):
 def epoch_seconds(values):
     """Dates and timestamps (any unit, any zone) as int64 seconds since the epoch, UTC, floored
     (a cast alone would round times before 1970 up)."""
+    # numpy + pyarrow: 0.3 s to import; TIME_TAG's readers (components/transform) need neither
     import numpy as np
     import pyarrow as pa
 
@@ -144,6 +149,7 @@ def to_example_batch(batch, columns: dict[str, tuple[str, bool]]):
     `columns` maps name -> (kind, is_list) from the whole-dataset profile; a column the batch
     lacks (a file without it) is all null.
     """
+    # pyarrow: 0.3 s to import; TIME_TAG's readers (components/transform) need none
     import pyarrow as pa
 
     arrays, names = [], []
@@ -175,6 +181,7 @@ def encode_examples(example_batch) -> list[bytes]:
 
 def _binary(data, offsets):
     """A pyarrow binary array over a uint8 buffer and int64 row offsets, without copying."""
+    # numpy + pyarrow: 0.3 s to import; TIME_TAG's readers (components/transform) need neither
     import numpy as np
     import pyarrow as pa
 
@@ -195,6 +202,7 @@ def _varint(value: int) -> bytes:
 
 def _binary_buffers(values):
     """(int64 value offsets, uint8 data) of a binary or string array, without copying data."""
+    # numpy + pyarrow: 0.3 s to import; TIME_TAG's readers (components/transform) need neither
     import numpy as np
     import pyarrow as pa
 
@@ -215,9 +223,11 @@ class _Column:
     the values this batch's rows own."""
 
     def __init__(self, name: str, column):
+        # numpy + pyarrow: 0.3 s to import; TIME_TAG's readers (components/transform) need neither
         import numpy as np
         import pyarrow as pa
 
+        # codec.wire (numba): 0.5 s to import; only encoding needs it, not TIME_TAG's readers
         from tfrecord_shards.codec import wire
 
         if isinstance(column, pa.ChunkedArray):
@@ -247,6 +257,7 @@ class _Column:
 
     def payload(self):
         """Payload bytes per row (-1: absent)."""
+        # codec.wire (numba): 0.5 s to import; only encoding needs it, not TIME_TAG's readers
         from tfrecord_shards.codec import example_loops
 
         return example_loops.payload_bytes(self.kind, self.offsets, self.present, self.ints,
@@ -261,8 +272,10 @@ def encode_examples_array(example_batch, order=None):
     RecordBatchToExamplesEncoder gives for the same batch (tests/test_codec.py checks this on
     random tables), except that a null row leaves its feature out instead of writing an empty
     Feature; both read as absent."""
+    # numpy: 0.1 s to import; TIME_TAG's readers (components/transform) need none
     import numpy as np
 
+    # codec.wire (numba): 0.5 s to import; only encoding needs it, not TIME_TAG's readers
     from tfrecord_shards.codec import example_loops, wire
 
     rows = example_batch.num_rows

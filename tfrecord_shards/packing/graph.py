@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional, Union
 
+from tensorflow_metadata.proto.v0 import schema_pb2
+
 from tfrecord_shards.packing.layout import ROWS_KEY, PackedLayout
 
 if TYPE_CHECKING:  # annotations only; the functions import TensorFlow when they run
@@ -11,8 +13,8 @@ if TYPE_CHECKING:  # annotations only; the functions import TensorFlow when they
 
 
 def _dtype(schema_type: int):
+    # tensorflow: 4 s to import; the no-TensorFlow readers use this package (test_numpy_reader)
     import tensorflow as tf
-    from tensorflow_metadata.proto.v0 import schema_pb2
 
     return {schema_pb2.INT: tf.int64, schema_pb2.FLOAT: tf.float32,
             schema_pb2.BYTES: tf.string}[schema_type]
@@ -20,6 +22,7 @@ def _dtype(schema_type: int):
 
 def block_spec(layout: PackedLayout, feature_names) -> dict:
     """The parse spec of packed blocks for the wanted row features."""
+    # tensorflow: 4 s to import; the no-TensorFlow readers use this package (test_numpy_reader)
     import tensorflow as tf
 
     out = {ROWS_KEY: tf.io.FixedLenFeature([1], tf.int64)}
@@ -45,6 +48,7 @@ def unpack(parsed: dict, layout: PackedLayout, feature_names,
     a `shuffle_seed` (an int64 [2] tensor), the rows come out in an order drawn from it: one
     index serves every feature, so dropping and shuffling cost one move per feature. The
     shuffle is stateless, so an iterator over it can be checkpointed."""
+    # tensorflow: 4 s to import; the no-TensorFlow readers use this package (test_numpy_reader)
     import tensorflow as tf
 
     real = tf.reshape(tf.sequence_mask(parsed[ROWS_KEY][:, 0], layout.rows), [-1])
@@ -84,6 +88,7 @@ def unpack(parsed: dict, layout: PackedLayout, feature_names,
 def _dictionary_starts(dictionary: "tf.SparseTensor") -> "tf.Tensor":
     """Where each block's dictionary starts among all the blocks' values: a block's code
     plus its start indexes `dictionary.values`."""
+    # tensorflow: 4 s to import; the no-TensorFlow readers use this package (test_numpy_reader)
     import tensorflow as tf
 
     blocks = tf.cast(dictionary.dense_shape[0], tf.int32)
@@ -95,6 +100,7 @@ def _dictionary_starts(dictionary: "tf.SparseTensor") -> "tf.Tensor":
 def _destinations(index: "tf.Tensor", stored_rows: "tf.Tensor") -> "tf.Tensor":
     """For each stored row, its place in the output (`index` inverted), or -1 for a padding
     row, which the scatter in `_move_rows` then drops."""
+    # tensorflow: 4 s to import; the no-TensorFlow readers use this package (test_numpy_reader)
     import tensorflow as tf
 
     return tf.tensor_scatter_nd_update(
@@ -108,6 +114,7 @@ def _move_rows(values: "tf.Tensor", index: "tf.Tensor", destination: "tf.Tensor"
     their bit patterns into zeros: exact (NaNs and -0.0 kept) and, for one value a row,
     about twice as fast as TF's gather, which copies element by element
     (`python -m bench.profile_packed` times both)."""
+    # tensorflow: 4 s to import; the no-TensorFlow readers use this package (test_numpy_reader)
     import tensorflow as tf
 
     rows = tf.size(index)
@@ -125,6 +132,7 @@ def _scalar_rows(values: "tf.Tensor", lengths: "tf.Tensor", index: "tf.Tensor",
     a per-row read gives). Each row holds 0 or 1 values, so the value of row i sits at the
     running count of values before it: two integer gathers and one gather of values, where a
     ragged gather and densify would build row splits and scatter."""
+    # tensorflow: 4 s to import; the no-TensorFlow readers use this package (test_numpy_reader)
     import tensorflow as tf
 
     present = tf.gather(lengths, index) > 0

@@ -20,6 +20,7 @@ def pack_batch(batch, layout: PackedLayout) -> list[bytes]:
     """Every row of `batch` (a pyarrow RecordBatch or Table) packed into blocks of
     `layout.rows`; the last block holds the remainder. A column the layout lacks, or a fixed
     feature with another number of values in some row, is an error."""
+    # pyarrow: 60 ms to import after numpy; only packing a batch needs it
     import pyarrow as pa
 
     names = list(batch.schema.names)
@@ -41,6 +42,7 @@ def pack_batch(batch, layout: PackedLayout) -> list[bytes]:
 def _feature_columns(column, feature: PackedFeature, block_rows: int, blocks: int) -> dict:
     """The block columns of one feature: its values (or codes and dictionary), and lengths
     when it is variable."""
+    # pyarrow.compute: 0.2 s to import; only packing a batch needs it
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -83,6 +85,7 @@ def _block_dictionaries(values, block_offsets: np.ndarray):
     """(codes, dictionary values, dictionary offsets) for string `values` cut into blocks at
     `block_offsets`: each block's dictionary holds its distinct values once, and a value's
     code is its index in its own block's dictionary."""
+    # pyarrow.compute: 0.2 s to import; only packing a batch needs it
     import pyarrow.compute as pc
 
     encoded = pc.dictionary_encode(values)
@@ -97,6 +100,7 @@ def _block_dictionaries(values, block_offsets: np.ndarray):
 
 
 def _lists(values, offsets: np.ndarray):
+    # pyarrow: 60 ms to import after numpy; only packing a batch needs it
     import pyarrow as pa
 
     return pa.ListArray.from_arrays(pa.array(np.asarray(offsets, np.int32)), values)
