@@ -18,13 +18,15 @@ import queue
 import threading
 from typing import Callable, Iterable, Iterator, Optional
 
+import numpy as np
+
 from tfrecord_shards.packing.layout import LENGTHS_SUFFIX
 
 
 def _map_arrays(batch, convert: Callable):
     """`batch` (a dict, list or tuple, nested) with `convert` applied to its tensors and
     numeric numpy arrays; arrays of bytes (object dtype) stay as they are."""
-    import numpy as np
+    # torch: 1.7 s to import, optional; the numpy reader imports this module without it
     import torch
 
     if isinstance(batch, dict):
@@ -75,6 +77,7 @@ def prefetch_to_device(batches: Iterable, device="cuda",
     GIL inside its ops), at most `ahead` batches ahead of the caller. An error there is
     raised to the caller at the batch where it happened; a caller that stops early stops the
     thread, which finishes at most the batch it is reading."""
+    # torch: 1.7 s to import, optional; the numpy reader imports this module without it
     import torch
 
     device = torch.device(device)
@@ -107,6 +110,7 @@ _END = object()
 
 
 def _ahead_in_thread(batches: Iterable, device, on_device: Callable, ahead: int) -> Iterator:
+    # torch: 1.7 s to import, optional; the numpy reader imports this module without it
     import torch
 
     if ahead < 1:
@@ -173,7 +177,7 @@ class DeviceResident:
 
     def __init__(self, batches: Iterable[dict], device="cuda", batch_size: int = 1024,
                  seed: Optional[int] = None, drop_last: bool = False):
-        import numpy as np
+        # torch: 1.7 s to import, optional; the numpy reader imports this module without it
         import torch
 
         parts: dict[str, list] = {}
@@ -206,6 +210,7 @@ class DeviceResident:
 
     def order(self):
         """This epoch's row order, on the device."""
+        # torch: 1.7 s to import, optional; the numpy reader imports this module without it
         import torch
 
         if self.seed is None:

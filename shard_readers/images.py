@@ -94,6 +94,7 @@ def with_storage_from(images: Mapping[str, ImageSpec], schema: schema_pb2.Schema
 def decode_image(data: "tf.Tensor", spec: ImageSpec) -> "tf.Tensor":
     """One encoded image (JPEG/PNG/GIF/BMP) -> [h, w, c] uint8 at the spec's size. Images
     already at that size skip the resize, which otherwise costs more than the decode."""
+    # tensorflow: 4 s to import; shard_readers promise no TensorFlow (tests/test_device_feed.py)
     import tensorflow as tf
 
     image = tf.io.decode_image(data, channels=spec.channels, expand_animations=False)
@@ -114,6 +115,7 @@ def raw_pixels(encoded: "tf.Tensor", spec: ImageSpec) -> "tf.Tensor":
 
     TensorFlow has no op that turns a tensor into its raw bytes, but `serialize_tensor` of a
     numeric tensor ends with them: the TensorProto's `tensor_content`, its last field."""
+    # tensorflow: 4 s to import; shard_readers promise no TensorFlow (tests/test_device_feed.py)
     import tensorflow as tf
 
     size = spec.height * spec.width * spec.channels
@@ -129,6 +131,7 @@ def decode_images(values: "tf.Tensor", spec: ImageSpec) -> "tf.Tensor":
     """A batch of image values, [batch] or [batch, 1] -> [batch, h, w, c] uint8, or float32
     scaled to [0, 1] when the spec asks for host-side normalisation. Raw pixels are a
     reinterpretation of the bytes; encoded images are decoded one by one."""
+    # tensorflow: 4 s to import; shard_readers promise no TensorFlow (tests/test_device_feed.py)
     import tensorflow as tf
 
     values = tf.reshape(values, [-1])

@@ -14,7 +14,11 @@ smaller than the crop is an error naming its row in the batch and its size.
 """
 from __future__ import annotations
 
+import io
+import warnings
 from typing import TYPE_CHECKING, Callable
+
+from PIL import Image
 
 if TYPE_CHECKING:  # annotations only; torch is imported when a batch is cut
     import torch
@@ -36,12 +40,11 @@ class JpegCropsOnHost:
         self._rng = None
 
     def __call__(self, batch: dict) -> dict:
-        import io
-
+        # numpy: 80 ms to import; only the CPU decode needs it, not the GPU crop
         import numpy as np
-        from PIL import Image
 
         if self._rng is None:
+            # torch: 1.6 s to import, optional; importing this module needs no torch
             import torch
 
             self._rng = np.random.default_rng(torch.initial_seed() % 2 ** 32)
@@ -65,6 +68,7 @@ def device_jpeg_decoder(device) -> Callable:
     run here (a device that is not CUDA, no torchvision)."""
     if device.type != "cuda":
         raise ValueError(f"nvJPEG decodes on a CUDA device, not {device}")
+    # torchvision: optional (not installed here); only the nvJPEG decoder needs it
     from torchvision.io import ImageReadMode, decode_jpeg
 
     def decode(tensors: list, device) -> list:
@@ -80,8 +84,7 @@ class JpegCropsOnDevice:
     to `device_feed.prefetch_to_device(on_device=...)`, which runs it ahead of the step."""
 
     def __init__(self, feature: str, crop: int, device="cuda", seed: int = 0):
-        import warnings
-
+        # torch: 1.6 s to import, optional; importing this module needs no torch
         import torch
 
         self.device = torch.device(device)
@@ -93,6 +96,7 @@ class JpegCropsOnDevice:
         self._generator.manual_seed(seed)
 
     def __call__(self, batch: dict) -> dict:
+        # torch: 1.6 s to import, optional; importing this module needs no torch
         import torch
 
         decoded = self._decode([torch.frombuffer(data, dtype=torch.uint8)
@@ -123,6 +127,7 @@ def crop_windows(images: "torch.Tensor", tops, lefts, flips, crop: int) -> "torc
     """uint8 [rows, channels, height, width] -> [rows, crop, crop, channels]: row i's window
     at (tops[i], lefts[i]), flipped left-right where flips[i], all cut by one gather on the
     images' device rather than a kernel an image."""
+    # torch: 1.6 s to import, optional; importing this module needs no torch
     import torch
 
     steps = torch.arange(crop, device=images.device)

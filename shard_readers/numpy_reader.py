@@ -550,7 +550,7 @@ class TorchDataset:
     instance of a module-level class."""
 
     def __new__(cls, *args, **kwargs):
-        import torch.utils.data
+        import torch.utils.data  # torch: 1.6 s to import, optional; the reader needs none
 
         class _Dataset(torch.utils.data.IterableDataset):
             def __init__(self, files: Union[str, Sequence[str]],
@@ -574,7 +574,7 @@ class TorchDataset:
                 self.epoch = epoch
 
             def __iter__(self) -> Iterator:
-                import torch.distributed as dist
+                import torch.distributed as dist  # torch: 3 s to import, optional
 
                 rank, world = self.rank, self.world_size
                 if rank is None:

@@ -79,6 +79,7 @@ def torch_dataset(source: ExampleSource):
     """`source` as a `torch.utils.data.Dataset` (map-style): each item the row's dict of
     numpy arrays. Batch it with `collate_fn=RowCollate(source)`: torch's default collate
     cannot stack the empty array of a missing value."""
+    # torch: 1.8 s to import, optional; the map-style source runs without it
     import torch.utils.data
 
     class _Rows(torch.utils.data.Dataset):
@@ -101,6 +102,7 @@ class RowCollate:
         self.schema, self.features = source.schema, source.features
 
     def __call__(self, rows: Sequence[dict]) -> dict:
+        # torch: 1.8 s to import, optional; the map-style source runs without it
         from torch.utils.data import default_convert
 
         return default_convert(numpy_reader.rows_to_batch(rows, self.schema, self.features))
