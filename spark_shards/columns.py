@@ -33,6 +33,7 @@ class PlannedColumn:
 
 def plan_columns(schema) -> list[PlannedColumn]:
     """The features of a Spark StructType, in column order."""
+    # pyspark.sql.types: 0.14 s to import; only a DataFrame's plan needs it
     from pyspark.sql import types as T
 
     planned: list[PlannedColumn] = []
@@ -71,6 +72,7 @@ def select_features(df, planned: list[PlannedColumn]):
     """`df` with one top-level column per feature, converted as `plan_columns` says. They are
     named `_feature<i>`, since Spark reads a dot in a column name as a struct field; the
     executors give the Arrow columns their feature names (`feature_names`)."""
+    # pyspark.sql.functions: 0.26 s to import; only selecting a DataFrame's columns needs it
     from pyspark.sql import functions as F
 
     def converted(column, conversion):
@@ -90,6 +92,7 @@ def select_features(df, planned: list[PlannedColumn]):
 
 
 def _is_array(df, feature: PlannedColumn) -> bool:
+    # pyspark.sql.types: 0.14 s to import; only a DataFrame's plan needs it
     from pyspark.sql import types as T
 
     field_type = df.schema[feature.path[0]].dataType

@@ -12,10 +12,12 @@ from __future__ import annotations
 import urllib.parse
 from typing import Union
 
+import numpy as np
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from tfrecord_shards import fileio, shards, tfrecord_io
 from tfrecord_shards.codec import parser, schema_file
+from tfrecord_shards.example_rows import record_files
 from tfrecord_shards.packing.arrow import RowDecoder
 from spark_shards.session import deal_by_weight
 
@@ -27,6 +29,7 @@ def read_examples(spark, path: str,
     """A DataFrame of the tf.Examples under `path` (a shard, a Split-* folder or an output
     folder). `schema` is a Schema or a schema.pbtxt path; without it the stored schema is
     used, or the types are inferred from the first records."""
+    # pyspark.sql.types: 0.11 s to import; only the Spark schema needs it
     from pyspark.sql import types as T
 
     files = _tfrecord_files(path)
@@ -58,8 +61,6 @@ def file_groups(files: list[str], cores: int) -> list[list[str]]:
 def _tfrecord_files(path: str) -> list[str]:
     # The shard library's own listing (not ExampleGen's source listing): hidden files,
     # indexes and quarantine left out, and an output whose commit stopped refused.
-    from tfrecord_shards.example_rows import record_files
-
     return [f for f in record_files(path) if
             fileio.basename(f).startswith("data_tfrecord-") or ".tfrecord" in f]
 
@@ -67,6 +68,7 @@ def _tfrecord_files(path: str) -> list[str]:
 def _inferred_schema(path: str) -> schema_pb2.Schema:
     """Types from the first records: a feature is a scalar when every sampled record holds
     exactly one value, else a list."""
+    # pyarrow.compute: 80 ms to import; the driver's listing needs none
     import pyarrow.compute as pc
 
     records = []
@@ -131,6 +133,7 @@ def _is_string(feature: schema_pb2.Feature, schema: schema_pb2.Schema) -> bool:
 
 
 def _spark_type(feature: schema_pb2.Feature, schema: schema_pb2.Schema):
+    # pyspark.sql.types: 0.11 s to import; only the Spark schema needs it
     from pyspark.sql import types as T
 
     value = {schema_pb2.INT: T.LongType(), schema_pb2.FLOAT: T.FloatType()}.get(
@@ -159,6 +162,7 @@ class _FileDecoder:
                         yield self._with_partitions(path, self._rows(part))
 
     def _with_partitions(self, path: str, decoded):
+        # pyarrow: 40 ms to import; the driver's listing needs none
         import pyarrow as pa
 
         if not self._partition_names:
@@ -170,6 +174,7 @@ class _FileDecoder:
             decoded.schema.names + self._partition_names)
 
     def _rows(self, block):
+        # pyarrow: 40 ms to import; the driver's listing needs none
         import pyarrow as pa
 
         decoded = self._decoder.decode(block)
@@ -182,7 +187,7 @@ def _typed(column, feature: schema_pb2.Feature, schema: schema_pb2.Schema):
     """A decoded column (a list per row, as `RowDecoder` gives every column, packed or not)
     as the Spark type's Arrow type: scalars take a row's one value, an empty list is a
     null."""
-    import numpy as np
+    # pyarrow(.compute): 0.1 s to import; the driver's listing needs neither
     import pyarrow as pa
     import pyarrow.compute as pc
 

