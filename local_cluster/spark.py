@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -51,6 +52,7 @@ class LocalCluster:
                 "spark.pyspark.python": sys.executable}
 
     def _spark_class(self, *args: str, log: str, host: str = LOOPBACK) -> subprocess.Popen:
+        # pyspark: 0.2 s to import; only starting a JVM needs its install folder
         import pyspark
 
         home = os.path.dirname(pyspark.__file__)
@@ -118,8 +120,6 @@ class LocalCluster:
     def stop(self, grace_seconds: float = 15) -> None:
         """SIGTERM to every JVM's process group (a worker's executors are in its group), one
         grace period for all of them together, then SIGKILL to what is left."""
-        import signal
-
         def signal_all(number: int) -> None:
             for process in self.processes:
                 if process.poll() is None:
