@@ -216,16 +216,7 @@ def train(model: tf.keras.Model, strategy: tf.distribute.Strategy, train_data, *
     each time round, so the final score of the kept weights is the early-stop check that
     chose them, and is not run again.
     """
-    # No AutoGraph: these two only call Keras's own steps, and converting Keras's code
-    # function by function took 19 of the first step's 20 seconds (measured on taxi rows).
-    @tf.function(autograph=False)
-    def train_step(batch):
-        return _first_replica(strategy, strategy.run(model.train_step, args=(batch,)))
-
-    @tf.function(autograph=False)
-    def test_step(batch):
-        return _first_replica(strategy, strategy.run(model.test_step, args=(batch,)))
-
+    train_step, test_step = _compiled_steps(model, strategy)
     # The optimizer's slots made now, not by the first step: a tf.function that creates
     # variables is traced twice, and a trace of this step takes seconds.
     with strategy.scope():
@@ -241,57 +232,23 @@ def train(model: tf.keras.Model, strategy: tf.distribute.Strategy, train_data, *
     best = _BestWeights(early_stopping, model, validation_data, test_step)
     stopped_at = None
     while done < steps:
-        model.reset_metrics()
-        wait = compute = 0.0
         epoch_steps = min(steps_per_epoch, steps - done)
-        logs: dict = {}
-        for _ in range(epoch_steps):
-            started = time.perf_counter()
-            batch = next(iterator)
-            fetched = time.perf_counter()
-            if on_batch is not None:
-                on_batch(done + 1, batch)
-            logs = train_step(batch)
-            loss = float(logs["loss"])  # blocks until the device finished the step
-            finished = time.perf_counter()
-            if done == first:
-                warmup = finished - started
-            else:
-                wait += fetched - started
-                compute += finished - fetched
-            done += 1
-            saves.after_step(done)
-        epoch = EpochTiming(done // steps_per_epoch + (done % steps_per_epoch > 0),
-                            epoch_steps, wait, compute, _as_floats(logs))
+        epoch, loss, first_step = _train_epoch(model, train_step, iterator, saves, on_batch,
+                                               done, epoch_steps, steps_per_epoch, first)
+        done += epoch_steps
+        warmup = warmup if first_step is None else first_step
         epochs.append(epoch)
-        with train_writer.as_default(step=done):
-            for name, value in epoch.metrics.items():
-                tf.summary.scalar(name, value)
-            tf.summary.scalar("input_wait_share", epoch.input_wait_share)
-        logging.info("epoch %d: %d steps, loss %.4f, input wait %.1f%% (%s)", epoch.epoch,
-                     epoch_steps, loss, 100 * epoch.input_wait_share,
-                     input_bound_label(epoch.input_wait_share))
+        _report_epoch(train_writer, done, epoch, loss)
         if best.should_stop(done):
             stopped_at = done
             logging.info("early stop after %d steps: the validation loss last improved at "
-                         "step %d",
-                         done, best.best_step)
+                         "step %d", done, best.best_step)
             break
     best.restore()
-    evaluation: dict = {}
-    if validation_rows_repeat and best.best_logs is not None and \
-            early_stopping is not None and early_stopping.validation_steps == validation_steps:
-        evaluation = best.best_logs  # the kept weights, scored on these rows already
-    elif validation_data is not None and validation_steps > 0:
-        model.reset_metrics()
-        validation_iterator = iter(validation_data)
-        for _ in range(validation_steps):
-            evaluation = test_step(next(validation_iterator))
-        evaluation = _as_floats(evaluation)
+    evaluation = _final_evaluation(model, test_step, best, validation_data, validation_steps,
+                                   early_stopping, validation_rows_repeat)
     if evaluation:
-        with validation_writer.as_default(step=done):
-            for name, value in evaluation.items():
-                tf.summary.scalar(name, value)
+        _write_scalars(validation_writer, done, evaluation)
         logging.info("validation rows after %d steps: %s", done, evaluation)
     train_writer.flush()
     validation_writer.flush()
@@ -300,6 +257,89 @@ def train(model: tf.keras.Model, strategy: tf.distribute.Strategy, train_data, *
                           resumed_from_step=first, checkpoints=saves.timings,
                           eval_losses=best.losses, best_step=best.best_step,
                           stopped_at_step=stopped_at)
+
+
+def _compiled_steps(model: tf.keras.Model, strategy: tf.distribute.Strategy
+                    ) -> tuple[Callable, Callable]:
+    """The model's train and test steps on every replica, as tf.functions that give the
+    first replica's logs."""
+    # No AutoGraph: these two only call Keras's own steps, and converting Keras's code
+    # function by function took 19 of the first step's 20 seconds (measured on taxi rows).
+    @tf.function(autograph=False)
+    def train_step(batch):
+        return _first_replica(strategy, strategy.run(model.train_step, args=(batch,)))
+
+    @tf.function(autograph=False)
+    def test_step(batch):
+        return _first_replica(strategy, strategy.run(model.test_step, args=(batch,)))
+
+    return train_step, test_step
+
+
+def _train_epoch(model: tf.keras.Model, train_step: Callable, iterator, saves: "_Saves",
+                 on_batch: Optional[Callable[[int, object], None]], done: int,
+                 epoch_steps: int, steps_per_epoch: int, first: int
+                 ) -> tuple[EpochTiming, float, Optional[float]]:
+    """`epoch_steps` steps from step `done`, each timed as its wait for the batch and its
+    compute: the epoch's timing, its last loss, and the run's first step (step `first`, the
+    one that traces) timed whole when it is among them, else None."""
+    model.reset_metrics()
+    wait = compute = 0.0
+    warmup = None
+    logs: dict = {}
+    for _ in range(epoch_steps):
+        started = time.perf_counter()
+        batch = next(iterator)
+        fetched = time.perf_counter()
+        if on_batch is not None:
+            on_batch(done + 1, batch)
+        logs = train_step(batch)
+        loss = float(logs["loss"])  # blocks until the device finished the step
+        finished = time.perf_counter()
+        if done == first:
+            warmup = finished - started
+        else:
+            wait += fetched - started
+            compute += finished - fetched
+        done += 1
+        saves.after_step(done)
+    epoch = EpochTiming(done // steps_per_epoch + (done % steps_per_epoch > 0),
+                        epoch_steps, wait, compute, _as_floats(logs))
+    return epoch, loss, warmup
+
+
+def _final_evaluation(model: tf.keras.Model, test_step: Callable, best: _BestWeights,
+                      validation_data, validation_steps: int,
+                      early_stopping: Optional[EarlyStopping],
+                      validation_rows_repeat: bool) -> dict:
+    """The kept weights' score on `validation_steps` batches of the validation rows: the
+    early-stop check that chose them when it scored the same rows, else a pass of its own;
+    {} without validation rows."""
+    if validation_rows_repeat and best.best_logs is not None and \
+            early_stopping is not None and early_stopping.validation_steps == validation_steps:
+        return best.best_logs  # the kept weights, scored on these rows already
+    if validation_data is None or validation_steps <= 0:
+        return {}
+    model.reset_metrics()
+    evaluation: dict = {}
+    validation_iterator = iter(validation_data)
+    for _ in range(validation_steps):
+        evaluation = test_step(next(validation_iterator))
+    return _as_floats(evaluation)
+
+
+def _report_epoch(writer, done: int, epoch: EpochTiming, loss: float) -> None:
+    """The epoch's metrics and input wait, to TensorBoard at step `done` and to the log."""
+    _write_scalars(writer, done, dict(epoch.metrics, input_wait_share=epoch.input_wait_share))
+    logging.info("epoch %d: %d steps, loss %.4f, input wait %.1f%% (%s)", epoch.epoch,
+                 epoch.steps, loss, 100 * epoch.input_wait_share,
+                 input_bound_label(epoch.input_wait_share))
+
+
+def _write_scalars(writer, step: int, values: dict) -> None:
+    with writer.as_default(step=step):
+        for name, value in values.items():
+            tf.summary.scalar(name, value)
 
 
 class _Saves:
