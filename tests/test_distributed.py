@@ -203,7 +203,7 @@ def test_the_data_service_yields_every_row_of_an_epoch_once(row_id_examples, dat
 def test_training_through_the_data_service_reduces_loss(row_id_examples, data_service,
                                                        tmp_path):
     from tfrecord_shards.codec import schema_file
-    from components.trainer import fit, module
+    from components.trainer import fit, models
 
     schema = schema_file.load_schema(row_id_examples)
     files = os.path.join(row_id_examples, "Split-train", "*")
@@ -211,8 +211,8 @@ def test_training_through_the_data_service_reduces_loss(row_id_examples, data_se
                          config=InputConfig(batch_size=64, data_service=data_service))
     sample = build_dataset(files, schema, "label", feature_keys=["x"],
                            config=InputConfig(batch_size=64, training=False)).take(2)
-    model = module.build_tabular_model(schema, ["x"], module.DataStatistics.of(sample, ["x"]),
-                                       module.Head("binary"))
+    model = models.build_tabular_model(schema, ["x"], models.DataStatistics.of(sample, ["x"]),
+                                       models.Head("binary"))
     result = fit.train(model, tf.distribute.get_strategy(), data, steps=60, steps_per_epoch=20,
                        log_dir=str(tmp_path), global_batch_size=64)
     report = result.report()

@@ -138,7 +138,7 @@ def test_the_model_is_scaled_by_every_training_row_not_the_first_batches(tmp_pat
     import sklearn.datasets
 
     from tfrecord_shards.codec import schema_file
-    from components.trainer import module
+    from components.trainer import models, module
     from components.trainer.options import InputConfig, TrainerOptions
 
     frame = sklearn.datasets.load_diabetes(as_frame=True, scaled=False).frame.sort_values("bmi")
@@ -154,7 +154,7 @@ def test_the_model_is_scaled_by_every_training_row_not_the_first_batches(tmp_pat
 
     rows = pd.DataFrame(list(example_rows.iter_rows(os.path.join(out, "Split-train"))))
     assert statistics.label.count == len(rows)
-    for key in module.numeric_keys(schema, keys):
+    for key in models.numeric_keys(schema, keys):
         assert statistics.features[key].mean == pytest.approx(rows[key].mean(), rel=1e-5)
         assert statistics.features[key].variance == pytest.approx(rows[key].var(ddof=0),
                                                                   rel=1e-4)

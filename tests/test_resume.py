@@ -36,7 +36,7 @@ TRAIN = textwrap.dedent("""
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
     from tfrecord_shards.codec import schema_file
-    from components.trainer import fit, module
+    from components.trainer import fit, models, module
     from components.trainer.input import build_dataset
     from components.trainer.options import InputConfig
 
@@ -56,8 +56,8 @@ TRAIN = textwrap.dedent("""
                          config=options.input)
     sample = build_dataset(files, schema, "label", feature_keys=["x"],
                            config=InputConfig(batch_size=32, training=False)).take(2)
-    model = module.build_tabular_model(schema, ["x"], module.DataStatistics.of(sample, ["x"]),
-                                       module.Head("binary"))
+    model = models.build_tabular_model(schema, ["x"], models.DataStatistics.of(sample, ["x"]),
+                                       models.Head("binary"))
     log = open(os.path.join(out, "steps.jsonl"), "a")
 
     def on_batch(step, batch):

@@ -15,7 +15,7 @@ from tfx.components.trainer.fn_args_utils import FnArgs
 from components.transform import taxi
 from tfrecord_shards import tfrecord_io
 from tfrecord_shards.codec import schema_file
-from components.trainer import distribute, fit, module
+from components.trainer import distribute, export, fit, models, module
 from components.trainer.input import build_dataset, corrupt_files_named, resolve_files
 from components.trainer.options import ImageSpec, InputConfig
 
@@ -209,9 +209,9 @@ def test_distributed_input_and_training_on_cpu(taxi_examples, tmp_path, mirrored
     features, label = next(iter(data))
     assert strategy.experimental_local_results(label)[0].shape == (64, 1)
     with strategy.scope():
-        statistics = module.DataStatistics.of(
-            dataset_fn(tf.distribute.InputContext()).take(2), module.numeric_keys(schema, keys))
-        model = module.build_tabular_model(schema, keys, statistics, module.Head("binary"))
+        statistics = models.DataStatistics.of(
+            dataset_fn(tf.distribute.InputContext()).take(2), models.numeric_keys(schema, keys))
+        model = models.build_tabular_model(schema, keys, statistics, models.Head("binary"))
     result = fit.train(model, strategy, data, steps=6, steps_per_epoch=3,
                        log_dir=str(tmp_path), global_batch_size=64)
     assert [e.steps for e in result.epochs] == [3, 3]
@@ -228,14 +228,14 @@ def test_numbers_enter_the_tabular_model_through_a_periodic_embedding_too(taxi_e
 
     schema = schema_file.load_schema(taxi_examples)
     keys = module.model_feature_keys(schema, taxi.TAXI_LABEL, taxi.TAXI_EXCLUDED, {})
-    numbers = module.numeric_keys(schema, keys)
+    numbers = models.numeric_keys(schema, keys)
     data = build_dataset(os.path.join(taxi_examples, "Split-train", "*"), schema, None,
                          feature_keys=keys, label_fn=taxi.taxi_label,
                          label_inputs=("tips", "fare"), config=InputConfig(batch_size=64))
-    statistics = module.DataStatistics.of(data.take(2), numbers)
+    statistics = models.DataStatistics.of(data.take(2), numbers)
     options = TrainerOptions()
-    model = module.build_tabular_model(schema, keys, statistics, module.Head("binary"),
-                                       module.Periodic.of(options))
+    model = models.build_tabular_model(schema, keys, statistics, models.Head("binary"),
+                                       models.Periodic.of(options))
     (frequencies,) = model.get_layer(layers.FREQUENCIES_LAYER).trainable_weights
     assert tuple(frequencies.shape) == (len(numbers), options.periodic_frequencies)
     assert np.std(frequencies.numpy()) < 3 * options.periodic_sigma
@@ -244,8 +244,8 @@ def test_numbers_enter_the_tabular_model_through_a_periodic_embedding_too(taxi_e
     model.fit(data.take(5), verbose=0)
     assert not np.allclose(frequencies.numpy(), before)  # the frequencies train
     assert np.all(np.isfinite(model.predict(features, verbose=0)))
-    plain = module.build_tabular_model(schema, keys, statistics, module.Head("binary"),
-                                       module.Periodic(frequencies=0))
+    plain = models.build_tabular_model(schema, keys, statistics, models.Head("binary"),
+                                       models.Periodic(frequencies=0))
     assert layers.FREQUENCIES_LAYER not in [l.name for l in plain.layers]
 
 
@@ -262,21 +262,21 @@ def test_a_warm_start_from_a_model_without_the_periodic_layers_is_refused_in_one
     data = build_dataset(os.path.join(taxi_examples, "Split-train", "*"), schema, None,
                          feature_keys=keys, label_fn=taxi.taxi_label,
                          label_inputs=("tips", "fare"), config=InputConfig(batch_size=64))
-    statistics = module.DataStatistics.of(data.take(1), module.numeric_keys(schema, keys))
-    old = module.build_tabular_model(schema, keys, statistics, module.Head("binary"),
-                                     module.Periodic(frequencies=0))
+    statistics = models.DataStatistics.of(data.take(1), models.numeric_keys(schema, keys))
+    old = models.build_tabular_model(schema, keys, statistics, models.Head("binary"),
+                                     models.Periodic(frequencies=0))
     base = str(tmp_path / "production")
     old.save(base, save_format="tf", save_traces=False)
     os.makedirs(os.path.join(base, "assets.extra"), exist_ok=True)
-    with open(os.path.join(base, module.MODEL_INPUTS_FILE), "w") as f:
+    with open(os.path.join(base, export.MODEL_INPUTS_FILE), "w") as f:
         json.dump({"features": sorted(old.input)}, f)
-    new = module.build_tabular_model(schema, keys, statistics, module.Head("binary"))
+    new = models.build_tabular_model(schema, keys, statistics, models.Head("binary"))
     assert layers.FREQUENCIES_LAYER in [l.name for l in new.layers]
     with pytest.raises(ValueError, match="has other layers than this Trainer builds"):
-        module.warm_start(new, base, keys)
-    same = module.build_tabular_model(schema, keys, statistics, module.Head("binary"),
-                                      module.Periodic(frequencies=0))
-    module.warm_start(same, base, keys)  # the same layers: the weights load
+        export.warm_start(new, base, keys)
+    same = models.build_tabular_model(schema, keys, statistics, models.Head("binary"),
+                                      models.Periodic(frequencies=0))
+    export.warm_start(same, base, keys)  # the same layers: the weights load
     assert all(np.array_equal(a, b) for a, b in zip(same.get_weights(), old.get_weights()))
 
 
@@ -379,9 +379,9 @@ def test_the_run_evaluation_is_the_check_that_chose_the_kept_weights(taxi_exampl
     and its figures are what a fresh pass over the rows gives the restored model."""
     args, inputs = taxi_training_input(taxi_examples, tmp_path)
     strategy = distribute.make_strategy()
-    model = module.build_tabular_model(inputs.schema, inputs.feature_keys,
+    model = models.build_tabular_model(inputs.schema, inputs.feature_keys,
                                        inputs.statistics(args.train_files),
-                                       module.Head("binary"))
+                                       models.Head("binary"))
     eval_rows = inputs.dataset_fn(args.eval_files, False, 1, 3)
     pulled = tf.Variable(0, dtype=tf.int64)
 
@@ -518,21 +518,21 @@ def test_a_number_constant_in_training_is_not_scaled_by_its_zero_variance(taxi_e
     and such a row scores like its neighbours, where before it saturated the output."""
     schema = schema_file.load_schema(taxi_examples)
     keys = module.model_feature_keys(schema, taxi.TAXI_LABEL, taxi.TAXI_EXCLUDED, {})
-    numbers = module.numeric_keys(schema, keys)
+    numbers = models.numeric_keys(schema, keys)
     data = build_dataset(os.path.join(taxi_examples, "Split-train", "*"), schema, None,
                          feature_keys=keys, label_fn=taxi.taxi_label,
                          label_inputs=("tips", "fare"), config=InputConfig(batch_size=64))
-    statistics = module.DataStatistics.of(data.take(4), numbers)
+    statistics = models.DataStatistics.of(data.take(4), numbers)
     varying = max(numbers, key=lambda k: statistics.features[k].variance)
-    constant = module.Moments()
+    constant = models.Moments()
     constant.add(np.zeros(256))  # a flag never set in training
-    assert module.scaling_variance(constant) == 1.0
-    assert module.scaling_variance(statistics.features[varying]) == \
+    assert models.scaling_variance(constant) == 1.0
+    assert models.scaling_variance(statistics.features[varying]) == \
         statistics.features[varying].variance
     flagged = numbers[0]
     statistics.features[flagged] = constant
-    model = module.build_tabular_model(schema, keys, statistics, module.Head("binary"),
-                                       module.Periodic(frequencies=0))
+    model = models.build_tabular_model(schema, keys, statistics, models.Head("binary"),
+                                       models.Periodic(frequencies=0))
     features, _ = next(iter(data))
     features[flagged] = tf.zeros_like(features[flagged])  # as in every training row
     scored = model.predict(features, verbose=0).ravel()

@@ -105,7 +105,7 @@ def data_service_run(examples: str, batch_size: int, log_dir: str,
     import tensorflow as tf
 
     from tfrecord_shards.codec import schema_file
-    from components.trainer import fit, module
+    from components.trainer import fit, models
     from components.trainer.input import build_dataset, split_rows
     from components.trainer.options import InputConfig
 
@@ -120,9 +120,9 @@ def data_service_run(examples: str, batch_size: int, log_dir: str,
                              on_served_epoch=epochs.append)
         sample = build_dataset(files, schema, "label", feature_keys=["x"],
                                config=InputConfig(batch_size=64, training=False)).take(2)
-        model = module.build_tabular_model(schema, ["x"],
-                                           module.DataStatistics.of(sample, ["x"]),
-                                           module.Head("binary"))
+        model = models.build_tabular_model(schema, ["x"],
+                                           models.DataStatistics.of(sample, ["x"]),
+                                           models.Head("binary"))
         rows: list = []
 
         def on_batch(step: int, batch) -> None:
@@ -271,7 +271,7 @@ def main(argv: list[str]) -> None:
     every batch's row ids logged by step to `out`/steps-PID.jsonl."""
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     from tfrecord_shards.codec import schema_file
-    from components.trainer import distribute, fit, module
+    from components.trainer import distribute, fit, models, module
     from components.trainer.input import build_dataset
     from components.trainer.options import InputConfig, TrainerOptions
 
@@ -296,8 +296,8 @@ def main(argv: list[str]) -> None:
     sample = build_dataset(files, schema, "label", feature_keys=["x"],
                            config=InputConfig(batch_size=32, training=False)).take(2)
     with strategy.scope():
-        model = module.build_tabular_model(
-            schema, ["x"], module.DataStatistics.of(sample, ["x"]), module.Head("binary"))
+        model = models.build_tabular_model(
+            schema, ["x"], models.DataStatistics.of(sample, ["x"]), models.Head("binary"))
     log = open(os.path.join(out, f"steps-{os.getpid()}.jsonl"), "a")
 
     def on_batch(step: int, batch) -> None:

@@ -8,12 +8,16 @@ What to train is the `custom_config`: the fields of `TrainerOptions`
 ShardedTransform's post-transform schema also says whether they are packed. With a Transform
 graph the model trains on transformed examples and the serving signature applies the graph to
 raw examples.
+
+This module is the run's outline and its input: the schemas, the validation rows, the budget,
+the refit and the input report. The networks are in models.py, the serving signatures, the
+export and the warm start in export.py.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
+import importlib
 import logging
 import os
 import time
@@ -21,31 +25,22 @@ from typing import Any, Callable, Mapping, Optional
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+import tensorflow_transform as tft  # noqa: E402
 from tensorflow_metadata.proto.v0 import schema_pb2  # noqa: E402
 
 from tfrecord_shards import fileio, names, packing, tf_filesystems  # noqa: E402
 from tfrecord_shards.codec import parser, schema_file  # noqa: E402
-from shard_readers.images import ImageSpec, decode_images, with_storage_from  # noqa: E402
-from components.trainer import distribute, fit, layers, tasks  # noqa: E402
+from shard_readers.images import ImageSpec, with_storage_from  # noqa: E402
+from components.trainer import distribute, fit  # noqa: E402
+from components.trainer.export import export_model, serving_signatures, warm_start  # noqa: E402
 from components.trainer.input import (  # noqa: E402
-    Holdout, build_dataset, corrupt_files_named, example_parser, input_share, resolve_files,
-    split_rows)
-from components.trainer.options import (  # noqa: E402
-    GLOBAL_SHUFFLE, TRANSFORM_SIGNATURE, TrainerOptions)
+    Holdout, build_dataset, corrupt_files_named, input_share, resolve_files, split_rows)
+from components.trainer.models import (  # noqa: E402
+    DataStatistics, Head, Periodic, build_model, make_head, numeric_keys)
+from components.trainer.options import GLOBAL_SHUFFLE, TrainerOptions  # noqa: E402
 
 keras = tf.keras
-
-HASH_BINS = 64
-HIDDEN_UNITS = (128, 64)
-# Features each number's periodic embedding gives the first hidden layer.
-PERIODIC_WIDTH = 16
-
-
-def embedding_width(categories: int) -> int:
-    """Wider for more categories, 2 to 16 (the rule of thumb 1.6 * n^0.56)."""
-    return int(min(16, max(2, round(1.6 * categories ** 0.56))))
 
 
 def model_feature_keys(schema: schema_pb2.Schema, label_key: str, excluded,
@@ -60,284 +55,8 @@ def model_feature_keys(schema: schema_pb2.Schema, label_key: str, excluded,
 
 
 def _import_function(dotted: str) -> Callable:
-    import importlib
-
     module, _, name = dotted.rpartition(".")
     return getattr(importlib.import_module(module), name)
-
-
-def _categorical_size(feature: schema_pb2.Feature) -> Optional[int]:
-    """Vocabulary-encoded ints (Transform's output) carry their range in int_domain."""
-    if feature.type == schema_pb2.INT and feature.HasField("int_domain") and \
-            feature.int_domain.is_categorical and feature.int_domain.max > 0:
-        return int(feature.int_domain.max) + 1
-    return None
-
-
-@dataclasses.dataclass(frozen=True)
-class Head:
-    """The model's last layer, loss, metrics and serving outputs, by task (tasks.py)."""
-
-    task: str
-    num_classes: int = 2
-    class_names: tuple[str, ...] = ()  # multiclass: the label's value of each class id
-
-    def output_layer(self, x: tf.Tensor, label: "Moments") -> tf.Tensor:
-        if self.task == tasks.MULTICLASS:
-            return keras.layers.Dense(self.num_classes, activation="softmax",
-                                      name=tasks.PROBABILITIES)(x)
-        if self.task == tasks.REGRESSION:
-            # Starts at the label's mean and scale, so the first steps are not spent
-            # walking the output from 0 to the target's units.
-            x = keras.layers.Dense(1)(x)
-            return keras.layers.Rescaling(label.std or 1.0, offset=label.mean,
-                                          name=tasks.PREDICTION)(x)
-        return keras.layers.Dense(1, activation="sigmoid", name=tasks.PROBABILITY)(x)
-
-    def compile(self, model: keras.Model) -> keras.Model:
-        if self.task == tasks.MULTICLASS:
-            loss, metrics = keras.losses.SparseCategoricalCrossentropy(), [
-                keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-        elif self.task == tasks.REGRESSION:
-            loss, metrics = keras.losses.MeanSquaredError(), [
-                keras.metrics.MeanSquaredError(name="mse")]
-        else:
-            loss, metrics = keras.losses.BinaryCrossentropy(), [
-                keras.metrics.BinaryAccuracy(name="accuracy"), keras.metrics.AUC(name="auc")]
-        model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=loss, metrics=metrics)
-        return model
-
-    def serving_outputs(self, output: tf.Tensor) -> dict:
-        if self.task != tasks.MULTICLASS:
-            return {self.output_name: output}
-        class_ids = tf.argmax(output, axis=-1)
-        class_names = tf.constant(list(self.class_names) or
-                                  [str(i) for i in range(self.num_classes)])
-        return {tasks.PROBABILITIES: output, tasks.CLASS_IDS: class_ids,
-                tasks.CLASSES: tf.gather(class_names, class_ids)}
-
-    @property
-    def output_name(self) -> str:
-        return {tasks.MULTICLASS: tasks.PROBABILITIES,
-                tasks.REGRESSION: tasks.PREDICTION}.get(self.task, tasks.PROBABILITY)
-
-
-@dataclasses.dataclass
-class Moments:
-    """Count, mean, variance and largest value of a stream of numbers, summed in float64
-    about the first batch's mean so that large values (epoch seconds) keep their precision."""
-
-    count: int = 0
-    shift: float = 0.0
-    total: float = 0.0
-    squares: float = 0.0
-    largest: float = float("-inf")
-
-    def add(self, values: np.ndarray) -> None:
-        values = np.asarray(values, np.float64).ravel()
-        values = values[np.isfinite(values)]
-        if not values.size:
-            return
-        if not self.count:
-            self.shift = float(values.mean())
-        centred = values - self.shift
-        self.count += values.size
-        self.total += float(centred.sum())
-        self.squares += float(np.square(centred).sum())
-        self.largest = max(self.largest, float(values.max()))
-
-    @property
-    def mean(self) -> float:
-        return self.shift + self.total / self.count if self.count else 0.0
-
-    @property
-    def variance(self) -> float:
-        if not self.count:
-            return 0.0
-        return max(0.0, self.squares / self.count - (self.total / self.count) ** 2)
-
-    @property
-    def std(self) -> float:
-        return float(np.sqrt(self.variance))
-
-
-@dataclasses.dataclass
-class DataStatistics:
-    """Moments of the numeric features and the label over every row of a dataset. The model's
-    scaling and the head's starting point come from all the training rows, not from the first
-    batches: tables are often sorted (by date, by id), and the first rows' spread is not the
-    data's."""
-
-    features: dict[str, Moments]
-    label: Moments
-    rows: int = 0  # every row read, a missing label or not
-
-    @classmethod
-    def of(cls, data: tf.data.Dataset, keys: list[str]) -> "DataStatistics":
-        features = {key: Moments() for key in keys}
-        label = Moments()
-        rows = 0
-        for batch, labels in data.as_numpy_iterator():
-            for key, moments in features.items():
-                moments.add(batch[key])
-            label.add(labels)
-            rows += len(labels)
-        return cls(features, label, rows)
-
-
-def scaling_variance(moments: Moments) -> float:
-    """The variance a number is scaled by: its training rows' own, or 1 when it is constant
-    there (a missing-value flag whose column had no gap in training, a column of one value).
-    Scaled by a variance of about 0, a value that differs at serving time (the flag set for
-    the first gap) would enter the model millions strong and swamp every other feature."""
-    if moments.variance <= 1e-12 * max(1.0, moments.mean ** 2):
-        return 1.0
-    return moments.variance
-
-
-def numeric_keys(schema: schema_pb2.Schema, feature_keys: list[str]) -> list[str]:
-    """The features the tabular model scales: numbers that are not category ids."""
-    features = parser.feature_by_name(schema)
-    return [k for k in feature_keys if features[k].type != schema_pb2.BYTES
-            and not _categorical_size(features[k])]
-
-
-@dataclasses.dataclass(frozen=True)
-class Periodic:
-    """The numbers' periodic embedding (TrainerOptions.periodic_*); 0 frequencies: none."""
-
-    frequencies: int = TrainerOptions.periodic_frequencies
-    sigma: float = TrainerOptions.periodic_sigma
-
-    @classmethod
-    def of(cls, options: TrainerOptions) -> "Periodic":
-        return cls(options.periodic_frequencies, options.periodic_sigma)
-
-
-def build_tabular_model(schema: schema_pb2.Schema, feature_keys: list[str],
-                        statistics: DataStatistics, head: Head,
-                        periodic: Periodic = Periodic()) -> keras.Model:
-    """Numbers are standardised with `statistics`, and also embedded through sines of them
-    (`periodic`); strings are hashed and embedded, vocabulary ids embedded directly."""
-    features = parser.feature_by_name(schema)
-    inputs, encoded, scaled = {}, [], []
-    # Layers take names TensorFlow accepts; the inputs stay keyed by the features' own.
-    safe = names.op_names(feature_keys)
-    for name in feature_keys:
-        feature = features[name]
-        categories = _categorical_size(feature)
-        if feature.type == schema_pb2.BYTES:
-            inputs[name] = keras.Input(shape=(1,), name=safe[name], dtype=tf.string)
-            ids = keras.layers.Hashing(num_bins=HASH_BINS)(inputs[name])
-            size = HASH_BINS
-        elif categories:
-            inputs[name] = keras.Input(shape=(1,), name=safe[name], dtype=tf.int64)
-            ids = keras.layers.Lambda(lambda x: tf.maximum(x, 0))(inputs[name])
-            size = categories
-        else:
-            inputs[name] = keras.Input(shape=(1,), name=safe[name],
-                                       dtype=tf.int64 if feature.type == schema_pb2.INT
-                                       else tf.float32)
-            moments = statistics.features[name]
-            norm = keras.layers.Normalization(axis=None, mean=moments.mean,
-                                              variance=scaling_variance(moments),
-                                              name=f"{safe[name]}_norm")
-            scaled.append(norm(tf.cast(inputs[name], tf.float32)))
-            continue
-        width = embedding_width(size)
-        embedded = keras.layers.Embedding(size, width)(ids)
-        encoded.append(keras.layers.Reshape((width,))(embedded))
-    if scaled:
-        numbers = scaled[0] if len(scaled) == 1 else keras.layers.Concatenate()(scaled)
-        encoded.append(numbers)
-        if periodic.frequencies:
-            encoded.append(layers.periodic_embedding(numbers, periodic.frequencies,
-                                                     PERIODIC_WIDTH, periodic.sigma))
-    x = encoded[0] if len(encoded) == 1 else keras.layers.Concatenate()(encoded)
-    for units in HIDDEN_UNITS:
-        x = keras.layers.Dense(units, activation="relu")(x)
-    model = keras.Model(inputs=inputs, outputs=head.output_layer(x, statistics.label))
-    return head.compile(model)
-
-
-def build_image_model(name: str, image: ImageSpec, head: Head) -> keras.Model:
-    """A small CNN. Pixels may arrive as uint8: scaling to [0, 1] is the first layer, so on a
-    GPU it runs on the device after a 4x cheaper host->device copy."""
-    inputs = keras.Input(shape=(image.height, image.width, image.channels),
-                         name=names.op_name(name),
-                         dtype=tf.uint8 if image.dtype == "uint8" else tf.float32)
-    x = keras.layers.Lambda(lambda t: tf.cast(t, tf.float32))(inputs)
-    if image.dtype == "uint8":
-        x = keras.layers.Rescaling(1.0 / 255)(x)
-    x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
-    x = keras.layers.Conv2D(64, 3, padding="same", activation="relu")(x)
-    x = keras.layers.MaxPooling2D(2)(x)
-    if min(image.height, image.width) >= 16:
-        x = keras.layers.Conv2D(64, 3, padding="same", activation="relu")(x)
-        x = keras.layers.MaxPooling2D(2)(x)
-    x = keras.layers.Flatten()(x)
-    x = keras.layers.Dense(64, activation="relu")(x)
-    model = keras.Model(inputs={name: inputs}, outputs=head.output_layer(x, Moments()))
-    return head.compile(model)
-
-
-def _serving_signature(model: keras.Model, schema: schema_pb2.Schema, feature_keys: list[str],
-                       images: Mapping[str, ImageSpec], head: Head, transform_output=None):
-    """Scores serialized raw tf.Examples: parse with the raw schema, fill gaps, apply the
-    Transform graph when there is one, decode images, then the model; the outputs are the
-    task's (Head.serving_outputs)."""
-    if transform_output is None:
-        parse = example_parser(schema, feature_keys, images)
-
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")],
-                 autograph=False)
-        def serve_tf_examples(serialized):
-            return head.serving_outputs(model(parse(serialized)))
-
-        return serve_tf_examples
-
-    transform = _raw_to_transformed(model, transform_output)
-    transformed = parser.feature_by_name(transform_output.transformed_metadata.schema)
-
-    @tf.autograph.experimental.do_not_convert  # plain Python branching on names only
-    def model_input(name: str, features: dict) -> tf.Tensor:
-        value = parser.densify(features[name], transformed[name])
-        return decode_images(value, images[name]) if name in images else value
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")],
-                 autograph=False)
-    def serve_transformed(serialized):
-        features = transform(serialized)
-        return head.serving_outputs(
-            model({k: model_input(k, features) for k in feature_keys}))
-
-    return serve_transformed
-
-
-def _raw_to_transformed(model: keras.Model, transform_output) -> Callable:
-    # The layer is tracked on the model so the saved model carries the transform graph, once.
-    if not hasattr(model, "tft_layer"):
-        model.tft_layer = transform_output.transform_features_layer()
-    raw_spec = transform_output.raw_feature_spec()
-
-    def transform(serialized: tf.Tensor) -> dict:
-        return model.tft_layer(tf.io.parse_example(serialized, raw_spec))
-
-    return transform
-
-
-def _transform_features_signature(model: keras.Model, transform_output, label_key: str):
-    """Raw Examples -> the transformed label: TFMA's preprocessing function, so the Evaluator
-    scores raw eval examples even when the label only exists after Transform."""
-    transform = _raw_to_transformed(model, transform_output)
-    label = parser.feature_by_name(transform_output.transformed_metadata.schema)[label_key]
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")],
-                 autograph=False)
-    def transform_features(serialized):
-        return {label_key: parser.densify(transform(serialized)[label_key], label)}
-
-    return transform_features
 
 
 @dataclasses.dataclass(frozen=True)
@@ -358,8 +77,6 @@ def resolve_schemas(fn_args: Any) -> Schemas:
     stored = schema_file.load_schema(fn_args.schema_path)
     if not getattr(fn_args, "transform_graph_path", None):
         return Schemas(stored, stored, stored)
-    import tensorflow_transform as tft
-
     transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
     transformed = transform_output.transformed_metadata.schema
     read = stored if packing.packed_rows(stored) else transformed
@@ -511,9 +228,8 @@ def run_fn(fn_args: Any) -> None:
     options.check_replicas(strategy.num_replicas_in_sync)
     folders = distribute.worker_folders(strategy, fn_args.model_run_dir, options.checkpoint_dir)
     options, checkpointing = checkpointing_for(options, folders)
-    train_files = resolve_files(fn_args.train_files)
-    inputs = TrainingInput(options, schemas.read, feature_keys,
-                           _label_fn(options, schemas.model), images, train_files,
+    inputs = TrainingInput(options, schemas.read, feature_keys, _label_fn(options, schemas.model),
+                           images, resolve_files(fn_args.train_files),
                            validation=resolve_validation(fn_args, options))
 
     with corrupt_files_named(inputs.files()):
@@ -533,7 +249,8 @@ def run_fn(fn_args: Any) -> None:
                                       folders, schemas, head, phases)
     with phases("export"):
         export_model(model, fn_args.serving_model_dir, folders, serving_signatures(
-            model, schemas, feature_keys, images, head, options.label_key))
+            model, schemas.model, feature_keys, images, head, options.label_key,
+            schemas.transform_output))
     _write_input_report(result, head, strategy, inputs, folders.run_dir, phases,
                         _validation_report(inputs, statistics, fn_args, plan))
 
@@ -736,15 +453,6 @@ def _label_fn(options: TrainerOptions, schema: schema_pb2.Schema) -> Optional[Ca
     return _import_function(options.label_fn)
 
 
-def build_model(schema: schema_pb2.Schema, feature_keys: list[str],
-                images: Mapping[str, ImageSpec], statistics: DataStatistics,
-                head: Head, periodic: Periodic = Periodic()) -> keras.Model:
-    if images:
-        name, image = next(iter(images.items()))
-        return build_image_model(name, image, head)
-    return build_tabular_model(schema, feature_keys, statistics, head, periodic)
-
-
 def _validation_report(inputs: TrainingInput, statistics: DataStatistics,
                        fn_args: Any, refit: Optional[RefitPlan] = None) -> dict:
     """How many rows trained, how many chose the weights and where they came from, and the
@@ -783,101 +491,3 @@ def _write_input_report(result, head: Head, strategy: tf.distribute.Strategy,
                  100 * report["overall"]["input_wait_share"], report["overall"]["label"])
 
 
-def serving_signatures(model: keras.Model, schemas: Schemas, feature_keys: list[str],
-                       images: Mapping[str, ImageSpec], head: Head, label_key: str) -> dict:
-    """serving_default (raw Examples in, the task's outputs out) and, with a Transform graph
-    that makes the label, the Evaluator's transform_features."""
-    signatures = {"serving_default": _serving_signature(
-        model, schemas.model, feature_keys, images, head, schemas.transform_output)}
-    if schemas.transform_output is not None and \
-            label_key in parser.feature_by_name(schemas.model):
-        signatures[TRANSFORM_SIGNATURE] = _transform_features_signature(
-            model, schemas.transform_output, label_key)
-    return signatures
-
-
-def export_model(model: keras.Model, serving_model_dir: str,
-                 folders: distribute.WorkerFolders, signatures: dict) -> None:
-    """The chief exports the serving model. Every other worker must save too (saving under
-    MultiWorkerMirroredStrategy is collective), into a scratch copy it then deletes."""
-    # Without save_traces Keras does not trace every layer's call for the SavedModel; the
-    # signatures are what serving and the Evaluator use, and the export takes 0.6 s instead
-    # of 10 (taxi model, measured).
-    target = serving_model_dir if folders.writes_outputs else \
-        fileio.join(folders.run_dir, "model_copy")
-    model.save(target, save_format="tf", signatures=signatures, save_traces=False)
-    # What a later warm start checks its features against (serving ignores assets.extra).
-    tf.io.gfile.makedirs(fileio.dirname(fileio.join(target, MODEL_INPUTS_FILE)))
-    with tf.io.gfile.GFile(fileio.join(target, MODEL_INPUTS_FILE), "w") as f:
-        f.write(json.dumps({"features": sorted(model.input)}))
-    if folders.writes_outputs:
-        logging.info("Exported serving model to %s", serving_model_dir)
-    else:
-        tf.io.gfile.rmtree(target)
-
-
-MODEL_INPUTS_FILE = fileio.join("assets.extra", "tfrp_model_inputs.json")
-
-
-def warm_start(model: keras.Model, base_model: Optional[str], feature_keys: list[str]) -> None:
-    """Loads the production model's weights into `model` (same features, same layers). Its
-    scaling comes with them. No production model yet (a first run): a cold start, logged."""
-    if not base_model or not fileio.exists(base_model):
-        logging.info("warm_start: no model in production yet; training from random weights")
-        return
-    inputs_file = fileio.join(base_model, MODEL_INPUTS_FILE)
-    if not tf.io.gfile.exists(inputs_file):
-        raise ValueError(f"warm_start: {base_model} was not exported by this Trainer (no "
-                         f"{MODEL_INPUTS_FILE}); train once with warm_start=false")
-    with tf.io.gfile.GFile(inputs_file) as f:
-        before = json.load(f)["features"]
-    if sorted(before) != sorted(feature_keys):
-        gone = sorted(set(before) - set(feature_keys))
-        new = sorted(set(feature_keys) - set(before))
-        raise ValueError(f"warm_start: the production model {base_model} was trained on other "
-                         f"features than the new transform graph gives (gone: {gone}; new: "
-                         f"{new}); train once with warm_start=false")
-    try:
-        status = model.load_weights(fileio.join(base_model, "variables", "variables"))
-        status.assert_existing_objects_matched()  # every layer of the new model found its own
-    except (AssertionError, ValueError) as mismatch:
-        # A layer missing fails the assertion; a layer of another shape fails the restore
-        # itself (a ValueError naming the variable). Either way the architectures differ.
-        detail = str(mismatch).strip().splitlines()[0][:200] if str(mismatch).strip() else ""
-        raise ValueError(f"warm_start: the production model {base_model} has other layers than "
-                         "this Trainer builds (trained before the numbers' periodic embedding, "
-                         "or with other periodic_frequencies); train once with "
-                         f"warm_start=false ({detail})") from None
-    logging.info("warm_start: weights from %s", base_model)
-
-
-def make_head(options: TrainerOptions, schema: schema_pb2.Schema, label_key: str,
-              images: Mapping[str, ImageSpec], label_moments: Moments,
-              transform_output=None) -> Head:
-    """The task as set (the pipeline settles it from the data), else what the transformed
-    label's schema says, else binary; a multiclass label's classes from `num_classes`, the
-    label's domain (a vocabulary's size), or the largest training label plus one."""
-    label = parser.find_feature(schema, label_key)
-    task = options.task if options.task != tasks.AUTO else (
-        tasks.MULTICLASS if images else tasks.task_from_schema(label) or tasks.BINARY)
-    if task != tasks.MULTICLASS:
-        logging.info("Task: %s", task)
-        return Head(task)
-    num_classes = options.num_classes or tasks.classes_from_schema(label)
-    if not num_classes:
-        num_classes = int(label_moments.largest) + 1 if label_moments.count else 0
-    if num_classes < 2:
-        raise ValueError(f"{label_key}: a multiclass label needs at least 2 classes; set "
-                         f"num_classes")
-    class_names: tuple[str, ...] = ()
-    if transform_output is not None:
-        try:  # the default preprocessing_fn names a string label's vocabulary after it
-            vocabulary = transform_output.vocabulary_by_name(names.op_name(label_key))
-            class_names = tuple(v.decode("utf-8", "replace") if isinstance(v, bytes)
-                                else str(v) for v in vocabulary)
-        except (ValueError, KeyError, tf.errors.NotFoundError):
-            class_names = ()
-    if class_names and len(class_names) != num_classes:
-        class_names = ()
-    logging.info("Task: %s (%d classes)", task, num_classes)
-    return Head(task, int(num_classes), class_names)
