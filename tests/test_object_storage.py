@@ -211,11 +211,12 @@ from bench import input as input_bench
 from shard_readers import numpy_reader
 from tfrecord_shards import fileio
 from tfrecord_shards.codec import schema_file
+from components.trainer import global_order
 from components.trainer import input as trainer_input
 from components.trainer.options import InputConfig
 
 # A few blocks per read call, so that an epoch takes several calls, each merging its ranges.
-trainer_input.REMOTE_BYTES_PER_READ = 256 << 10
+global_order.REMOTE_BYTES_PER_READ = 256 << 10
 paths = input_bench.write_data(int(sys.argv[1]), sys.argv[2])
 remote = input_bench.uploaded(paths, sys.argv[3])
 

@@ -16,7 +16,8 @@ from components.transform import taxi
 from tfrecord_shards import tfrecord_io
 from tfrecord_shards.codec import schema_file
 from components.trainer import distribute, export, fit, models, module
-from components.trainer.input import build_dataset, corrupt_files_named, resolve_files
+from components.trainer.corruption import corrupt_files_named
+from components.trainer.input import build_dataset, resolve_files
 from components.trainer.options import ImageSpec, InputConfig
 
 HAND_SCHEMA = """

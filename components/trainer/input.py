@@ -3,24 +3,28 @@
 It reads top to bottom as one tf.data chain, the order the tf.data performance guide gives:
 list files, interleave readers, shuffle, batch, parse the whole batch at once (densify, decode
 images, split off the label), cache, repeat, prefetch. The feature spec comes from the schema,
-so no one hand-writes it.
+so no one hand-writes it. What the chain reads and in what sizes is settled before it
+(`_ReadingPlan`), as is its parse function (`example_parser`). A global order's reading is in
+global_order.py, the tf.data service's stage in data_service.py, damaged files in
+corruption.py.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
-import numpy as np
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from tfrecord_shards import fileio, packing, tf_filesystems, tfrecord_io
+from tfrecord_shards import fileio, packing, shards, tf_filesystems, tfrecord_io
 from tfrecord_shards.packing import graph as packed_graph
 from tfrecord_shards.packing.layout import ROWS_KEY
 from tfrecord_shards.codec import parser
 from shard_readers.images import ImageSpec, decode_images, with_storage_from
+from components.trainer.corruption import scan_for_corruption, with_salvaged_records
+from components.trainer.data_service import ServedEpochs, on_data_service
+from components.trainer.global_order import global_blocks, global_records
 from components.trainer.options import GLOBAL_SHUFFLE, InputConfig
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -45,8 +49,6 @@ def resolve_files(file_patterns: Union[str, Sequence[str]]) -> list[str]:
 
 def split_rows(file_patterns) -> Optional[int]:
     """The rows of a split from our manifest beside it (None for stock shards)."""
-    from tfrecord_shards import shards
-
     patterns = [file_patterns] if isinstance(file_patterns, str) else list(file_patterns)
     total = 0
     for pattern in patterns:
@@ -69,56 +71,6 @@ def _compression_type(files: Sequence[str], compression: str) -> str:
     if compression == "auto":
         return detect_compression(files[0])
     return {"gzip": "GZIP", "none": "", "": ""}[compression.lower()]
-
-
-# ---------------------------------------------------------------------------------------------
-# Corrupt records
-# ---------------------------------------------------------------------------------------------
-def locate_corruption(files: Sequence[str]) -> Optional[tfrecord_io.CorruptRecordError]:
-    """The first damaged record among `files`, named by file and offset, or None."""
-    for path in files:
-        try:
-            for _ in tfrecord_io.iter_records(path):
-                pass
-        except tfrecord_io.CorruptRecordError as error:
-            return error
-    return None
-
-
-@contextlib.contextmanager
-def corrupt_files_named(files: Sequence[str]) -> Iterator[None]:
-    """Turns TensorFlow's "corrupted record at N" (which names no file) into an error that
-    names the file and offset, found by re-reading the files with our framing reader."""
-    try:
-        yield
-    except tf.errors.DataLossError as error:
-        located = locate_corruption(files)
-        if located is None:
-            raise
-        raise located from error
-
-
-def scan_for_corruption(files: Sequence[str]) -> dict[str, list[tfrecord_io.CorruptRegion]]:
-    """The damaged regions of each damaged file; each region and the totals are logged."""
-    damaged: dict[str, list[tfrecord_io.CorruptRegion]] = {}
-    for path in files:
-        regions = [r for _, r in tfrecord_io.iter_records(path, resync=True)
-                   if isinstance(r, tfrecord_io.CorruptRegion)]
-        if regions:
-            damaged[path] = regions
-    for path, regions in damaged.items():
-        for region in regions:
-            logging.warning("skip_corrupt: skipping %d bytes at offset %d of %s (%s; %s)",
-                            region.length, region.offset, path, region.reason, region.loss)
-    logging.warning("skip_corrupt: %d corrupt region(s) skipped in %d of %d file(s)",
-                    sum(len(r) for r in damaged.values()), len(damaged), len(files))
-    return damaged
-
-
-def _intact_records(path: str) -> Iterator[bytes]:
-    for _, record in tfrecord_io.iter_records(path, resync=True):
-        if isinstance(record, bytes):
-            yield record
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,20 +223,6 @@ def _shuffle_if(training: bool, buffer: int, seed: Optional[int]):
         if training and buffer > 1 else (lambda ds: ds)
 
 
-def _with_salvaged_records(damaged: Sequence[str], seed: Optional[int]):
-    """Mixes in the intact records of damaged files, read by our resynchronising reader, so
-    every record after the damage still arrives (TF's reader drops the rest of the file)."""
-    def apply(records: tf.data.Dataset) -> tf.data.Dataset:
-        if not damaged:
-            return records
-        salvaged = tf.data.Dataset.from_generator(
-            lambda: (r for path in damaged for r in _intact_records(path)),
-            output_signature=tf.TensorSpec([], tf.string))
-        return tf.data.Dataset.sample_from_datasets(
-            [records, salvaged], seed=seed, stop_on_empty_dataset=False)
-    return apply
-
-
 def _cache(where: str, training: bool, seed: Optional[int]):
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
         if where in ("", "none"):
@@ -309,268 +247,10 @@ def input_share(files: list[str], input_context: Optional[tf.distribute.InputCon
     return files, (pipelines, input_context.input_pipeline_id)
 
 
-class ServedEpochs:
-    """Counts the rows each epoch through a tf.data service brings, against the rows the split
-    holds. The service's distributed epoch is at most once: when a worker dies mid-epoch, the
-    rows it had taken (its files in progress) never arrive, and the epoch ends without them.
-    This says how many, once each epoch ends: a warning when rows were missed."""
-
-    def __init__(self, expected_rows: int,
-                 on_epoch: Optional[Callable[[dict], None]] = None):
-        self.expected = expected_rows
-        self.on_epoch = on_epoch
-        self._epoch = self._rows = 0
-
-    def add(self, rows: np.ndarray, ends_epoch: np.ndarray) -> np.ndarray:
-        if not ends_epoch:
-            self._rows += int(rows)
-            return rows
-        epoch = {"epoch": self._epoch, "rows": self._rows, "expected_rows": self.expected,
-                 "missed_rows": self.expected - self._rows}
-        self._epoch, self._rows = self._epoch + 1, 0
-        if epoch["missed_rows"]:
-            logging.warning(
-                "tf.data service: epoch %d brought %d of %d rows; %d missed (a worker was lost "
-                "mid-epoch: the service's epoch is at most once, so the rows it held are not "
-                "read again)", epoch["epoch"], epoch["rows"], self.expected,
-                epoch["missed_rows"])
-        else:
-            logging.info("tf.data service: epoch %d brought all %d rows", epoch["epoch"],
-                         self.expected)
-        if self.on_epoch is not None:
-            self.on_epoch(epoch)
-        return rows
-
-
-def _empty_like(spec):
-    """An element of `spec` with no rows where the batch size is not fixed."""
-    if isinstance(spec, tf.RaggedTensorSpec):
-        values = tf.zeros([0] + [d or 0 for d in spec.shape[spec.ragged_rank + 1:]],
-                          spec.dtype)
-        return tf.RaggedTensor.from_nested_row_lengths(
-            values, [tf.zeros([0], spec.row_splits_dtype)] * spec.ragged_rank)
-    return tf.zeros([d or 0 for d in spec.shape], spec.dtype)
-
-
-def _rows_in(batch) -> tf.Tensor:
-    first = tf.nest.flatten(batch, expand_composites=False)[0]
-    return tf.cast(first.nrows() if isinstance(first, tf.RaggedTensor)
-                   else tf.shape(first)[0], tf.int64)
-
-
-def _on_data_service(service: Optional[str], counter: Optional[ServedEpochs] = None):
-    """Everything above this point (reading, shuffling, parsing, batching) runs on the tf.data
-    service's workers. Dynamic sharding hands each file to one worker at a time, so each row
-    arrives once per epoch however many workers there are, unless a worker dies: with
-    `counter`, a flagged marker after each epoch's last batch lets the trainer count what the
-    epoch brought (`ServedEpochs`)."""
-    def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
-        if not service:
-            return dataset
-        served = dataset.apply(tf.data.experimental.service.distribute(
-            processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC,
-            service=service))
-        if counter is None:
-            return served
-        marker = tf.nest.map_structure(_empty_like, served.element_spec)
-        flagged = served.map(lambda *batch: (batch, False)).concatenate(
-            tf.data.Dataset.from_tensors((tuple(marker) if isinstance(marker, tuple)
-                                          else (marker,), True)))
-
-        def count(batch, ends_epoch):
-            counted = tf.numpy_function(counter.add, [_rows_in(batch), ends_epoch], tf.int64)
-            with tf.control_dependencies([counted]):
-                return batch, tf.identity(ends_epoch)
-
-        return (flagged
-                .map(count)
-                .filter(lambda batch, ends_epoch: tf.logical_not(ends_epoch))
-                .map(lambda batch, _: batch if len(batch) > 1 else batch[0]))
-    return apply
-
-
 def _record_share(share: Optional[tuple[int, int]]):
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
         return dataset if share is None else dataset.shard(*share)
     return apply
-
-
-# A global order without num_epochs runs on; its row stream stops here, far past any run.
-_UNBOUNDED_ROWS = 1 << 62
-
-
-@dataclasses.dataclass(frozen=True)
-class _RowStream:
-    """Where a global order starts and stops in the stream of every epoch's rows one after
-    another, and the share of it one input pipeline reads. Pipeline w of W reads the units
-    (`batch` rows each) w, w + W, ...; in step with the others, after each has read k units
-    the pipelines together have read exactly the first k * W units: the stream's rows up to
-    one number, whatever W was, so a run resumes from that number on any W."""
-
-    start: int
-    stop: int
-    batch: int
-    pipelines: int
-    pipeline: int
-
-    @classmethod
-    def of(cls, rows_per_epoch: int, config: InputConfig,
-           input_context: Optional[tf.distribute.InputContext]) -> "_RowStream":
-        return cls(config.start_epoch * rows_per_epoch + config.start_position,
-                   _UNBOUNDED_ROWS if config.num_epochs is None
-                   else config.num_epochs * rows_per_epoch, config.batch_size,
-                   input_context.num_input_pipelines if input_context else 1,
-                   input_context.input_pipeline_id if input_context else 0)
-
-    def unit_starts(self) -> tf.data.Dataset:
-        return tf.data.Dataset.range(self.start + self.pipeline * self.batch, self.stop,
-                                     self.pipelines * self.batch)
-
-    def batches(self, drop_remainder: bool) -> Optional[int]:
-        """This pipeline's batches (a unit each, a short last one left out with
-        `drop_remainder`); None for a stream without end."""
-        if self.stop == _UNBOUNDED_ROWS:
-            return None
-        first = self.start + self.pipeline * self.batch
-        units = max(0, -(-(self.stop - first) // (self.pipelines * self.batch)))
-        last = first + (units - 1) * self.pipelines * self.batch
-        return units - (drop_remainder and units > 0 and last + self.batch > self.stop)
-
-
-def _global_order(files: Sequence[str], config: InputConfig,
-                  input_context: Optional[tf.distribute.InputContext]
-                  ) -> tuple[tf.data.Dataset, _RowStream]:
-    """Per-row records, each epoch in a seeded permutation of all of them
-    (`tf.random.experimental.index_shuffle`, keyed by the seed and the epoch): every record
-    exactly once an epoch, read by its index, in units of `batch_size` records that this
-    pipeline takes from the row stream (`_RowStream`). The order is a function of (seed,
-    stream position) alone, so a run stopped anywhere resumes there with no buffer to
-    restore (`start_epoch`, `start_position`), on any number of input pipelines."""
-    from tfrecord_shards import record_index
-
-    records = record_index.FileRecords(files)
-    count = len(records)
-    if not count:
-        raise ValueError(f"shuffle=global: no records in {len(files)} file(s)")
-    stream = _RowStream.of(count, config, input_context)
-    seed = tf.constant(config.seed or 0, tf.int64)
-    last = tf.constant(count - 1, tf.int64)
-
-    def unit_records(first: tf.Tensor) -> tf.Tensor:
-        rows = tf.range(first, tf.minimum(first + stream.batch, stream.stop))
-        epoch, position = rows // count, rows % count
-        # A unit spans at most two epochs.
-        return tf.where(epoch == first // count,
-                        tf.random.experimental.index_shuffle(
-                            position, tf.stack([seed, first // count]), last),
-                        tf.random.experimental.index_shuffle(
-                            position, tf.stack([seed, first // count + 1]), last))
-
-    def read(numbers: tf.Tensor) -> tf.Tensor:
-        return tf.numpy_function(records.read, [numbers], tf.string, stateful=False)
-
-    return (stream.unit_starts()
-            .map(unit_records)
-            .map(read, num_parallel_calls=AUTOTUNE, deterministic=True)
-            .unbatch()), stream
-
-
-BLOCKS_PER_READ = 32
-REMOTE_BYTES_PER_READ = 32 << 20
-
-
-class _BlockOrder:
-    """Packed records in a global order: each epoch a seeded permutation of the blocks
-    (numpy's PCG64, keyed by the seed and the epoch), each block's rows in an order keyed by
-    the seed, the epoch and the block. A unit of the row stream is cut from the blocks it
-    falls in as (block, epoch, first row, end row) segments."""
-
-    def __init__(self, rows_per_block: np.ndarray, seed: int):
-        self.rows = rows_per_block
-        self.total = int(rows_per_block.sum())
-        self.seed = seed
-        self._epochs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-    def _epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        if epoch not in self._epochs:
-            if len(self._epochs) > 2:  # a run reads at most two epochs at once
-                self._epochs.pop(min(self._epochs))
-            order = np.random.default_rng([self.seed, epoch]).permutation(len(self.rows))
-            self._epochs[epoch] = (order, np.cumsum(self.rows[order]))
-        return self._epochs[epoch]
-
-    def segments(self, firsts: np.ndarray, batch: int, stop: int) -> np.ndarray:
-        """(block, epoch, first row, end row) of the units starting at `firsts`, a block
-        read once for consecutive rows of it."""
-        out: list[list[int]] = []
-        for first in firsts.tolist():
-            row, end = first, min(first + batch, stop)
-            while row < end:
-                epoch, within = divmod(row, self.total)
-                order, ends = self._epoch(epoch)
-                k = int(np.searchsorted(ends, within, side="right"))
-                block = int(order[k])
-                lo = within - (int(ends[k]) - int(self.rows[block]))
-                hi = min(int(self.rows[block]), lo + end - row)
-                if out and out[-1][:2] == [block, epoch] and out[-1][3] == lo:
-                    out[-1][3] = hi
-                else:
-                    out.append([block, epoch, lo, hi])
-                row += hi - lo
-        return np.array(out, np.int64).reshape(-1, 4)
-
-
-def _global_blocks(files: Sequence[str], config: InputConfig,
-                   input_context: Optional[tf.distribute.InputContext],
-                   parse: Callable) -> tuple[tf.data.Dataset, _RowStream]:
-    """Packed records in a global order (`_BlockOrder`): the rows this pipeline takes from the
-    row stream, parsed block by block. A block that units of other pipelines share is read
-    by each of them; within one pipeline, once."""
-    from shard_readers import numpy_reader
-    from tfrecord_shards import record_index
-
-    records = record_index.FileRecords(files)
-    order = _BlockOrder(np.concatenate([numpy_reader.block_rows(f) for f in files]),
-                        config.seed or 0)
-    if not order.total:
-        raise ValueError(f"shuffle=global: no rows in {len(files)} file(s)")
-    stream = _RowStream.of(order.total, config, input_context)
-    seed = tf.constant(config.seed or 0, tf.int64)
-
-    # Units enough to cover about BLOCKS_PER_READ blocks (on an object store, blocks of about
-    # REMOTE_BYTES_PER_READ) are read in one call. Their ranges are fetched together, merged
-    # where they lie close and concurrently (FileRecords.read): on a store an epoch costs a
-    # request per merged span, and the more blocks a call asks for, the closer they lie.
-    blocks_per_read = BLOCKS_PER_READ
-    if records.remote:
-        blocks_per_read = max(BLOCKS_PER_READ, REMOTE_BYTES_PER_READ * len(order.rows) //
-                              max(1, records.stored_bytes()))
-    units_per_read = max(1, -(-blocks_per_read * order.total // len(order.rows) //
-                               stream.batch))
-
-    def segments_and_blocks(firsts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        cut = order.segments(firsts, stream.batch, stream.stop)
-        return cut, records.read(cut[:, 0])
-
-    def segments(firsts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        cut, blocks = tf.numpy_function(segments_and_blocks, [firsts], (tf.int64, tf.string),
-                                        stateful=False)
-        return tf.reshape(cut, [-1, 4]), tf.reshape(blocks, [-1])
-
-    def rows_of(segment: tf.Tensor, serialized: tf.Tensor):
-        block, epoch, lo, hi = tf.unstack(segment, num=4)
-        parsed = parse(tf.reshape(serialized, [1]))
-        size = tf.shape(tf.nest.flatten(parsed)[0], out_type=tf.int64)[0]
-        # This epoch's order of the block's rows, the same wherever the block is read.
-        keys = tf.random.stateless_uniform([size], tf.stack([seed ^ block, epoch]))
-        taken = tf.argsort(keys)[lo:hi]
-        return tf.nest.map_structure(lambda t: tf.gather(t, taken), parsed)
-
-    return (stream.unit_starts()
-            .batch(units_per_read)
-            .map(segments, num_parallel_calls=AUTOTUNE, deterministic=True)
-            .unbatch()
-            .map(rows_of, num_parallel_calls=AUTOTUNE, deterministic=True)), stream
 
 
 def _rows_read(files: Sequence[str], all_files: Sequence[str], file_patterns,
@@ -580,8 +260,8 @@ def _rows_read(files: Sequence[str], all_files: Sequence[str], file_patterns,
     otherwise."""
     if packed:
         return split_rows(file_patterns) if list(files) == list(all_files) else None
-    shards = [tfrecord_io.manifest_shard(f) for f in files]
-    return sum(s["rows"] for s in shards) if shards and all(shards) else None
+    counted = [tfrecord_io.manifest_shard(f) for f in files]
+    return sum(s["rows"] for s in counted) if counted and all(counted) else None
 
 
 def _epoch_batches(rows: Optional[int], config: InputConfig) -> Optional[int]:
@@ -603,38 +283,8 @@ def _known_batches(batches: Optional[int]):
     return apply
 
 
-def build_dataset(
-    file_patterns: Union[str, Sequence[str]],
-    schema: schema_pb2.Schema,
-    label_key: Optional[str],
-    *,
-    feature_keys: Optional[Sequence[str]] = None,
-    label_fn: Optional[LabelFn] = None,
-    label_inputs: Sequence[str] = (),
-    config: Optional[InputConfig] = None,
-    input_context: Optional[tf.distribute.InputContext] = None,
-    on_served_epoch: Optional[Callable[[dict], None]] = None,
-    holdout: Optional[Holdout] = None,
-) -> tf.data.Dataset:
-    """Builds batches of `(features, label)` from tf.Example shards.
-
-    Args:
-      file_patterns: glob(s) of TFRecord files, gzip or plain.
-      schema: the tensorflow_metadata Schema stored beside the data; it gives the feature spec
-        and the default used for absent values.
-      label_key: the feature used as label, or None to yield features only.
-      feature_keys: the features to keep; by default every schema feature but the label.
-      label_fn: computes the label from the parsed features instead of reading `label_key`
-        (e.g. "tip > 20 % of fare").
-      label_inputs: features parsed only so that `label_fn` can read them.
-      config: the knobs; see `InputConfig`.
-      input_context: under `distribute_datasets_from_function`, each input pipeline reads
-        its own share of the files.
-      on_served_epoch: through a tf.data service, called with each epoch's count of rows
-        against the split's (`ServedEpochs`; our shards' manifest gives the split's rows).
-      holdout: only the validation rows of the files, or only the rest (`Holdout`).
-    """
-    config = config or InputConfig()
+def _check_config(config: InputConfig, holdout: Optional[Holdout]) -> None:
+    """Refuses the settings that cannot go together, each in one line."""
     if config.data_service and config.skip_corrupt:
         raise ValueError("skip_corrupt reads damaged files in this process, which tf.data "
                          "service workers cannot run; use one or the other")
@@ -645,6 +295,41 @@ def build_dataset(
         raise ValueError("shuffle=global reads records by index, so it cannot hold validation "
                          "rows out of the train split by hash: name a validation split "
                          "(validation_split) or set validation_fraction=0")
+
+
+@dataclasses.dataclass(frozen=True)
+class _ReadingPlan:
+    """What one input pipeline reads and how: its files (or every file and its share of the
+    records), whether in a global order, and the sizes its chain shuffles and parses in."""
+
+    files: list[str]  # this pipeline's files (a global order: every file)
+    record_share: Optional[tuple[int, int]]  # (pipelines, this one) when files are too few
+    compression: str
+    damaged: dict  # {file: its corrupt regions}, with skip_corrupt
+    global_order: bool
+    deterministic: bool
+    rows_per_block: int  # packed records' rows; 0 for a record per row
+    record_shuffle_buffer: int
+    records_per_parse: int
+    records_per_turn: int  # the interleave's block_length
+    served: Optional[ServedEpochs]  # through a tf.data service: each epoch's rows counted
+    known_rows: Optional[int]  # an epoch's rows, when known before reading
+
+    @property
+    def clean_files(self) -> list[str]:
+        return [f for f in self.files if f not in self.damaged]
+
+    @property
+    def packed(self) -> bool:
+        return bool(self.rows_per_block)
+
+
+def _reading_plan(file_patterns, schema: schema_pb2.Schema, config: InputConfig,
+                  input_context: Optional[tf.distribute.InputContext],
+                  on_served_epoch: Optional[Callable[[dict], None]],
+                  holdout: Optional[Holdout]) -> _ReadingPlan:
+    """This pipeline's reading plan (`_ReadingPlan`), once the settings are checked."""
+    _check_config(config, holdout)
     global_order = config.shuffle == GLOBAL_SHUFFLE and config.training
     # tf.data reads the files: on s3:// through tensorflow-io, whatever process calls this.
     tf_filesystems.register_for(*([file_patterns] if isinstance(file_patterns, str)
@@ -664,22 +349,8 @@ def build_dataset(
     # Counted when the split's rows are known and every batch's rows reach the trainer.
     split_total = split_rows(file_patterns) if config.data_service and \
         not config.drop_remainder and holdout is None else None
-    served = ServedEpochs(split_total, on_served_epoch) if split_total else None
-    # Record-level sharding needs every pipeline to see the records in the same order, and a
-    # global order is resumed by its position, so it must arrive in that order.
-    deterministic = not config.training or record_share is not None or global_order
-
-    features_by_name = parser.feature_by_name(schema)
-    keep = list(feature_keys) if feature_keys is not None else [
-        k for k in features_by_name if k != label_key]
-    # A global order shuffles a packed block's rows itself, by epoch and block.
-    parse = example_parser(schema, list(keep) + list(label_inputs) + (
-        [label_key] if label_key else []), config.image_specs,
-        shuffle_rows=config.training and not global_order, shuffle_seed=config.seed or 0,
-        holdout=holdout if packing.packed_rows(schema) else None)
-
-    # Packed data (tfrecord_shards/packing/) holds blocks of rows: the records shuffled are whole
-    # blocks, one map parses a group of about `shuffle_buffer` rows (shuffled among
+    # Packed data (tfrecord_shards/packing/) holds blocks of rows: the records shuffled are
+    # whole blocks, one map parses a group of about `shuffle_buffer` rows (shuffled among
     # themselves), and the rows are then cut into batches of `batch_size`.
     rows_per_block = packing.packed_rows(schema)
     if rows_per_block:
@@ -690,10 +361,32 @@ def build_dataset(
         record_shuffle_buffer = config.shuffle_buffer
         records_per_parse = config.batch_size
         records_per_turn = config.block_length
+    return _ReadingPlan(
+        files, record_share, compression, damaged, global_order,
+        # Record-level sharding needs every pipeline to see the records in the same order,
+        # and a global order is resumed by its position, so it must arrive in that order.
+        deterministic=not config.training or record_share is not None or global_order,
+        rows_per_block=rows_per_block, record_shuffle_buffer=record_shuffle_buffer,
+        records_per_parse=records_per_parse, records_per_turn=records_per_turn,
+        served=ServedEpochs(split_total, on_served_epoch) if split_total else None,
+        known_rows=None if global_order or record_share or damaged or config.data_service
+        or holdout is not None else
+        _rows_read(files, all_files, file_patterns, bool(rows_per_block)))
 
-    def read_file(path: tf.Tensor) -> tf.data.Dataset:
-        return tf.data.TFRecordDataset(
-            path, compression_type=compression, buffer_size=config.reader_buffer_bytes)
+
+def _features_and_label(schema: schema_pb2.Schema, label_key: Optional[str],
+                        feature_keys: Optional[Sequence[str]], label_fn: Optional[LabelFn],
+                        label_inputs: Sequence[str], config: InputConfig,
+                        global_order: bool, holdout: Optional[Holdout]) -> Callable:
+    """Serialized records -> (features, label) rows, or features alone without a label: the
+    parse (and unpack) of `example_parser`, then the label read or computed."""
+    keep = list(feature_keys) if feature_keys is not None else [
+        k for k in parser.feature_by_name(schema) if k != label_key]
+    # A global order shuffles a packed block's rows itself, by epoch and block.
+    parse = example_parser(schema, list(keep) + list(label_inputs) + (
+        [label_key] if label_key else []), config.image_specs,
+        shuffle_rows=config.training and not global_order, shuffle_seed=config.seed or 0,
+        holdout=holdout if packing.packed_rows(schema) else None)
 
     def to_features_and_label(serialized: tf.Tensor):
         features = parse(serialized)
@@ -703,56 +396,100 @@ def build_dataset(
         if label_key is not None:
             return kept, features[label_key]
         return kept
+    return to_features_and_label
 
-    def to_batches(dataset: tf.data.Dataset) -> tf.data.Dataset:
-        if not rows_per_block:
+
+def _file_reader(compression: str, config: InputConfig) -> Callable:
+    def read_file(path: tf.Tensor) -> tf.data.Dataset:
+        return tf.data.TFRecordDataset(
+            path, compression_type=compression, buffer_size=config.reader_buffer_bytes)
+    return read_file
+
+
+def _to_batches(config: InputConfig, packed: bool):
+    """Rows cut into batches of `batch_size`; a record per row is batched so already."""
+    def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        if not packed:
             return dataset  # already batches of batch_size
         if any(isinstance(spec, tf.RaggedTensorSpec)
                for spec in tf.nest.flatten(dataset.element_spec)):
             return dataset.unbatch().batch(config.batch_size, config.drop_remainder)
         return dataset.rebatch(config.batch_size, drop_remainder=config.drop_remainder)
+    return apply
 
-    clean_files = [f for f in files if f not in damaged]
-    if global_order:
-        # Rows in a seeded permutation of the epoch, read by index, in units of batch_size
-        # that this pipeline takes from the stream of every epoch's rows.
-        if rows_per_block:
-            rows, stream = _global_blocks(files, config, input_context, to_features_and_label)
-        else:
-            records, stream = _global_order(files, config, input_context)
-            rows = (records
-                    .batch(config.batch_size, drop_remainder=config.drop_remainder)
-                    .map(to_features_and_label, num_parallel_calls=AUTOTUNE,
-                         deterministic=True))
-        batches = (rows
-                   .apply(to_batches)
-                   .apply(_known_batches(stream.batches(config.drop_remainder))))
+
+def _global_order_batches(plan: _ReadingPlan, config: InputConfig,
+                          input_context: Optional[tf.distribute.InputContext],
+                          to_features_and_label: Callable) -> tf.data.Dataset:
+    """Rows in a seeded permutation of the epoch, read by index, in units of batch_size that
+    this pipeline takes from the stream of every epoch's rows (global_order.py)."""
+    if plan.packed:
+        rows, stream = global_blocks(plan.files, config, input_context, to_features_and_label)
+    else:
+        records, stream = global_records(plan.files, config, input_context)
+        rows = (records
+                .batch(config.batch_size, drop_remainder=config.drop_remainder)
+                .map(to_features_and_label, num_parallel_calls=AUTOTUNE, deterministic=True))
+    return (rows
+            .apply(_to_batches(config, plan.packed))
+            .apply(_known_batches(stream.batches(config.drop_remainder))))
+
+
+def build_dataset(file_patterns: Union[str, Sequence[str]], schema: schema_pb2.Schema,
+                  label_key: Optional[str], *, feature_keys: Optional[Sequence[str]] = None,
+                  label_fn: Optional[LabelFn] = None, label_inputs: Sequence[str] = (),
+                  config: Optional[InputConfig] = None,
+                  input_context: Optional[tf.distribute.InputContext] = None,
+                  on_served_epoch: Optional[Callable[[dict], None]] = None,
+                  holdout: Optional[Holdout] = None) -> tf.data.Dataset:
+    """Builds batches of `(features, label)` from tf.Example shards.
+
+    Args:
+      file_patterns: glob(s) of TFRecord files, gzip or plain.
+      schema: the tensorflow_metadata Schema stored beside the data; it gives the feature spec
+        and the default used for absent values.
+      label_key: the feature used as label, or None to yield features only.
+      feature_keys: the features to keep; by default every schema feature but the label.
+      label_fn: computes the label from the parsed features instead of reading `label_key`
+        (e.g. "tip > 20 % of fare").
+      label_inputs: features parsed only so that `label_fn` can read them.
+      config: the knobs; see `InputConfig`.
+      input_context: under `distribute_datasets_from_function`, each input pipeline reads
+        its own share of the files.
+      on_served_epoch: through a tf.data service, called with each epoch's count of rows
+        against the split's (`ServedEpochs`; our shards' manifest gives the split's rows).
+      holdout: only the validation rows of the files, or only the rest (`Holdout`).
+    """
+    config = config or InputConfig()
+    plan = _reading_plan(file_patterns, schema, config, input_context, on_served_epoch, holdout)
+    to_features_and_label = _features_and_label(schema, label_key, feature_keys, label_fn,
+                                                label_inputs, config, plan.global_order, holdout)
+    if plan.global_order:
+        batches = _global_order_batches(plan, config, input_context, to_features_and_label)
     else:
         # The files shuffled, read interleaved and shuffled through a buffer.
         batches = (
-            tf.data.Dataset.from_tensor_slices(tf.constant(clean_files, tf.string))
-            .apply(_shuffle_if(config.training, len(clean_files), config.seed))
-            .interleave(read_file, cycle_length=config.cycle_length or AUTOTUNE,
-                        block_length=records_per_turn, num_parallel_calls=AUTOTUNE,
-                        deterministic=deterministic)
-            .apply(_with_salvaged_records(sorted(damaged), config.seed))
-            .apply(_record_share(record_share))
-            .apply(_held_out_records(holdout, packed=bool(rows_per_block)))
-            .apply(_shuffle_if(config.training, record_shuffle_buffer, config.seed))
-            .batch(records_per_parse,
-                   drop_remainder=config.drop_remainder and not rows_per_block)
+            tf.data.Dataset.from_tensor_slices(tf.constant(plan.clean_files, tf.string))
+            .apply(_shuffle_if(config.training, len(plan.clean_files), config.seed))
+            .interleave(_file_reader(plan.compression, config),
+                        cycle_length=config.cycle_length or AUTOTUNE,
+                        block_length=plan.records_per_turn, num_parallel_calls=AUTOTUNE,
+                        deterministic=plan.deterministic)
+            .apply(with_salvaged_records(sorted(plan.damaged), config.seed))
+            .apply(_record_share(plan.record_share))
+            .apply(_held_out_records(holdout, packed=plan.packed))
+            .apply(_shuffle_if(config.training, plan.record_shuffle_buffer, config.seed))
+            .batch(plan.records_per_parse,
+                   drop_remainder=config.drop_remainder and not plan.packed)
             .map(to_features_and_label, num_parallel_calls=AUTOTUNE,
-                 deterministic=deterministic)
-            .apply(to_batches))
+                 deterministic=plan.deterministic)
+            .apply(_to_batches(config, plan.packed)))
     return (
         batches
-        .apply(_on_data_service(config.data_service, served))
+        .apply(on_data_service(config.data_service, plan.served))
         .apply(_cache(config.cache, config.training, config.seed))
-        .repeat(1 if global_order else config.num_epochs)  # the global order has its epochs
-        .apply(_known_batches(_epoch_batches(
-            None if global_order or record_share or damaged or config.data_service or
-            holdout is not None else
-            _rows_read(files, all_files, file_patterns, bool(rows_per_block)), config)))
-        .apply(_prefetch(config, packed=bool(rows_per_block)))
-        .with_options(_dataset_options(config, packed=bool(rows_per_block)))
+        .repeat(1 if plan.global_order else config.num_epochs)  # a global order has its epochs
+        .apply(_known_batches(_epoch_batches(plan.known_rows, config)))
+        .apply(_prefetch(config, packed=plan.packed))
+        .with_options(_dataset_options(config, packed=plan.packed))
     )

@@ -33,9 +33,10 @@ from tfrecord_shards import fileio, names, packing, tf_filesystems  # noqa: E402
 from tfrecord_shards.codec import parser, schema_file  # noqa: E402
 from shard_readers.images import ImageSpec, with_storage_from  # noqa: E402
 from components.trainer import distribute, fit  # noqa: E402
+from components.trainer.corruption import corrupt_files_named  # noqa: E402
 from components.trainer.export import export_model, serving_signatures, warm_start  # noqa: E402
 from components.trainer.input import (  # noqa: E402
-    Holdout, build_dataset, corrupt_files_named, input_share, resolve_files, split_rows)
+    Holdout, build_dataset, input_share, resolve_files, split_rows)
 from components.trainer.models import (  # noqa: E402
     DataStatistics, Head, Periodic, build_model, make_head, numeric_keys)
 from components.trainer.options import GLOBAL_SHUFFLE, TrainerOptions  # noqa: E402
