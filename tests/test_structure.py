@@ -202,6 +202,44 @@ def test_run_fn_reads_as_the_outline_of_a_training_run():
     assert run_fn.end_lineno - run_fn.lineno + 1 <= 45
 
 
+def _product_files() -> list[str]:
+    return sorted(path for name, path in _modules().items() if name.split(".")[0] in PRODUCT)
+
+
+def _functions(path: str) -> list[tuple[str, int]]:
+    """(name, lines) of every function in `path`, methods and nested ones too."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    return [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def test_no_product_module_is_over_600_lines():
+    """A module longer than that holds more than one concept: split it along them."""
+    long = []
+    for path in _product_files():
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().count("\n")
+        if lines > 600:
+            long.append(f"{os.path.relpath(path, ROOT)}: {lines}")
+    assert long == []
+
+
+def test_the_trainers_functions_read_whole():
+    """No function of the Trainer's over 80 lines, and its two longest pieces of work, the
+    input function and the training loop, in steps of at most 60: `build_dataset` reads as
+    one tf.data chain, the decisions around it in functions of their own."""
+    folder = os.path.join(ROOT, "components", "trainer")
+    long = [f"{module}: {function}, {lines}" for module in sorted(os.listdir(folder))
+            if module.endswith(".py")
+            for function, lines in _functions(os.path.join(folder, module)) if lines > 80]
+    assert long == []
+    sizes = {(module, function): lines for module in ("input.py", "fit.py")
+             for function, lines in _functions(os.path.join(folder, module))}
+    assert sizes[("input.py", "build_dataset")] <= 60
+    assert sizes[("fit.py", "train")] <= 60
+
+
 def test_the_wheel_holds_the_product_alone(tmp_path):
     """`pip wheel --no-deps .` packs components/ and pipeline/, and neither bench/ nor
     testsupport/; `tfrp --help` then lists no benchmark (tests/test_cli.py)."""
