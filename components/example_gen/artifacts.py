@@ -6,6 +6,7 @@ from __future__ import annotations
 from tfrecord_shards import fileio
 from typing import Optional
 
+from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
 from tfx.components.util import examples_utils
 from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
@@ -50,8 +51,6 @@ def split_anomalies(uri: str, splits: list[str], described: bool = False,
     a URI), split by split, each as "feature: short description" (and TFDV's long
     description, when `described`). With `required` (the gate), a split whose findings
     cannot be read is an error, never "no anomalies"."""
-    from tensorflow_metadata.proto.v0 import anomalies_pb2
-
     found = {}
     for split in splits:
         path = fileio.join(uri, f"Split-{split}", "SchemaDiff.pb")
@@ -72,6 +71,4 @@ def load_statistics(path: str):
     """A StatisticsGen split's FeatureStats.pb (a local path or a URI), as the
     DatasetFeatureStatisticsList TFDV's `load_stats_binary` gives, read through our file
     layer (TFDV's reads through TensorFlow's, which has no s3://)."""
-    from tensorflow_metadata.proto.v0 import statistics_pb2
-
     return statistics_pb2.DatasetFeatureStatisticsList.FromString(fileio.read_bytes(path))

@@ -12,6 +12,7 @@ import logging
 from typing import Optional, Sequence
 
 import apache_beam as beam
+from tqdm import tqdm
 
 from tfrecord_shards import beam_shards, shards
 from components.example_gen import encode
@@ -29,8 +30,6 @@ class Progress:
     current: Optional["Progress"] = None
 
     def __init__(self, files: int):
-        from tqdm import tqdm
-
         # disable=None: only on a terminal, so logs and CI output stay clean.
         self.profiled = tqdm(total=files, desc="profile", unit="file", disable=None)
         self.encoded = tqdm(desc="encode", unit="row", unit_scale=True, disable=None)

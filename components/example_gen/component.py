@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from google.protobuf import json_format, message
 from tfx.dsl.components.base import base_beam_component, executor_spec
 from tfx.types import channel_utils, standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
@@ -49,8 +50,6 @@ class ShardedExampleGen(base_beam_component.BaseBeamComponent):
 
 def _from_proto(name: str, value: Any) -> Any:
     """A stock input_config or range_config proto as our options hold it; others as given."""
-    from google.protobuf import json_format, message
-
     if not isinstance(value, message.Message):
         return value
     if name == "input_config":

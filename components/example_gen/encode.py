@@ -16,7 +16,7 @@ from tfrecord_shards import fileio, hooks, rows_done, shards
 from tfrecord_shards.codec import schema_file, serializer
 from components.example_gen import splits as splitting
 from components.example_gen.options import ExampleGenOptions
-from components.example_gen.sources import registry
+from components.example_gen.sources import locate, registry
 from components.example_gen.sources.base import BadRecord, FileProfile, SourceError
 from components.example_gen.sources.image_source import IMAGE_FEATURE
 
@@ -235,8 +235,6 @@ def finalize(staging: str, options: ExampleGenOptions, fmt: str, profile: FilePr
 
 def first_columns(source: str, fmt: str) -> tuple[str, list[str]]:
     """(first file, the column names of its first rows)."""
-    from components.example_gen.sources import locate
-
     _, fmt, files = locate.source_files(source, fmt)
     for item in registry.read_file(files[0], fmt, None):
         if not isinstance(item, BadRecord) and item.num_rows:
@@ -249,8 +247,6 @@ def sample_column(source: str, fmt: str, column: str, max_rows: int = 100_000
     """(first file, up to `max_rows` values of `column` from it): what the pipeline looks at
     to settle a label's task before anything runs. None when the file has no such column;
     bad rows are skipped here (ExampleGen's own pass counts them)."""
-    from components.example_gen.sources import locate
-
     _, fmt, files = locate.source_files(source, fmt)
     chunks, rows = [], 0
     for item in registry.read_file(files[0], fmt, None):

@@ -10,6 +10,7 @@ from typing import Iterator, Optional
 
 from tfrecord_shards import fileio
 from components.example_gen.options import ExampleGenOptions
+from components.example_gen.sources import locate
 from components.example_gen.sources.base import SourceError
 
 # TFX's specs in a source pattern ({SPAN} and {VERSION} may carry a width: {SPAN:2}).
@@ -25,6 +26,7 @@ def resolve_inputs(options: ExampleGenOptions) -> ExampleGenOptions:
     (`input_config`) to their patterns. The options then carry the resolved patterns, the spans,
     the last span and its version, and stock's fingerprint of the files, so a run whose
     inputs were already processed is reused from the cache."""
+    # tfx: 9.8 s to import, and ExampleGen's engines import no TFX; only span specs need it.
     from tfx.components.example_gen import utils
     from tfx.proto import example_gen_pb2, range_config_pb2
 
@@ -95,8 +97,6 @@ def settle_inputs(options: ExampleGenOptions) -> ExampleGenOptions:
     built, just before it runs; a compiled pipeline's first task settles them each time it
     runs (`pipeline/run_settings.py`), as stock ExampleGen's driver does. Resolved spans keep
     stock's fingerprint (the Examples artifact records it), ours on the line after it."""
-    from components.example_gen.sources import locate
-
     options = resolve_inputs(options)
     ours = locate.source_fingerprint(*[pattern for _, pattern in options.input_patterns()])
     fingerprint = "\n".join(filter(None, [stock_fingerprint(options.source_fingerprint),
@@ -129,8 +129,6 @@ def unchanged_source(options: ExampleGenOptions) -> Iterator[None]:
     before it commits an output if a file changed in between, with one line naming the file
     (or the source, for a file removed before the read). Without a fingerprint of ours it
     checks nothing."""
-    from components.example_gen.sources import locate
-
     settled = own_fingerprint(options.source_fingerprint)
     if settled is None:
         yield

@@ -6,7 +6,7 @@ from typing import Optional
 
 from components.example_gen.splits import DEFAULT_SPLITS, parse_splits
 from components.example_gen.sources.registry import FORMATS
-from tfrecord_shards.options import JsonOptions, setting
+from tfrecord_shards.options import JsonOptions, SettingError, setting
 from tfrecord_shards.shards import ShardingOptions
 
 
@@ -90,8 +90,6 @@ _RANGE_FIELDS = {"static_range": ("start_span_number", "end_span_number"),
 def normalize_range_config(config: dict) -> dict:
     """`config` in RangeConfig's JSON form with whole numbers, from that form or its fields
     given flat; a SettingError names what does not fit."""
-    from tfrecord_shards.options import SettingError
-
     if len(config) == 1 and next(iter(config)) in _RANGE_FIELDS:
         (kind, fields), = config.items()
     elif "num_spans" in config:

@@ -13,7 +13,7 @@ from tfrecord_shards import shards
 from components.example_gen import encode
 from components.example_gen.inputs import unchanged_source
 from components.example_gen.options import ExampleGenOptions
-from components.example_gen.sources import registry
+from components.example_gen.sources import locate, registry
 from components.example_gen.sources.base import FileProfile, SourceError, input_error_line
 from spark_shards import session as spark_session
 from components.example_gen.spark_write import write_shards
@@ -22,10 +22,6 @@ from components.example_gen.spark_write import write_shards
 def run(options: ExampleGenOptions, output_dir: str, spark=None) -> dict:
     """Runs ExampleGen on Spark into `output_dir` and returns the manifest. `spark`: a
     session to use; by default one on `options.spark_master` with `options.spark_conf`."""
-    # Only the driver lists files (locate uses TensorFlow's gfile); the tasks' classes below
-    # live in a module that imports no TensorFlow, so executors start light.
-    from components.example_gen.sources import locate
-
     inputs = options.input_patterns()
     fmt, files, file_splits = locate.input_files(inputs, options.format)
     shards.check_output_dir(output_dir)

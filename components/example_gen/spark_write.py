@@ -14,6 +14,8 @@ import dataclasses
 import pickle
 from typing import Optional
 
+import pyarrow as pa
+
 from tfrecord_shards import fileio, hooks, shards
 from tfrecord_shards.codec import serializer
 from components.example_gen import encode
@@ -68,6 +70,7 @@ def write_examples(df, output_dir: str, options: Optional[ExampleGenOptions] = N
 
 def _kinds(features, names: list[str]) -> dict:
     """Feature name -> (kind, is_list), from the Arrow types Spark will hand the tasks."""
+    # pyspark: 0.13 s to import; only a Spark run needs it, not what imports this module.
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return {name: serializer.arrow_kind(field.type)
@@ -81,7 +84,7 @@ class _PartitionEncoder:
         self._options, self._kinds, self._staging = options, kinds, staging
 
     def __call__(self, batches):
-        import pyarrow as pa
+        # pyspark: 0.13 s to import; only a Spark task needs it, not what imports this module.
         from pyspark import TaskContext
 
         context = TaskContext.get()

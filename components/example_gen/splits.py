@@ -9,6 +9,7 @@ import functools
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tfrecord_shards.codec import serializer
 from components.example_gen.sources.base import SourceError
@@ -65,6 +66,7 @@ def hash_rows(batch: pa.RecordBatch, columns: list[str],
 def _hash_objects(array: pa.Array) -> np.ndarray:
     """pandas' hash of the column's values as numpy gives them, lists and other Python
     objects by their repr."""
+    # pandas: 0.3 s to import; only text and object columns hash with it, not numbers.
     import pandas as pd
 
     if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
@@ -108,6 +110,7 @@ def _mix_in_numbers(combined: np.ndarray, array: pa.Array) -> None:
     if array.null_count:
         valid = np.unpackbits(np.frombuffer(array.buffers()[0], np.uint8),
                               bitorder="little")[array.offset:array.offset + len(array)]
+    # split_hash: 0.2 s to import (numba); only a split on a numeric column needs it.
     from components.example_gen import split_hash
 
     split_hash.mix_in_bits(combined, values, valid, _null_hash(), HASH_STEP)
@@ -118,6 +121,7 @@ _NO_NULLS = np.zeros(0, np.uint8)
 
 @functools.lru_cache(maxsize=None)
 def _null_hash() -> np.uint64:
+    # pandas: 0.3 s to import; only a split on a column with nulls needs it.
     import pandas as pd
 
     return pd.util.hash_array(np.array([None], dtype=object), categorize=False)[0]
@@ -128,8 +132,8 @@ def _hash_each_distinct(array: pa.Array) -> np.ndarray:
     them one by one, but each distinct value is hashed once (Arrow's dictionary encoding finds
     them): a column of few values (payment types, companies) hashes about 10x faster. A null
     hashes as None does."""
+    # pandas: 0.3 s to import; only text and object columns hash with it, not numbers.
     import pandas as pd
-    import pyarrow.compute as pc
 
     encoded = pc.dictionary_encode(array)
     distinct = encoded.dictionary.to_numpy(zero_copy_only=False).astype(object)

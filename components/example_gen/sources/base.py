@@ -11,8 +11,10 @@ import dataclasses
 import re
 from typing import Callable, Iterator, Optional, Union
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
 from tfrecord_shards import fileio
 from tfrecord_shards.codec import serializer
@@ -27,8 +29,6 @@ def open_input(path: str, seekable: bool = False):
     """A pyarrow stream for a local path or a URI (gs://, s3://, hdfs://), through the file
     layer's stores (their endpoints and credentials)."""
     if not fileio.is_remote(path):
-        import pyarrow.fs as pafs
-
         local = pafs.LocalFileSystem()
         path = fileio.absolute(path)
         return local.open_input_file(path) if seekable else local.open_input_stream(path)
@@ -187,8 +187,6 @@ def parse_times(strings: pa.Array) -> pa.Array:
     one parser of text that looks like times, in every pass of every text format, so that a
     column's kind cannot differ between profiling and encoding. Raises TimeParseError naming
     the first value that does not parse."""
-    import numpy as np
-
     strings = strings.cast(pa.string())
     valid = np.asarray(strings.is_valid())
     zoned = np.asarray(pc.fill_null(pc.match_substring_regex(strings, _ZONED), False))

@@ -15,6 +15,8 @@ import sys
 from typing import Iterator, Optional
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 
 from tfrecord_shards import fileio
 from tfrecord_shards.codec import serializer
@@ -95,8 +97,6 @@ def _invalid_row_decode_errors_muted():
 def _csv_header(path: str, warn: bool = False) -> list[str]:
     """The column names, made stable (see the module's docstring); with `warn`, each name
     that differs from its header cell is logged (the profiling pass does it, once)."""
-    import pyarrow.csv as pacsv
-
     try:
         with open_input(path) as f, _invalid_row_decode_errors_muted():
             reader = pacsv.open_csv(
@@ -163,8 +163,6 @@ _KIND_WORDS = {serializer.INT: "an integer", serializer.FLOAT: "a number",
 
 def _row_of(path: str, header: list[str], name: str, value: str) -> str:
     """The CSV row (the header is row 1) where `name` first holds `value`."""
-    import pyarrow.compute as pc
-
     seen = 1
     for batch in _read_csv_typed(path, header, {n: pa.string() for n in header}, []):
         if isinstance(batch, BadRecord):
@@ -253,8 +251,6 @@ def _read_csv_typed(path: str, header: list[str], types: dict, times: list[str],
     """Batches with `header`'s names; the `times` columns (read as text) parsed into
     timestamps. `numbered` gives bad rows their row number, which Arrow knows only
     single-threaded."""
-    import pyarrow.csv as pacsv
-
     bad: list[BadRecord] = []
 
     def on_invalid_row(row) -> str:

@@ -7,6 +7,7 @@ import re
 from typing import Iterator, Optional
 
 import pyarrow as pa
+from PIL import Image, UnidentifiedImageError
 
 from tfrecord_shards import fileio
 from tfrecord_shards.codec import serializer
@@ -34,8 +35,6 @@ def read_images(labels_path: str, kinds: Optional[dict] = None
     in the middle of training; a format the Trainer's decoder (tf.io.decode_image) does not
     read is set aside too.
     """
-    from PIL import Image, UnidentifiedImageError
-
     folder = fileio.dirname(labels_path)
     label_kinds = None if kinds is None else {
         k: v for k, v in kinds.items() if k not in IMAGE_COLUMNS}

@@ -7,6 +7,7 @@ import json
 from typing import Iterator, Optional
 
 import pyarrow as pa
+import pyarrow.json as pajson
 
 from tfrecord_shards.codec import serializer
 from components.example_gen.sources.base import (
@@ -101,8 +102,6 @@ def _times_as_text(table: pa.Table, kinds: dict) -> bool:
 
 def read_jsonl(path: str, kinds: Optional[dict] = None
                ) -> Iterator[Item]:
-    import pyarrow.json as pajson
-
     for first_line, block in _line_blocks(path):
         try:
             table = pajson.read_json(io.BytesIO(block),

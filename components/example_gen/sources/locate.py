@@ -2,10 +2,15 @@
 fingerprinted."""
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import posixpath
 from typing import Optional, Sequence
 
 from tfrecord_shards import fileio
+from tfrecord_shards.codec.schema_file import SCHEMA_FILE
+from tfrecord_shards.record_index import INDEX_FOLDER
+from tfrecord_shards.shards import MANIFEST_FILE, QUARANTINE_DIR
 from components.example_gen.sources.base import SourceError
 from components.example_gen.sources.registry import FORMATS
 
@@ -26,8 +31,6 @@ def resolve_source(source: str) -> str:
     if name not in BUNDLED_SOURCES:
         raise SourceError(f"{source}: unknown bundled source; known: "
                           f"{', '.join(BUNDLED_PREFIX + n for n in BUNDLED_SOURCES)}")
-    import importlib.util
-
     package, relative = BUNDLED_SOURCES[name]
     # find_spec locates the package without importing it (importing tfx is slow).
     # A namespace package (tfx's own wheel without ml-pipelines-sdk) has folders, no origin.
@@ -59,8 +62,6 @@ def fingerprint(versions: dict[str, fileio.FileVersion]) -> str:
     """`<digest>@<newest>`: a digest of each file's path, size and version, and when the
     newest of them was written. Unchanged files give the same fingerprint at every run, and
     a file written after it was taken is known by its time."""
-    import hashlib
-
     digest = hashlib.sha256()
     for path in sorted(versions):
         size, version, _ = versions[path]
@@ -125,10 +126,6 @@ def is_layout_file(root: str, name: str, output_roots: set[str]) -> bool:
     """A schema.pbtxt, or the manifest.json, quarantine/ and record indexes (index/, at the
     top or beside a partition's splits) of one of our own output folders read back as a
     source: they describe the shards beside them and are not data."""
-    from tfrecord_shards.codec.schema_file import SCHEMA_FILE
-    from tfrecord_shards.record_index import INDEX_FOLDER
-    from tfrecord_shards.shards import MANIFEST_FILE, QUARANTINE_DIR
-
     if name == SCHEMA_FILE:
         return True
     return any(root == top and name == MANIFEST_FILE or
@@ -139,8 +136,6 @@ def is_layout_file(root: str, name: str, output_roots: set[str]) -> bool:
 
 
 def _output_roots(path: str) -> set[str]:
-    from tfrecord_shards.shards import MANIFEST_FILE
-
     return {root for root, _, names in fileio.walk(path) if MANIFEST_FILE in names}
 
 

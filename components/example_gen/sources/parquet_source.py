@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Iterator, Optional
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from components.example_gen.sources.base import (
     BATCH_ROWS, Item, SourceError, SourceFormat, arrow_kinds, flatten_nested, open_input,
@@ -12,8 +13,6 @@ from components.example_gen.sources.base import (
 
 def read_parquet(path: str, kinds: Optional[dict] = None) -> Iterator[Item]:
     """`kinds` is not needed: Parquet columns carry their own types."""
-    import pyarrow.parquet as pq
-
     try:
         with open_input(path, seekable=True) as f:
             parquet = pq.ParquetFile(f)
