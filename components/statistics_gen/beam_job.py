@@ -18,6 +18,7 @@ import pickle
 from typing import Callable, Optional, Sequence
 
 import apache_beam as beam
+from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from tfrecord_shards import fileio
 from components.statistics_gen import stats_job
@@ -135,8 +136,6 @@ def run(inputs: Sequence[tuple[str, list[str], Plan]], output_uri: str,
 
 
 def _written_examples(output_uri: str, split: str) -> int:
-    from tensorflow_metadata.proto.v0 import statistics_pb2
-
     stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(fileio.read_bytes(
         fileio.join(output_uri, f"Split-{split}", stats_job.STATS_FILE)))
     return stats.datasets[0].num_examples
