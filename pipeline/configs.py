@@ -17,6 +17,8 @@ import os
 import typing
 from typing import Any, Mapping, Optional
 
+import yaml
+
 from components.transform import taxi
 from tfrecord_shards import fileio
 from components.example_gen.options import ExampleGenOptions
@@ -401,8 +403,6 @@ def coerce(name: str, value: Any) -> Any:
         except ValueError:
             raise ValueError(f"{name}: expected a number, not {value!r}") from None
     if typing.get_origin(base) is list:
-        import yaml
-
         parsed = yaml.safe_load(value) if value.strip().startswith("[") else value.split(",")
         inner = typing.get_args(base)[0]
         return [inner(v) for v in parsed]
@@ -410,8 +410,6 @@ def coerce(name: str, value: Any) -> Any:
 
 
 def load_yaml(path: str) -> dict[str, Any]:
-    import yaml
-
     with open(path, encoding="utf-8") as f:
         data = yaml.safe_load(f) or {}
     if not isinstance(data, dict):

@@ -1,7 +1,11 @@
 """Datasets that ship inside installed packages, found at run time rather than copied in."""
 from __future__ import annotations
 
+import csv
 import os
+
+import numpy as np
+from PIL import Image
 
 from components.example_gen.sources.locate import TAXI_SOURCE
 from pipeline.configs import PipelineConfig
@@ -33,10 +37,7 @@ def source_for(config: PipelineConfig, local: bool = True) -> str:
 def write_digits_images(folder: str, limit: int | None = None) -> str:
     """scikit-learn's bundled handwritten digits (1,797 8x8 images) as PNG files plus a
     labels.csv, the folder layout our ExampleGen reads. Written once; returns `folder`."""
-    import csv
-
-    import numpy as np
-    from PIL import Image
+    # sklearn: 0.3 s to import; only the digits sample needs it.
     from sklearn.datasets import load_digits
 
     labels_path = os.path.join(folder, "labels.csv")

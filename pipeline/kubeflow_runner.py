@@ -8,6 +8,7 @@ import posixpath
 import tempfile
 from typing import Any
 
+import yaml
 from tfx.orchestration.kubeflow.v2.kubeflow_v2_dag_runner import (
     KubeflowV2DagRunner, KubeflowV2DagRunnerConfig)
 
@@ -202,8 +203,6 @@ def package_text(spec: dict, platform: dict, output_path: str) -> str:
     """The file's text: for a .yaml or .yml name kfp's package, the spec and then the platform
     spec's document (when there is one); else the spec as JSON."""
     if output_path.endswith(YAML_SUFFIXES):
-        import yaml
-
         dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
         return yaml.dump_all([spec, platform] if platform else [spec], Dumper=dumper,
                              sort_keys=True)

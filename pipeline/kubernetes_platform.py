@@ -19,6 +19,8 @@ import dataclasses
 import re
 from typing import Any, Mapping, Optional
 
+import yaml
+
 from tfrecord_shards.options import JsonOptions, SettingError, setting
 
 # The backends a pipeline compiles for, by the names `tfrp compile --target` takes (kubeflow:
@@ -78,8 +80,6 @@ def key_values(name: str, value: Any, form: str) -> dict[str, str]:
     """Mapping setting `name` as strings: YAML gives a mapping, `--set` the text
     KEY=VALUE,KEY=VALUE (or a YAML mapping, `{KEY: VALUE}`)."""
     if isinstance(value, str):
-        import yaml
-
         text = value.strip()
         if text.startswith("{"):
             value = yaml.safe_load(text)

@@ -18,10 +18,11 @@ from tfx.components.trainer.component import Trainer
 from tfx.dsl.components.common.resolver import Resolver
 from tfx.dsl.input_resolution.strategies.span_range_strategy import SpanRangeStrategy
 from tfx.orchestration.pipeline import Pipeline
-from tfx.proto import pusher_pb2, trainer_pb2
+from tfx.proto import pusher_pb2, range_config_pb2, trainer_pb2
 from tfx.types import channel, standard_artifacts
 
 from tfrecord_shards import fileio
+from tfrecord_shards.codec import schema_file
 from components.example_gen.component import ShardedExampleGen
 from components.example_gen.inputs import resolve_inputs
 from components.example_gen import encode
@@ -68,8 +69,6 @@ def check_data_fits_dataset(config: PipelineConfig, source: str) -> None:
     if not config.data_root or config.dataset == "table" or not config.schema_file or \
             config.data_format == "images" or not fileio.exists(config.schema_file):
         return
-    from tfrecord_shards.codec import schema_file
-
     expected = [f.name for f in schema_file.load_schema(config.schema_file).feature]
     path, columns = encode.first_columns(source, config.data_format)
     missing = [name for name in expected if name not in columns]
@@ -136,8 +135,6 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
 
 def span_resolver(example_gen, spans: int) -> Resolver:
     """The latest `spans` spans ExampleGen has written (their latest versions)."""
-    from tfx.proto import range_config_pb2
-
     resolver = Resolver(
         strategy_class=SpanRangeStrategy,
         config={"range_config": range_config_pb2.RangeConfig(

@@ -15,8 +15,12 @@ import html
 import io
 from typing import Optional
 
+from tensorflow_metadata.proto.v0 import schema_pb2
+
 from components.example_gen import artifacts as tfx_artifacts
 from tfrecord_shards import fileio
+from tfrecord_shards.codec import parser, schema_file
+from components.trainer import fit
 from pipeline import run_summary
 
 REPORT_FILE = "report.html"
@@ -99,8 +103,6 @@ def _statistics(artifacts: dict) -> str:
 def _schema(summary: run_summary.RunSummary) -> str:
     if not summary.schema_path or not fileio.exists(summary.schema_path):
         return "<p>No schema in this run.</p>"
-    from tfrecord_shards.codec import parser, schema_file
-
     schema = schema_file.load_schema(summary.schema_path)
     rows = []
     for feature in schema.feature:
@@ -116,8 +118,6 @@ def _schema(summary: run_summary.RunSummary) -> str:
 
 
 def _type_name(value: int) -> str:
-    from tensorflow_metadata.proto.v0 import schema_pb2
-
     return schema_pb2.FeatureType.Name(value)
 
 
@@ -144,8 +144,6 @@ def _evaluation(summary: run_summary.RunSummary) -> str:
 
 
 def _input_report(artifacts: dict) -> Optional[dict]:
-    from components.trainer import fit
-
     for artifact in artifacts.get("ModelRun", []):
         report = fileio.read_json(fileio.join(artifact.uri, fit.REPORT_FILE))
         if report:
@@ -156,6 +154,7 @@ def _input_report(artifacts: dict) -> Optional[dict]:
 def _input_wait_chart(report: Optional[dict]) -> str:
     if not report or not report.get("epochs"):
         return "<p>No input report in this run.</p>"
+    # matplotlib: switching it to Agg is a process-wide side effect; only a chart does it.
     import matplotlib
 
     matplotlib.use("Agg")
@@ -220,6 +219,7 @@ def _history(points: list) -> str:
     scored = [p for p in points if p.value is not None]
     if not scored:
         return "<p>No evaluated run yet.</p>"
+    # matplotlib: switching it to Agg is a process-wide side effect; only a chart does it.
     import matplotlib
 
     matplotlib.use("Agg")

@@ -5,6 +5,7 @@ import dataclasses
 import json
 from typing import Optional
 
+import tensorflow_model_analysis as tfma
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
@@ -438,8 +439,6 @@ def evaluations(artifacts) -> tuple[dict[str, float], dict[str, float]]:
     evaluated = artifacts.get("ModelEvaluation", [])
     if not evaluated:
         return found
-    import tensorflow_model_analysis as tfma
-
     for slice_metrics in tfma.load_metrics(evaluated[-1].uri):
         if slice_metrics.slice_key.single_slice_keys:
             continue
@@ -455,8 +454,6 @@ def validation_failures(artifacts) -> list[str]:
     evaluations = artifacts.get("ModelEvaluation", [])
     if not evaluations:
         return []
-    import tensorflow_model_analysis as tfma
-
     try:
         result = tfma.load_validation_result(evaluations[-1].uri)
     except Exception:  # noqa: BLE001 - no validation written (no thresholds): nothing failed

@@ -25,6 +25,7 @@ def config_options(command):
     """Settings of the pipeline: a YAML file, `--set key=value` for any setting, and a flag
     for each setting `PipelineConfig` declares with help (sharding's included). Later wins:
     defaults < YAML < --set < flags."""
+    # pipeline.configs: 0.22 s to import; `tfrp --help` and light commands need none of it.
     from pipeline.configs import PipelineConfig
 
     command = setting_options(PipelineConfig)(command)
@@ -39,6 +40,7 @@ def config_options(command):
 
 
 def load_config(config_file, assignments, **named):
+    # pipeline.configs: 0.22 s to import; `tfrp --help` and light commands need none of it.
     from pipeline.configs import PipelineConfig, parse_assignments
 
     flags = given_settings(PipelineConfig, named)

@@ -1,6 +1,7 @@
 """`tfrp data-service` and `tfrp spark-cluster`: servers that run until interrupted."""
 from __future__ import annotations
 
+import signal
 import socket
 import time
 
@@ -22,6 +23,7 @@ def data_service() -> None:
               help="A shared folder where the dispatcher journals its state (fault tolerance).")
 def data_service_dispatcher(port, work_dir) -> None:
     """Run a dispatcher until interrupted."""
+    # data_service: 2.4 s to import (TensorFlow); `tfrp --help` and other commands need none.
     from components.trainer import data_service as service
 
     server = service.start_dispatcher(port, work_dir)
@@ -39,6 +41,7 @@ def data_service_dispatcher(port, work_dir) -> None:
               help="The name the dispatcher and trainers reach this worker by.")
 def data_service_worker(dispatcher, port, host) -> None:
     """Run a worker until interrupted."""
+    # data_service: 2.4 s to import (TensorFlow); `tfrp --help` and other commands need none.
     from components.trainer import data_service as service
 
     server = service.start_worker(dispatcher, port, host)
@@ -68,6 +71,7 @@ def spark_cluster(workers, cores, memory) -> None:
     """Run a Spark standalone cluster on this machine (a master and workers as separate JVMs
     on 127.0.0.1, with a generated secret) until interrupted, for trying `--engine spark` on
     a cluster. Prints the flags that reach it."""
+    # local_cluster.spark, spark_shards: 31 ms to import; only this command needs them.
     from local_cluster.spark import LocalCluster
     from spark_shards.session import SparkSetupError
 
@@ -81,8 +85,6 @@ def spark_cluster(workers, cores, memory) -> None:
                f"{cluster.work_dir})\ntfrp examplegen SOURCE OUT --engine spark {flags}")
     # Stop on Ctrl-C or SIGTERM even when started with SIGINT ignored (as a non-interactive
     # shell starts background jobs): Python keeps an inherited SIG_IGN, so set both here.
-    import signal
-
     def stop(*_) -> None:
         raise KeyboardInterrupt
 
