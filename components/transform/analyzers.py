@@ -24,6 +24,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
+from tensorflow_transform import analyzer_nodes
 
 from tfrecord_shards import fileio
 from components.transform.statistics import (
@@ -201,6 +202,4 @@ def using(analyzers: TftAnalyzers) -> Iterator[TftAnalyzers]:
 
 def uses_tft_analyzers(graph: tf.Graph) -> bool:
     """Whether a traced preprocessing_fn called tf.Transform's analyzers itself."""
-    from tensorflow_transform import analyzer_nodes
-
     return bool(graph.get_collection(analyzer_nodes.TENSOR_REPLACEMENTS))

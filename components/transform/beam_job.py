@@ -16,10 +16,14 @@ import random
 from typing import Optional, Sequence, Union
 
 import apache_beam as beam
+import pyarrow as pa
 import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
+from apache_beam.transforms.window import GlobalWindows
 from tensorflow_metadata.proto.v0 import schema_pb2
+from tensorflow_transform.beam import analysis_graph_builder, analyzer_cache
+from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io
 from tfx_bsl.public import tfxio
 
 from shard_readers import images
@@ -58,8 +62,6 @@ class _EncodeChunks(beam.DoFn):
         self._pending, self._pending_rows, self._rows, self._records = [], 0, 0, 0
 
     def process(self, element):
-        import pyarrow as pa
-
         batch = element[0] if isinstance(element, tuple) else element
         self._rows += batch.num_rows
         if not self._packed:
@@ -82,9 +84,6 @@ class _EncodeChunks(beam.DoFn):
             self._pending_rows = rest.num_rows
 
     def finish_bundle(self):
-        import pyarrow as pa
-        from apache_beam.transforms.window import GlobalWindows
-
         if self._pending_rows:
             self._writer.add("", self._split, pack_batch(pa.Table.from_batches(self._pending),
                                                          self._layout))
@@ -116,8 +115,6 @@ def _analyze(make_pipeline, options, examples_dirs, raw_schema, preprocessing_fn
     function. With an analyzer cache folder, each input's analysis is read from it when it is
     there (keyed by `dataset_key`), and only the others are read and analysed, their results
     added to the cache. Returns the inputs analysed and those taken from the cache."""
-    from tensorflow_transform.beam import analysis_graph_builder, analyzer_cache
-
     # tf.Transform's cache entries are keyed by the analyzers' graph; the input's folder
     # name adds what else the analysis depends on (the split, schema, settings, versions).
     context = analysis_key(options, raw_schema)
@@ -232,8 +229,6 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
                                 load_preprocessing_fn(options, raw_schema), graph_staging,
                                 temp_dir)
         # Stock TFX writes the raw schema into the graph too; raw_feature_spec() reads it.
-        from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io
-
         metadata_io.write_metadata(
             dataset_metadata.DatasetMetadata(raw_schema),
             fileio.join(graph_staging, tft.TFTransformOutput.RAW_METADATA_DIR))

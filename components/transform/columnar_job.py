@@ -35,7 +35,10 @@ import apache_beam as beam
 import numpy as np
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
-from tensorflow_transform import graph_context
+import tensorflow_transform as tft
+from tensorflow_transform import graph_context, impl_helper
+from tensorflow_transform.tf_metadata import metadata_io
+from tfx_bsl.tfxio import tensor_adapter
 
 from tfrecord_shards import fileio, rows_done
 from components.transform import analyzers
@@ -137,8 +140,6 @@ def analyzer_inputs(options: TransformOptions, raw_schema: schema_pb2.Schema
                     ) -> AnalyzerInputs:
     """The run's preprocessing_fn traced for its analyzer inputs (raises NotColumnar when
     it calls tf.Transform's analyzers itself)."""
-    from tfx_bsl.tfxio import tensor_adapter
-
     key = (options.to_json(), raw_schema.SerializeToString(deterministic=True))
     if key not in _traced:
         specs = tensor_adapter.TensorAdapter(tensor_adapter_config(raw_schema)).TypeSpecs()
@@ -185,8 +186,6 @@ class _AnalyzeFile(beam.DoFn):
         self._keep_dir = keep_dir
 
     def setup(self):
-        from tfx_bsl.tfxio import tensor_adapter
-
         self._adapter = tensor_adapter.TensorAdapter(tensor_adapter_config(self._raw_schema))
         self._inputs = analyzer_inputs(self._options, self._raw_schema)
 
@@ -280,10 +279,6 @@ def write_transform_graph(preprocessing_fn: Callable[[dict], dict],
     a finished transform graph: `transform_fn/` (SavedModel, vocabularies as assets) and
     `transformed_metadata/` (the output schema, its domains from the graph's annotations,
     and the asset map)."""
-    from tensorflow_transform import impl_helper
-    from tensorflow_transform.tf_metadata import metadata_io
-    from tfx_bsl.tfxio import tensor_adapter
-
     type_specs = tensor_adapter.TensorAdapter(tensor_adapter_config(raw_schema)).TypeSpecs()
     # The asset's file name is the vocabulary's name: a folder of their own.
     vocabulary_dir = fileio.join(temp_dir, "vocabularies")
@@ -324,10 +319,6 @@ class _TransformFile(beam.DoFn):
         self._raw_schema, self._graph_dir = raw_schema, graph_dir
 
     def setup(self):
-        import tensorflow_transform as tft
-        from tensorflow_transform import impl_helper
-        from tfx_bsl.tfxio import tensor_adapter
-
         self._adapter = tensor_adapter.TensorAdapter(tensor_adapter_config(self._raw_schema))
         if self._graph_dir not in _loaded:
             output = tft.TFTransformOutput(self._graph_dir)

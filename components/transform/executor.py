@@ -5,6 +5,7 @@ import dataclasses
 import logging
 from typing import Any
 
+import tensorflow_transform as tft
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
@@ -16,6 +17,7 @@ from tfrecord_shards.options import OPTIONS_KEY
 from components.transform import beam_job, feature_stats
 from components.transform.inputs import dataset_key
 from components.transform.options import TransformOptions
+from components.transform.preprocessing import load_preprocessing_fn
 
 
 class AnomaliesFound(ValueError):
@@ -94,10 +96,6 @@ def write_statistics(uris: dict[str, str], options: TransformOptions, window: li
     """Stock's statistics outputs: the pre-transform schema is the one given; the
     statistics take the raw schema with our ExampleGen's image marks (image bytes get bytes
     statistics, not top values of JPEG data) and the transformed one."""
-    import tensorflow_transform as tft
-
-    from components.transform.preprocessing import load_preprocessing_fn
-
     active = parser.active_schema(raw_schema)
     columns = feature_stats.input_columns(load_preprocessing_fn(options, active), active)
     found = feature_stats.write_outputs(

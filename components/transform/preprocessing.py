@@ -3,9 +3,11 @@
 image_storage=raw, its image outputs become raw pixels inside the graph."""
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import inspect as pyinspect
+import sys
 from typing import Callable
 
 import tensorflow as tf
@@ -70,9 +72,6 @@ def _module_from_file(path: str):
     """The user's module file as a module registered under a name of its own, as TFX loads
     one: a function of it pickled for Beam's steps (tf.Transform's analysis traces in them)
     finds its module, and its module's globals, again by that name."""
-    import hashlib
-    import sys
-
     name = "tfrp_user_module_" + hashlib.sha256(path.encode()).hexdigest()[:12]
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, path)

@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
 import pyarrow as pa
+from tfx_bsl.sketches import QuantilesSketch
 
 MEAN, VAR, MAX, QUANTILES, VOCABULARY = "mean", "var", "max", "quantiles", "vocabulary"
 
@@ -94,8 +95,6 @@ class Largest:
 
 class Quantiles:
     def __init__(self, spec: AnalyzerSpec) -> None:
-        from tfx_bsl.sketches import QuantilesSketch
-
         self.sketch = QuantilesSketch(spec.epsilon, MAX_QUANTILE_VALUES, 1)
 
     def add(self, batch: Mapping[str, Any]) -> None:
@@ -155,6 +154,7 @@ class Counts:
         top = heapq.nlargest(spec.top_k, pairs) if spec.top_k is not None else \
             sorted(pairs, reverse=True)
         if not top:
+            # tf.Transform: 2.7 s to import (TensorFlow); only an empty vocabulary needs it.
             from tensorflow_transform import analyzers as tft_analyzers
 
             top = [tft_analyzers.get_empy_vocabulary_dummy_value(spec.dtype)]

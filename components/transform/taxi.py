@@ -18,6 +18,7 @@ TRAINER_SETTINGS: dict[str, Any] = {
 
 def taxi_label(features: Mapping[str, Any]):
     """A big tipper tipped more than 20 % of the fare."""
+    # tensorflow: 2.2 s to import; traced by name, and configs imports taxi for its names.
     import tensorflow as tf
 
     tips = tf.cast(features["tips"], tf.float32)
@@ -28,6 +29,7 @@ def taxi_label(features: Mapping[str, Any]):
 def preprocessing_fn(inputs: dict, custom_config: dict) -> dict:
     """The taxi Transform: the default transforms for every model feature, plus the label
     computed from the raw tip and fare before they are scaled."""
+    # tensorflow, defaults: 2.3 s to import; traced by name; configs imports taxi for its names.
     import tensorflow as tf
 
     from tfrecord_shards.codec import parser
