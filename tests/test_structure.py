@@ -339,3 +339,45 @@ def test_no_product_function_is_over_80_lines():
             if lines > MAX_FUNCTION_LINES
             and (os.path.relpath(path, ROOT), function) not in LONG_FOR_SPEED]
     assert long == []
+
+
+def _local_imports_without_a_reason(path: str) -> list[int]:
+    """Lines of imports inside functions with no comment on the line or above its group (the
+    comment names the measured cost, or the rule that keeps the import there)."""
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    lines = source.split("\n")
+    missing = []
+    for function in ast.walk(ast.parse(source, path)):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(function):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            above = node.lineno - 2
+            # Up through the group of imports (and blank lines, and a call such as
+            # matplotlib.use between two of them) to the comment heading it.
+            while above >= 0 and not lines[above].strip().startswith("#") and (
+                    not lines[above].strip() or lines[above].strip().startswith(
+                        ("import ", "from ", ")", "matplotlib.use")) or
+                    lines[above].rstrip().endswith(",")):
+                above -= 1
+            if "#" not in lines[node.end_lineno - 1] and not (
+                    above >= 0 and lines[above].strip().startswith("#")):
+                missing.append(node.lineno)
+    return missing
+
+
+def test_every_local_import_in_the_product_says_why():
+    """Imports sit at the top of a module; one inside a function carries a comment with its
+    measured cost (or the rule that keeps it there)."""
+    missing = [(os.path.relpath(path, ROOT), line) for path in _product_files()
+               for line in _local_imports_without_a_reason(path)]
+    assert missing == []
+
+
+def test_the_local_import_checker_finds_one_without_a_reason(tmp_path):
+    module = tmp_path / "module.py"
+    module.write_text("def f():\n    # numpy: 0.2 s\n    import numpy\n\n\n"
+                      "def g():\n    x = 1\n    import json\n    return json, x\n")
+    assert _local_imports_without_a_reason(str(module)) == [8]
