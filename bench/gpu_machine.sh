@@ -112,7 +112,7 @@ print('python', sys.version.split()[0], 'numpy', numpy.__version__, 'pyarrow',
         local name=$1
         shift
         echo "== $name: python -m bench gpu-feed $*" >&2
-        if ! "$PYTHON" -m pipeline.cli bench gpu-feed --work-dir "$work" --workers "$workers" \
+        if ! "$PYTHON" -m bench gpu-feed --work-dir "$work" --workers "$workers" \
                 "$@" --json > "$out/$name.json"; then
             echo "== $name failed" >&2
             rm -f "$out/$name.json"

@@ -41,14 +41,17 @@ def test_run_prints_a_line_per_component_with_state_seconds_and_output(runs):
     assert re.search(r"production_model\s+ran\s+\S+ s  model in production \S+/\d+$",
                      verbose.stdout, re.M)
     assert re.search(r"^Task: binary$", quiet.stdout, re.M)  # the taxi dataset's setting
-    # The Trainer chose its weights on a tenth of the train split, held out of training.
+    # A tenth of the train split, held out of training, chose the training length; the
+    # slice's 1,340 train rows are under refit_below_rows, so all of them then trained the
+    # exported model for that length.
     trainer = re.search(r"^Trainer: ([\d,]+) rows trained; ([\d,]+) validation rows chose the "
-                        r"weights \(10% of the train split, held out by a hash of each "
-                        r"packed row \(its block and place in it\)\); eval split untouched$",
-                        quiet.stdout, re.M)
+                        r"training length \(10% of the train split, held out by a hash of each "
+                        r"packed row \(its block and place in it\)\); then all ([\d,]+) train "
+                        r"rows trained the exported model for [\d,]+ steps; eval split "
+                        r"untouched$", quiet.stdout, re.M)
     assert trainer, quiet.stdout
-    trained, chose = (int(n.replace(",", "")) for n in trainer.groups())
-    assert 0 < chose < trained
+    trained, chose, refit = (int(n.replace(",", "")) for n in trainer.groups())
+    assert 0 < chose < trained and refit == trained + chose
 
 
 @pytest.mark.pipeline
