@@ -7,12 +7,11 @@ from __future__ import annotations
 import click
 
 from tfrecord_shards import fileio
-from pipeline.cli.output import Commands, configure_output
+from pipeline.cli.output import Commands, configure_output, verbose_option
 
 
 @click.group(cls=Commands)
-@click.option("-v", "--verbose", is_flag=True,
-              help="Log at INFO level, with the libraries' own logs and warnings.")
+@verbose_option
 def bench(verbose: bool) -> None:
     """Benchmarks; write their results into bench/RESULTS.md."""
     configure_output(verbose)

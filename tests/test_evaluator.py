@@ -252,6 +252,29 @@ TAXI_SLICES = [tfma.SlicingSpec(),
                                 feature_values={"company": "Taxi Affiliation Services"})]
 
 
+def binary_taxi_metrics() -> list:
+    """Every kind of binary metric, with thresholds that pass and fail: a value bound the
+    candidate meets (accuracy) and one it misses (AUC 0.99), a change it meets (accuracy,
+    absolute) and changes it misses (its loss must fall by 0.5; its mean prediction rise by
+    a factor of 10)."""
+    return [tfma.MetricConfig(class_name="BinaryAccuracy",
+                              threshold=bound(lower=0.0, change=-1.0)),
+            tfma.MetricConfig(class_name="AUC", threshold=bound(lower=0.99)),
+            tfma.MetricConfig(class_name="AUC", config='{"curve": "PR", "name": "auc_pr"}'),
+            tfma.MetricConfig(class_name="AUC", config='{"num_thresholds": 200, '
+                                                       '"name": "auc_200"}'),
+            tfma.MetricConfig(class_name="Precision"), tfma.MetricConfig(class_name="Recall"),
+            tfma.MetricConfig(class_name="Precision",
+                              config='{"thresholds": [0.25, 0.75], "name": "precision_at"}'),
+            # Keras's, through TFMA's wrapper.
+            tfma.MetricConfig(class_name="BinaryCrossentropy",
+                              threshold=bound(change=-0.5, higher_is_better=False)),
+            tfma.MetricConfig(class_name="Calibration"),
+            tfma.MetricConfig(class_name="MeanLabel"),
+            tfma.MetricConfig(class_name="MeanPrediction", threshold=bound(relative=10.0)),
+            tfma.MetricConfig(class_name="ExampleCount", threshold=bound(upper=1e9))]
+
+
 # --- parity -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def binary_runs(taxi_examples, taxi_models, tmp_path_factory) -> dict:
@@ -259,22 +282,7 @@ def binary_runs(taxi_examples, taxi_models, tmp_path_factory) -> dict:
     the candidate meets (accuracy) and one it misses (AUC 0.99), a change it meets (accuracy,
     absolute) and changes it misses (its loss must fall by 0.5; its mean prediction rise by
     a factor of 10), on every slice."""
-    metrics = [tfma.MetricConfig(class_name="BinaryAccuracy",
-                                 threshold=bound(lower=0.0, change=-1.0)),
-               tfma.MetricConfig(class_name="AUC", threshold=bound(lower=0.99)),
-               tfma.MetricConfig(class_name="AUC", config='{"curve": "PR", "name": "auc_pr"}'),
-               tfma.MetricConfig(class_name="AUC", config='{"num_thresholds": 200, '
-                                                          '"name": "auc_200"}'),
-               tfma.MetricConfig(class_name="Precision"), tfma.MetricConfig(class_name="Recall"),
-               tfma.MetricConfig(class_name="Precision",
-                                 config='{"thresholds": [0.25, 0.75], "name": "precision_at"}'),
-               # Keras's, through TFMA's wrapper.
-               tfma.MetricConfig(class_name="BinaryCrossentropy",
-                                 threshold=bound(change=-0.5, higher_is_better=False)),
-               tfma.MetricConfig(class_name="Calibration"),
-               tfma.MetricConfig(class_name="MeanLabel"),
-               tfma.MetricConfig(class_name="MeanPrediction", threshold=bound(relative=10.0)),
-               tfma.MetricConfig(class_name="ExampleCount", threshold=bound(upper=1e9))]
+    metrics = binary_taxi_metrics()
     return both_evaluators(tmp_path_factory.mktemp("binary"), taxi_examples,
                            taxi_config(metrics, TAXI_SLICES), taxi_models["candidate"],
                            taxi_models["baseline"])

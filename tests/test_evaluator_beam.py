@@ -203,25 +203,13 @@ def assert_same_tables(beam_uri: str, local_uri: str) -> dict:
 
 
 def binary_taxi_config() -> tfma.EvalConfig:
-    """test_evaluator's binary config: every kind of metric, thresholds met and missed."""
-    from test_evaluator import TAXI_SLICES, bound, taxi_config
+    """test_evaluator's binary config (every kind of metric, thresholds met and missed), and
+    two regression errors."""
+    from test_evaluator import TAXI_SLICES, binary_taxi_metrics, taxi_config
 
-    return taxi_config([
-        tfma.MetricConfig(class_name="BinaryAccuracy", threshold=bound(lower=0.0, change=-1.0)),
-        tfma.MetricConfig(class_name="AUC", threshold=bound(lower=0.99)),
-        tfma.MetricConfig(class_name="AUC", config='{"curve": "PR", "name": "auc_pr"}'),
-        tfma.MetricConfig(class_name="AUC", config='{"num_thresholds": 200, '
-                                                   '"name": "auc_200"}'),
-        tfma.MetricConfig(class_name="Precision"), tfma.MetricConfig(class_name="Recall"),
-        tfma.MetricConfig(class_name="Precision",
-                          config='{"thresholds": [0.25, 0.75], "name": "precision_at"}'),
-        tfma.MetricConfig(class_name="BinaryCrossentropy",
-                          threshold=bound(change=-0.5, higher_is_better=False)),
-        tfma.MetricConfig(class_name="Calibration"), tfma.MetricConfig(class_name="MeanLabel"),
-        tfma.MetricConfig(class_name="MeanPrediction", threshold=bound(relative=10.0)),
+    return taxi_config(binary_taxi_metrics() + [
         tfma.MetricConfig(class_name="MeanSquaredError"),
-        tfma.MetricConfig(class_name="MeanAbsoluteError"),
-        tfma.MetricConfig(class_name="ExampleCount", threshold=bound(upper=1e9))], TAXI_SLICES)
+        tfma.MetricConfig(class_name="MeanAbsoluteError")], TAXI_SLICES)
 
 
 from test_evaluator import taxi_models  # noqa: E402,F401 - the module's fixture, reused

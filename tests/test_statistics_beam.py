@@ -20,6 +20,7 @@ from tfrecord_shards import tfrecord_io
 from components.statistics_gen import accumulators, engine, stats_job
 from components.statistics_gen import plan as stats_plan
 from components.statistics_gen.options import StatisticsGenOptions
+from test_statistics_gen import _check_quantiles
 
 SPLITS = ["train", "eval"]
 MULTI_PROCESSING = ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
@@ -67,22 +68,6 @@ def exact_values(examples_uri: str, split: str) -> dict[str, np.ndarray]:
 
 
 # --- Comparing -----------------------------------------------------------------------------
-
-def _rank_error(ordered: np.ndarray, value: float, fraction: float) -> float:
-    below = np.searchsorted(ordered, value, side="left") / len(ordered)
-    through = np.searchsorted(ordered, value, side="right") / len(ordered)
-    return max(0.0, below - fraction, fraction - through)
-
-
-def _check_quantiles(numeric, ordered: np.ndarray, tolerance: float) -> None:
-    quantiles = next(h for h in numeric.histograms if h.type == h.QUANTILES)
-    buckets = list(quantiles.buckets)
-    bounds = [buckets[0].low_value] + [b.high_value for b in buckets]
-    for i, bound in enumerate(bounds):
-        assert _rank_error(ordered, bound, i / len(buckets)) <= tolerance, (i, bound)
-    assert _rank_error(ordered, numeric.median, 0.5) <= tolerance
-    assert sum(b.sample_count for b in buckets) == pytest.approx(len(ordered))
-
 
 def assert_equivalent(got, expected, values: dict[str, np.ndarray], moments_rel: float,
                       epsilon: float = StatisticsGenOptions().epsilon) -> None:

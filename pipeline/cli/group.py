@@ -10,12 +10,11 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import click  # noqa: E402
 
 from pipeline.cli.options import given_settings, setting_options, usage_error  # noqa: E402
-from pipeline.cli.output import Commands, configure_output  # noqa: E402
+from pipeline.cli.output import Commands, configure_output, verbose_option  # noqa: E402
 
 
 @click.group(cls=Commands)
-@click.option("-v", "--verbose", is_flag=True,
-              help="Log at INFO level, with the libraries' own logs and warnings.")
+@verbose_option
 def main(verbose: bool) -> None:
     """tfrecord-pipeline: sharded TFRecords, fast input, TFX pipelines."""
     configure_output(verbose)

@@ -29,6 +29,13 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+# `-v/--verbose`, on each command group (tfrp's, the benchmarks'), which hands it to
+# configure_output.
+verbose_option = click.option("-v", "--verbose", is_flag=True,
+                              help="Log at INFO level, with the libraries' own logs and "
+                                   "warnings.")
+
+
 def configure_output(verbose: bool) -> None:
     """Quiet by default: TensorFlow's C++ start-up lines, the libraries' internal warnings and
     Google's Python 3.11 FutureWarnings are hidden, and come back with -v. Our own warnings
