@@ -326,18 +326,13 @@ def test_the_readme_layout_names_every_package():
     assert [name for name in components if f"`components/{name}/`" not in layout] == []
 
 
-# One function over the limit, kept whole for its speed: the tf.Example decoder's numba loop.
-# Cut into steps of at most 60 lines, inlined by numba, it decoded 1M rows in 0.90-1.8 CPU-s
-# against 0.41 s whole; separately compiled steps, 2.5 s (measured 2026-12-01).
-LONG_FOR_SPEED = {("tfrecord_shards/codec/example_loops.py", "locate_values")}
 MAX_FUNCTION_LINES = 80
 
 
 def test_no_product_function_is_over_80_lines():
     long = [(os.path.relpath(path, ROOT), function, lines) for path in _product_files()
             for function, lines in _functions(path)
-            if lines > MAX_FUNCTION_LINES
-            and (os.path.relpath(path, ROOT), function) not in LONG_FOR_SPEED]
+            if lines > MAX_FUNCTION_LINES]
     assert long == []
 
 

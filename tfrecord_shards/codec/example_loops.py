@@ -262,6 +262,32 @@ def _fill_bytes(buffer, start: int, end: int, value_offsets, at: int, data, data
     return data_at
 
 
+@_inline
+def _map_entry(buffer, field, entry_end):
+    """The bounds of the key and of the Feature message in the Features.feature map entry
+    buffer[field:entry_end], as (key_start, key_end, value_start, value_end); all 0 where a
+    part is missing (an empty entry matches no feature), key_start -1 when malformed."""
+    key_start = key_end = value_start = value_end = 0
+    while field < entry_end:
+        tag, field = get_tag(buffer, field, entry_end)
+        if field < 0:
+            return -1, 0, 0, 0
+        if tag == 0x0A or tag == 0x12:
+            inner, inner_end = message_end(buffer, field, entry_end)
+            if inner < 0:
+                return -1, 0, 0, 0
+            if tag == 0x0A:
+                key_start, key_end = inner, inner_end
+            else:
+                value_start, value_end = inner, inner_end
+            field = inner_end
+        else:
+            field = skip_field(buffer, field, entry_end, tag & 7)
+            if field < 0:
+                return -1, 0, 0, 0
+    return key_start, key_end, value_start, value_end
+
+
 @_jit
 def locate_values(buffer, starts, ends, keys, key_offsets, feature_kinds, lengths,
                   list_starts, list_ends, byte_totals):
@@ -292,24 +318,10 @@ def locate_values(buffer, starts, ends, keys, key_offsets, feature_kinds, length
                 field, entry_end = next_message(buffer, entry, features_end)
                 if field < 0:
                     return r, -1, MALFORMED
-                key_start = key_end = value_start = value_end = 0
-                while field < entry_end:
-                    tag, field = get_tag(buffer, field, entry_end)
-                    if field < 0:
-                        return r, -1, MALFORMED
-                    if tag == 0x0A or tag == 0x12:
-                        inner, inner_end = message_end(buffer, field, entry_end)
-                        if inner < 0:
-                            return r, -1, MALFORMED
-                        if tag == 0x0A:
-                            key_start, key_end = inner, inner_end
-                        else:
-                            value_start, value_end = inner, inner_end
-                        field = inner_end
-                    else:
-                        field = skip_field(buffer, field, entry_end, tag & 7)
-                        if field < 0:
-                            return r, -1, MALFORMED
+                key_start, key_end, value_start, value_end = _map_entry(buffer, field,
+                                                                        entry_end)
+                if key_start < 0:
+                    return r, -1, MALFORMED
                 entry = entry_end
                 f = follows[previous]
                 if key_offsets[f + 1] - key_offsets[f] != key_end - key_start or not \
