@@ -58,6 +58,64 @@ def test_transform_writes_packed_shards_with_every_row(transformed, taxi_example
     assert len(labels) == 2000 and set(labels.tolist()) == {0, 1}
 
 
+def assert_rows_in_input_order(examples_dir: str, graph_dir: str, transformed_dir: str) -> int:
+    """Each split of `transformed_dir`, read front to back, is the graph applied to the raw
+    split's records read front to back (its files by name): the order the Evaluator pairs
+    rows by. Returns the rows compared."""
+    import tensorflow_transform as tft
+
+    from shard_readers import numpy_reader
+
+    output = tft.TFTransformOutput(graph_dir)
+    layer, raw_spec = output.transform_features_layer(), output.raw_feature_spec()
+    manifest = shards.read_manifest(transformed_dir)
+    assert manifest["row_order"] == "input"
+    schema = schema_file.load_schema(transformed_dir)
+    compared = 0
+    for split, entry in manifest["splits"].items():
+        raw_files = sorted(glob.glob(os.path.join(examples_dir, f"Split-{split}", "*")))
+        records = [r.numpy() for path in raw_files for r in tf.data.TFRecordDataset(
+            path, "GZIP" if path.endswith(".gz") else "")]
+        expected = layer(tf.io.parse_example(tf.constant(records), raw_spec))
+        files = [os.path.join(transformed_dir, s["path"]) for s in entry["shards"]]
+        assert files == sorted(glob.glob(os.path.join(transformed_dir, f"Split-{split}", "*")))
+        names = [f.name for f in schema.feature]
+        found = {name: np.concatenate([b[name] for b in numpy_reader.iter_batches(
+            files, schema, 4096, features=[name])]) for name in names}
+        assert len(records) == entry["rows"] > 1
+        for name in names:
+            want = expected[name]
+            want = (tf.sparse.to_dense(want) if isinstance(want, tf.SparseTensor) else want
+                    ).numpy().reshape(len(records), -1)
+            np.testing.assert_allclose(found[name].reshape(len(records), -1), want, rtol=1e-6,
+                                       atol=1e-6, err_msg=f"{split}: {name}")
+        compared += len(records)
+    return compared
+
+
+def test_transformed_rows_keep_the_input_order(taxi_csv, tmp_path):
+    """Three input shards a split, per-row gzip output: the rows come out in the order the
+    raw files list them."""
+    from components.example_gen import beam_job as example_gen
+    from components.example_gen.options import ExampleGenOptions
+
+    examples = str(tmp_path / "examples")
+    example_gen.run(ExampleGenOptions(source=taxi_csv, sharding=ShardingOptions(num_shards=3)),
+                    examples)
+    options = TransformOptions(preprocessing_fn=taxi.PREPROCESSING_FN, packed_rows=0,
+                               sharding=ShardingOptions(num_shards=2))
+    manifest = beam_job.run(options, examples, schema_file.load_schema(examples),
+                            str(tmp_path / "graph"), str(tmp_path / "transformed"))
+    assert manifest["rows_written"] == assert_rows_in_input_order(
+        examples, str(tmp_path / "graph"), str(tmp_path / "transformed"))
+
+
+def test_packed_rows_keep_the_input_order(transformed, taxi_examples):
+    out, manifest = transformed
+    assert manifest["rows_written"] == assert_rows_in_input_order(
+        taxi_examples, str(out / "graph"), str(out / "examples"))
+
+
 def test_transform_graph_loads_in_stock_tft(transformed):
     import tensorflow_transform as tft
 

@@ -1,7 +1,7 @@
 """ShardedTransform's columnar path on Beam's multi-processing DirectRunner (two worker
 processes, as a cluster runner spreads the reads) gives the TransformGraph the default
 in-process run gives: every constant the analysis put in the graph, byte for byte, and the
-same transformed rows."""
+same transformed rows, in the input's order."""
 from __future__ import annotations
 
 import glob
@@ -80,10 +80,17 @@ def test_multi_processing_gives_the_in_process_graph_on_the_taxi_sample(
     from components.example_gen.options import ExampleGenOptions
     from tfrecord_shards.shards import ShardingOptions
 
+    from test_transform import assert_rows_in_input_order
+
     examples = str(tmp_path / "examples")
-    beam_job.run(ExampleGenOptions(source=taxi_csv,
-                                   sharding=ShardingOptions(compression=compression)), examples)
-    assert_same_graph(transform_both_ways(examples, tmp_path, compression))
+    # Three files a split, so the two workers transform files side by side.
+    beam_job.run(ExampleGenOptions(source=taxi_csv, sharding=ShardingOptions(
+        compression=compression, num_shards=3)), examples)
+    graphs = transform_both_ways(examples, tmp_path, compression)
+    assert_same_graph(graphs)
+    for mode in ("in-process", "multi-processing"):
+        assert assert_rows_in_input_order(examples, graphs[mode], str(
+            tmp_path / mode / "examples")) == graphs[f"{mode} rows"]
 
 
 @pytest.mark.slow

@@ -99,7 +99,9 @@ def test_reused_batches_give_the_rows_values_and_graph_of_decoding_twice(
 
 def test_a_failed_transform_leaves_no_kept_copies_and_no_complete_output(
         examples, tmp_path, monkeypatch):
-    def fail(self, element):
+    from components.transform.encoding import SplitEncoder
+
+    def fail(self, batch):
         raise RuntimeError("the encoder failed")
 
     made = []
@@ -110,7 +112,7 @@ def test_a_failed_transform_leaves_no_kept_copies_and_no_complete_output(
         return real_enter(self)
 
     monkeypatch.setattr(ArrowCopy, "__enter__", tracked)
-    monkeypatch.setattr(beam_job._EncodeChunks, "process", fail)
+    monkeypatch.setattr(SplitEncoder, "add", fail)
     with pytest.raises(Exception, match="the encoder failed"):
         transform(examples, tmp_path, reuse=True)
     assert made  # the analysis had kept its batches when the transform failed

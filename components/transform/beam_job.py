@@ -29,14 +29,12 @@ from tfx_bsl.public import tfxio
 from shard_readers import images
 from tfrecord_shards import beam_shards, fileio, packing, shards, tfrecord_io
 from tfrecord_shards.codec import parser, schema_file, serializer
-from tfrecord_shards.packing.write import pack_batch
 from components.transform import columnar_job
+from components.transform.encoding import ROW_COUNTS, ROW_ORDER_INPUT, SplitEncoder
 from components.transform.inputs import analysis_key, dataset_key, split_files
 from components.transform.options import TransformOptions
 from components.transform.preprocessing import load_preprocessing_fn, raw_image_names
 
-# The tagged output of _EncodeChunks that carries (split, rows, records) counts.
-ROW_COUNTS = "row_counts"
 
 
 def _raw_source(examples_dir: str, split: str, schema: schema_pb2.Schema):
@@ -45,53 +43,26 @@ def _raw_source(examples_dir: str, split: str, schema: schema_pb2.Schema):
 
 
 class _EncodeChunks(beam.DoFn):
-    """Transformed record batches -> serialized tf.Examples (per row or packed) in chunks.
-
-    Packing buffers rows across batches, so only each bundle's last block can be short."""
+    """Transformed record batches -> chunks of serialized tf.Examples, a bundle's worth under
+    one random writer id (the general path's rows keep no order)."""
 
     def __init__(self, split: str, schema: schema_pb2.Schema, staging: str,
                  sharding: shards.ShardingOptions):
-        self._split = split
-        self._layout = packing.PackedLayout.from_schema(schema)
-        self._packed = self._layout.rows if self._layout else 0
+        self._split, self._schema = split, schema
         self._staging, self._sharding = staging, sharding
 
     def start_bundle(self):
-        self._writer = shards.ChunkWriter(fileio.join(self._staging, "_chunks"),
-                                          random.getrandbits(40), self._sharding)
-        self._pending, self._pending_rows, self._rows, self._records = [], 0, 0, 0
+        self._encoder = SplitEncoder(self._split, self._schema, self._staging, self._sharding,
+                                     random.getrandbits(40))
 
     def process(self, element):
-        batch = element[0] if isinstance(element, tuple) else element
-        self._rows += batch.num_rows
-        if not self._packed:
-            columns = {n: serializer.arrow_kind(t) for n, t in zip(batch.schema.names,
-                                                                  batch.schema.types)}
-            self._writer.add("", self._split, serializer.encode_examples_array(
-                serializer.to_example_batch(batch, columns)))
-            self._records += batch.num_rows
-            return
-        self._pending.append(batch)
-        self._pending_rows += batch.num_rows
-        if self._pending_rows >= self._packed:
-            table = pa.Table.from_batches(self._pending)
-            full = (table.num_rows // self._packed) * self._packed
-            self._writer.add("", self._split, pack_batch(table.slice(0, full),
-                                                         self._layout))
-            self._records += full // self._packed
-            rest = table.slice(full)
-            self._pending = rest.to_batches() if rest.num_rows else []
-            self._pending_rows = rest.num_rows
+        self._encoder.add(element[0] if isinstance(element, tuple) else element)
 
     def finish_bundle(self):
-        if self._pending_rows:
-            self._writer.add("", self._split, pack_batch(pa.Table.from_batches(self._pending),
-                                                         self._layout))
-            self._records += 1
-        for chunk in self._writer.close():
+        for chunk in self._encoder.close():
             yield GlobalWindows.windowed_value(chunk)
         yield beam.pvalue.TaggedOutput(ROW_COUNTS, GlobalWindows.windowed_value(
-            (self._split, self._rows, self._records)))
+            (self._split, self._encoder.rows, self._encoder.records)))
 
 
 def copy_cache(source: str, destination: str, keys: Optional[Sequence[str]] = None) -> None:
@@ -161,15 +132,15 @@ def _transform(make_pipeline, options, examples_dirs, splits, raw_schema, schema
         outputs = []
         for split in splits:
             if columnar:
-                transformed = columnar_job.transformed_batches(pipeline, split, examples_dirs,
-                                                               raw_schema, graph_dir, kept)
-            else:
-                sources = [_raw_source(d, split, raw_schema) for d in examples_dirs]
-                raw = [pipeline | f"Read[{split}][{i}]" >> source.BeamSource()
-                       for i, source in enumerate(sources)] | f"All[{split}]" >> beam.Flatten()
-                transformed, _ = ((raw, sources[0].TensorAdapterConfig()), transform_fn) | \
-                    f"Transform[{split}]" >> tft_beam.TransformDataset(
-                        output_record_batches=True)
+                outputs.append(columnar_job.transformed_chunks(
+                    pipeline, split, examples_dirs, raw_schema, graph_dir, kept, schema,
+                    staging, options.sharding))
+                continue
+            sources = [_raw_source(d, split, raw_schema) for d in examples_dirs]
+            raw = [pipeline | f"Read[{split}][{i}]" >> source.BeamSource()
+                   for i, source in enumerate(sources)] | f"All[{split}]" >> beam.Flatten()
+            transformed, _ = ((raw, sources[0].TensorAdapterConfig()), transform_fn) | \
+                f"Transform[{split}]" >> tft_beam.TransformDataset(output_record_batches=True)
             outputs.append(transformed | f"Encode[{split}]" >> beam.ParDo(_EncodeChunks(
                 split, schema, staging, options.sharding)).with_outputs(ROW_COUNTS, main="chunks"))
         chunks = [o.chunks for o in outputs] | "AllChunks" >> beam.Flatten()
@@ -245,7 +216,8 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
         written = [shards.Shard(**s) for s in result["shards"]]
         manifest = shards.build_manifest(written, [], options.sharding.compression, 0,
                                          schema=schema_file.SCHEMA_FILE, inputs=examples_dirs,
-                                         analysis=analysis)
+                                         analysis=analysis,
+                                         **({"row_order": ROW_ORDER_INPUT} if columnar else {}))
         expected = [rows_in(d, splits, m) for d, m in zip(examples_dirs, input_manifests)]
         reconcile(manifest, result["rows"], {split: sum(e[split] for e in expected)
                                              for split in splits})

@@ -40,8 +40,9 @@ from tensorflow_transform import graph_context, impl_helper
 from tensorflow_transform.tf_metadata import metadata_io
 from tfx_bsl.tfxio import tensor_adapter
 
-from tfrecord_shards import fileio, rows_done
+from tfrecord_shards import fileio, rows_done, shards
 from components.transform import analyzers
+from components.transform.encoding import ROW_COUNTS, SplitEncoder
 from components.transform.inputs import (
     analysis_key, dataset_key, kept_batches, record_batches, split_paths,
     tensor_adapter_config)
@@ -311,12 +312,17 @@ def write_transform_graph(preprocessing_fn: Callable[[dict], dict],
 
 
 class _TransformFile(beam.DoFn):
-    """A file of one split -> its rows transformed, as Arrow record batches (the general
-    path's TransformDataset gives the same). An element is (the file, the copy of its
-    decoded batches the analysis kept, or None): a kept copy is read instead of the file."""
+    """A file of one split -> its rows transformed (as the general path's TransformDataset
+    transforms them) and encoded into chunks of their own, ordered by the file's place among
+    the split's files, so the split keeps the input's row order. An element is (that place,
+    the file, the copy of its decoded batches the analysis kept, or None): a kept copy is
+    read instead of the file. The tagged output ROW_COUNTS has (split, rows, records)."""
 
-    def __init__(self, raw_schema: schema_pb2.Schema, graph_dir: str):
+    def __init__(self, raw_schema: schema_pb2.Schema, graph_dir: str, split: str,
+                 schema: schema_pb2.Schema, staging: str, sharding: shards.ShardingOptions):
         self._raw_schema, self._graph_dir = raw_schema, graph_dir
+        self._split, self._schema = split, schema
+        self._staging, self._sharding = staging, sharding
 
     def setup(self):
         self._adapter = tensor_adapter.TensorAdapter(tensor_adapter_config(self._raw_schema))
@@ -327,13 +333,16 @@ class _TransformFile(beam.DoFn):
                                             output.transformed_metadata.schema))
         self._layer, self._converter = _loaded[self._graph_dir]
 
-    def process(self, element: tuple[str, Optional[str]]):
-        path, kept = element
+    def process(self, element: tuple[int, str, Optional[str]]):
+        place, path, kept = element
+        encoder = SplitEncoder(self._split, self._schema, self._staging, self._sharding, place)
         for batch in kept_batches(kept) if kept else record_batches(path, self._raw_schema):
             transformed = self._layer(self._adapter.ToBatchTensors(
                 batch, produce_eager_tensors=True))
             rows_done.add(batch.num_rows)
-            yield self._converter.convert(transformed)
+            encoder.add(self._converter.convert(transformed))
+        yield from encoder.close()
+        yield beam.pvalue.TaggedOutput(ROW_COUNTS, (self._split, encoder.rows, encoder.records))
 
 
 def release(graph_dir: str) -> None:
@@ -341,12 +350,17 @@ def release(graph_dir: str) -> None:
     _loaded.pop(graph_dir, None)
 
 
-def transformed_batches(pipeline, split: str, examples_dirs: Sequence[str],
-                        raw_schema: schema_pb2.Schema, graph_dir: str,
-                        kept: Optional[dict[str, str]] = None):
-    """A PCollection of one split's rows of every input, transformed; a file with a copy in
-    `kept` ({file: its decoded copy}) is read from the copy."""
+def transformed_chunks(pipeline, split: str, examples_dirs: Sequence[str],
+                       raw_schema: schema_pb2.Schema, graph_dir: str,
+                       kept: Optional[dict[str, str]], schema: schema_pb2.Schema, staging: str,
+                       sharding: shards.ShardingOptions):
+    """One split's rows of every input, transformed and encoded: a PCollection of chunks
+    (main output "chunks") and of (split, rows, records) counts (ROW_COUNTS). A file with a
+    copy in `kept` ({file: its decoded copy}) is read from the copy."""
     kept = kept or {}
-    files = [(path, kept.get(path)) for d in examples_dirs for path in split_paths(d, split)]
+    files = [(place, path, kept.get(path)) for place, path in enumerate(
+        path for d in examples_dirs for path in split_paths(d, split))]
     return (pipeline | f"Files[{split}]" >> beam.Create(files)
-            | f"Transform[{split}]" >> beam.ParDo(_TransformFile(raw_schema, graph_dir)))
+            | f"Transform[{split}]" >> beam.ParDo(_TransformFile(
+                raw_schema, graph_dir, split, schema, staging, sharding)).with_outputs(
+                    ROW_COUNTS, main="chunks"))

@@ -1,0 +1,68 @@
+"""Transformed rows -> serialized tf.Examples (one per row, or packed N rows per Example) in
+chunk files for the sharding writer. It imports no TFX.
+
+`SplitEncoder` is used two ways. The general path (tf.Transform's TransformDataset) encodes
+whatever batches a Beam bundle holds, under a random writer id: its rows keep no order. The
+columnar path encodes each input file on its own, under the file's place among the split's
+files, so the transformed split lists its rows in the order of the input split
+(`ROW_ORDER_INPUT` in the manifest), which lets the Evaluator pair them with the raw rows.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+from tensorflow_metadata.proto.v0 import schema_pb2
+
+from tfrecord_shards import fileio, packing, shards
+from tfrecord_shards.codec import serializer
+from tfrecord_shards.packing.write import pack_batch
+
+# The tagged output of the encoding DoFns that carries (split, rows, records) counts.
+ROW_COUNTS = "row_counts"
+# The manifest's `row_order` when each split's rows follow its input files (sorted by name,
+# the inputs in the order given) and each file's rows in turn.
+ROW_ORDER_INPUT = "input"
+
+
+class SplitEncoder:
+    """Encodes one split's transformed record batches into chunks under `staging`; packing
+    carries rows over from batch to batch, so only the last block (at `close`) can be
+    short."""
+
+    def __init__(self, split: str, schema: schema_pb2.Schema, staging: str,
+                 sharding: shards.ShardingOptions, writer_id: int):
+        self.split = split
+        self._layout = packing.PackedLayout.from_schema(schema)
+        self._packed = self._layout.rows if self._layout else 0
+        self._writer = shards.ChunkWriter(fileio.join(staging, "_chunks"), writer_id, sharding)
+        self._pending: list = []
+        self._pending_rows = 0
+        self.rows = self.records = 0
+
+    def add(self, batch) -> None:
+        self.rows += batch.num_rows
+        if not self._packed:
+            columns = {n: serializer.arrow_kind(t) for n, t in zip(batch.schema.names,
+                                                                  batch.schema.types)}
+            self._writer.add("", self.split, serializer.encode_examples_array(
+                serializer.to_example_batch(batch, columns)))
+            self.records += batch.num_rows
+            return
+        self._pending.append(batch)
+        self._pending_rows += batch.num_rows
+        if self._pending_rows >= self._packed:
+            table = pa.Table.from_batches(self._pending)
+            full = (table.num_rows // self._packed) * self._packed
+            self._writer.add("", self.split, pack_batch(table.slice(0, full), self._layout))
+            self.records += full // self._packed
+            rest = table.slice(full)
+            self._pending = rest.to_batches() if rest.num_rows else []
+            self._pending_rows = rest.num_rows
+
+    def close(self) -> list[shards.Chunk]:
+        """Writes what is left; the chunks written, in their order."""
+        if self._pending_rows:
+            self._writer.add("", self.split, pack_batch(pa.Table.from_batches(self._pending),
+                                                        self._layout))
+            self.records += 1
+            self._pending, self._pending_rows = [], 0
+        return self._writer.close()
