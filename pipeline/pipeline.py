@@ -146,6 +146,20 @@ def span_resolver(example_gen, spans: int) -> Resolver:
     return resolver
 
 
+def _evaluator(config: PipelineConfig, example_gen, transform, trainer, production):
+    """Ours or stock's Evaluator of the new model on ExampleGen's eval split. Given Transform
+    (the same rows: no window of spans), ours scores its eval split through the model's
+    layers after the graph, checked against serving_default."""
+    return (Evaluator if config.evaluator == "fast" else StockEvaluator)(
+        examples=example_gen.outputs["examples"], model=trainer.outputs["model"],
+        baseline_model=production.outputs["model"]
+        if production and config.baseline_tolerance is not None else None,
+        eval_config=eval_config(config),
+        **({"transformed_examples": transform.outputs["transformed_examples"]}
+           if config.evaluator == "fast" and transform else {}),
+    ).with_id(EVALUATOR)  # the run summary's name
+
+
 def create_pipeline(
     config: PipelineConfig,
     metadata_connection_config: Optional[metadata_store_pb2.ConnectionConfig] = None,
@@ -201,11 +215,8 @@ def create_pipeline(
         eval_args=trainer_pb2.EvalArgs(num_steps=config.eval_steps),
         custom_config=config.trainer_options().as_custom_config(),
     )
-    evaluator = (Evaluator if config.evaluator == "fast" else StockEvaluator)(
-        examples=example_gen.outputs["examples"], model=trainer.outputs["model"],
-        baseline_model=production.outputs["model"]
-        if production and config.baseline_tolerance is not None else None,
-        eval_config=eval_config(config)).with_id(EVALUATOR)  # the run summary's name
+    evaluator = _evaluator(config, example_gen, transform if not window else None, trainer,
+                           production)
     # Stock's Pusher with our executor: each push a version folder of its own, marked
     # complete last (components/pusher/).
     pusher = Pusher(

@@ -48,7 +48,7 @@ def artifact(kind, uri: str, artifact_id: int = 0, **properties):
 
 def run_evaluator(executor_class, folder, examples: str, eval_config, model: str,
                   baseline: str | None = None, schema: str | None = None,
-                  options: EvaluatorOptions | None = None):
+                  options: EvaluatorOptions | None = None, transformed: str | None = None):
     """Runs an Evaluator executor as TFX would; returns (evaluation folder, blessing artifact).
     The model folders hold Format-Serving/, as a Trainer's Model artifact does."""
     os.makedirs(folder)
@@ -60,6 +60,8 @@ def run_evaluator(executor_class, folder, examples: str, eval_config, model: str
         inputs["baseline_model"] = [artifact(standard_artifacts.Model, baseline, 3)]
     if schema is not None:
         inputs["schema"] = [artifact(standard_artifacts.Schema, schema, 4)]
+    if transformed is not None:
+        inputs["transformed_examples"] = [artifact(standard_artifacts.Examples, transformed, 5)]
     evaluation = artifact(standard_artifacts.ModelEvaluation, os.path.join(folder, "evaluation"))
     blessing = artifact(standard_artifacts.ModelBlessing, os.path.join(folder, "blessing"))
     os.makedirs(evaluation.uri)

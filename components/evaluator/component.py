@@ -11,10 +11,11 @@ from tfx import types
 from tfx.components.evaluator import component as stock
 from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts, standard_component_specs
-from tfx.types.component_spec import ExecutionParameter
+from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from tfx.utils import json_utils
 
 from components.evaluator import executor, stock_executor
+from components.evaluator.executor import TRANSFORMED_EXAMPLES_KEY
 from components.evaluator.options import EvaluatorOptions
 from tfrecord_shards.options import OPTIONS_KEY, options_or_settings
 
@@ -24,6 +25,9 @@ class EvaluatorSpec(standard_component_specs.EvaluatorSpec):
 
     PARAMETERS = {**standard_component_specs.EvaluatorSpec.PARAMETERS,
                   OPTIONS_KEY: ExecutionParameter(type=str, optional=True)}
+    INPUTS = {**standard_component_specs.EvaluatorSpec.INPUTS,
+              TRANSFORMED_EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples,
+                                                         optional=True)}
 
 
 class Evaluator(base_component.BaseComponent):
@@ -33,8 +37,10 @@ class Evaluator(base_component.BaseComponent):
     the raw examples through the model's own signatures in large batches and computes the
     configured TFMA metrics on whole arrays (components/evaluator/evaluate.py): in the
     executor's process by default, as a Beam pipeline on the pipeline's Beam runner when that
-    is not the DirectRunner in process (components/evaluator/beam_job.py). What it does
-    not implement (plots, example weights, confidence intervals, UDF modules, ...) is refused
+    is not the DirectRunner in process (components/evaluator/beam_job.py). Given Transform's
+    `transformed_examples` of the same rows, it scores those through the model's layers after
+    the Transform graph instead, checked against serving_default on the first rows
+    (components/evaluator/transformed.py). What it does not implement (plots, example weights, confidence intervals, UDF modules, ...) is refused
     in one line naming StockEvaluator."""
 
     SPEC_CLASS = EvaluatorSpec
@@ -45,6 +51,7 @@ class Evaluator(base_component.BaseComponent):
                  eval_config: Optional[tfma.EvalConfig] = None,
                  example_splits: Optional[list[str]] = None,
                  schema: Optional[types.BaseChannel] = None,
+                 transformed_examples: Optional[types.BaseChannel] = None,
                  options: Optional[EvaluatorOptions] = None, **settings: Any):
         if eval_config is None:
             raise ValueError("the Evaluator needs an eval_config")
@@ -52,7 +59,8 @@ class Evaluator(base_component.BaseComponent):
         super().__init__(spec=EvaluatorSpec(
             examples=examples, model=model, baseline_model=baseline_model,
             eval_config=eval_config, example_splits=json_utils.dumps(example_splits),
-            schema=schema, evaluation=types.Channel(type=standard_artifacts.ModelEvaluation),
+            schema=schema, transformed_examples=transformed_examples,
+            evaluation=types.Channel(type=standard_artifacts.ModelEvaluation),
             blessing=types.Channel(type=standard_artifacts.ModelBlessing),
             **{OPTIONS_KEY: options.to_json()}))
 

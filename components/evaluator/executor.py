@@ -15,11 +15,15 @@ from tfx.utils import io_utils, json_utils, path_utils, proto_utils
 
 from tfrecord_shards import fileio, tf_filesystems
 from tfrecord_shards.codec import schema_file
-from components.evaluator import beam_job, evaluate, stock_executor
+from components.evaluator import beam_job, evaluate, stock_executor, transformed
 from components.evaluator.options import EvaluatorOptions, UnsupportedSetting
 from components.evaluator.stock_executor import without_empty_baseline
 from tfrecord_shards.options import OPTIONS_KEY
 from components.statistics_gen import releases
+
+
+# Our input beside stock's: Transform's output of the same examples (optional).
+TRANSFORMED_EXAMPLES_KEY = "transformed_examples"
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):
@@ -95,7 +99,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                                   temp_dir=self._beam_temp_dir())
         else:
             result = evaluate.evaluate(eval_config, data_files, model_paths, output_uri,
-                                       schema=schema, options=options)
+                                       schema=schema, options=options,
+                                       transformed=_transformed_split(input_dict, splits))
         logging.info("Evaluation complete. Results written to %s.", output_uri)
 
         if not run_validation:
@@ -125,6 +130,23 @@ def _beam_context(context: Optional[base_executor.BaseExecutor.Context]
         stateful_working_dir=context.stateful_working_dir,
         pipeline_node=context.pipeline_node, pipeline_info=context.pipeline_info,
         pipeline_run_id=context.pipeline_run_id)
+
+
+def _transformed_split(input_dict: dict[str, list], splits: list[str]
+                       ) -> Optional[transformed.TransformedSplit]:
+    """Transform's output of the one Examples artifact evaluated, when it pairs row for row."""
+    if not input_dict.get(TRANSFORMED_EXAMPLES_KEY):
+        return None
+    if len(input_dict[keys.EXAMPLES_KEY]) != 1:
+        logging.info("Evaluator: scoring the raw records: %d Examples artifacts",
+                     len(input_dict[keys.EXAMPLES_KEY]))
+        return None
+    found, why_not = transformed.transformed_split(
+        artifact_utils.get_single_uri(input_dict[TRANSFORMED_EXAMPLES_KEY]),
+        artifact_utils.get_single_uri(input_dict[keys.EXAMPLES_KEY]), splits)
+    if found is None:
+        logging.info("Evaluator: scoring the raw records: %s", why_not)
+    return found
 
 
 def split_files(split_uri: str) -> list[str]:

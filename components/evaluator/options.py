@@ -21,3 +21,16 @@ class EvaluatorOptions(JsonOptions):
     threads: int = setting(
         2, "Batches scored at once: TensorFlow runs one batch's ops on fewer cores than it "
            "has.", minimum=1, flag=False)
+    # The taxi model's layers after the Transform graph on 333k transformed rows, read and
+    # scored, median of 3 on 2 quiet cores: 0.80 s at 8,192 rows a call, 0.75 s at 16,384,
+    # 0.71 s at 32,768 (2 threads); with 1 thread 1.07, 0.92, 0.81 s; 3 threads, no better.
+    transformed_batch_rows: int = setting(
+        32768, "Rows a call of the score_transformed signature scores.", minimum=1,
+        flag=False)
+    score_transformed: bool = setting(
+        True, "Score Transform's eval split through the model's score_transformed signature "
+              "(the layers after the Transform graph) when its rows pair with the raw ones, "
+              "checked against serving_default on the first serving_check_rows.", flag=False)
+    serving_check_rows: int = setting(
+        4096, "Raw eval rows scored through serving_default and compared with the "
+              "transformed split's when score_transformed is used.", minimum=1, flag=False)

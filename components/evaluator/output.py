@@ -20,6 +20,8 @@ PLOTS_FILE = "plots-00000-of-00001.tfrecord"
 ATTRIBUTIONS_FILE = "attributions-00000-of-00001.tfrecord"
 VALIDATIONS_FILE = "validations.tfrecord"
 EVAL_CONFIG_FILE = "eval_config.json"
+# Ours, beside TFMA's: how serving_default compared with the transformed split's scores.
+SERVING_CHECK_FILE = "serving_check.json"
 
 
 def validate(sliced_metrics: Sequence[tuple], eval_config: Any) -> Any:
@@ -35,10 +37,11 @@ def validate(sliced_metrics: Sequence[tuple], eval_config: Any) -> Any:
 
 def write_evaluation(output_uri: str, eval_config: Any, sliced_metrics: Sequence[tuple],
                      validation: Any, model_locations: dict[str, str],
-                     data_files: Sequence[str]) -> None:
+                     data_files: Sequence[str], serving_check: Any = None) -> None:
     """The files TFMA's writers leave in a ModelEvaluation folder: eval_config.json, one
     MetricsForSlice a slice, an empty PlotsForSlice and AttributionsForSlice a slice (what
-    stock writes when no plot is configured) and the ValidationResult."""
+    stock writes when no plot is configured) and the ValidationResult; and, when the
+    transformed split was scored, the check against serving_default (`SERVING_CHECK_FILE`)."""
     fileio.makedirs(output_uri)
     metrics, plots, attributions = [], [], []
     for slice_key, values in sliced_metrics:
@@ -57,3 +60,8 @@ def write_evaluation(output_uri: str, eval_config: Any, sliced_metrics: Sequence
     fileio.write_text(fileio.join(output_uri, EVAL_CONFIG_FILE),
                       eval_config_writer._serialize_eval_run(  # noqa: SLF001 - TFMA's format
                           eval_config, ",".join(folders), "tfrecords", model_locations))
+    if serving_check is not None:
+        fileio.write_json(fileio.join(output_uri, SERVING_CHECK_FILE), {
+            "rows": serving_check.rows,
+            "largest_difference": serving_check.largest_difference,
+            "tolerance": serving_check.tolerance, "refusal": serving_check.refusal})

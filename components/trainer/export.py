@@ -24,7 +24,7 @@ from shard_readers.images import ImageSpec, decode_images  # noqa: E402
 from components.trainer import distribute  # noqa: E402
 from components.trainer.input import example_parser  # noqa: E402
 from components.trainer.models import Head  # noqa: E402
-from components.trainer.options import TRANSFORM_SIGNATURE  # noqa: E402
+from components.trainer.options import TRANSFORM_SIGNATURE, TRANSFORMED_SIGNATURE  # noqa: E402,E501
 
 keras = tf.keras
 
@@ -91,17 +91,49 @@ def _transform_features_signature(model: keras.Model, transform_output, label_ke
     return transform_features
 
 
+_NUMBER_TYPES = {schema_pb2.FLOAT: tf.float32, schema_pb2.INT: tf.int64}
+
+
+def _transformed_signature(model: keras.Model, schema: schema_pb2.Schema,
+                           feature_keys: list[str], head: Head) -> Optional[Callable]:
+    """The model on transformed features, a dense tensor each ([rows] for a scalar, [rows,
+    n] for a fixed list): the layers after the Transform graph. None when a feature is not
+    dense numbers (text, images, variable-length lists), which only serving_default takes."""
+    features = parser.feature_by_name(schema)
+    specs = {}
+    for name in feature_keys:
+        feature = features[name]
+        if feature.type not in _NUMBER_TYPES or not parser.is_fixed(feature):
+            return None
+        shape = [d.size for d in feature.shape.dim]
+        specs[name] = tf.TensorSpec([None] + ([] if shape in ([], [1]) else shape),
+                                    _NUMBER_TYPES[feature.type], name=name)
+
+    @tf.function(input_signature=[specs], autograph=False)
+    def score_transformed(transformed):
+        return head.serving_outputs(model({name: parser.densify(transformed[name],
+                                                                features[name])
+                                           for name in feature_keys}))
+
+    return score_transformed
+
+
 def serving_signatures(model: keras.Model, schema: schema_pb2.Schema, feature_keys: list[str],
                        images: Mapping[str, ImageSpec], head: Head, label_key: str,
                        transform_output: Any = None) -> dict:
-    """serving_default (raw Examples in, the task's outputs out) and, with a Transform graph
-    that makes the label, the Evaluator's transform_features. `schema` holds the features
+    """serving_default (raw Examples in, the task's outputs out) and, with a Transform graph,
+    the Evaluator's transform_features (when the graph makes the label) and
+    score_transformed (when every feature it makes is dense numbers). `schema` holds the features
     the model sees (the graph's output, with one)."""
     signatures = {"serving_default": _serving_signature(
         model, schema, feature_keys, images, head, transform_output)}
     if transform_output is not None and label_key in parser.feature_by_name(schema):
         signatures[TRANSFORM_SIGNATURE] = _transform_features_signature(
             model, transform_output, label_key)
+    scorer = _transformed_signature(model, schema, feature_keys, head) \
+        if transform_output is not None else None
+    if scorer is not None:
+        signatures[TRANSFORMED_SIGNATURE] = scorer
     return signatures
 
 

@@ -14,6 +14,10 @@ DEFAULT_SEED = 42
 # The serving model's signature from raw Examples to the transformed features, label included:
 # the Evaluator's preprocessing function.
 TRANSFORM_SIGNATURE = "transform_features"
+# The serving model's signature from the transformed features (dense numbers, a tensor per
+# feature, as the Transform graph outputs them) to the task's outputs: what the Evaluator
+# scores Transform's eval split through, instead of parsing and transforming each raw row.
+TRANSFORMED_SIGNATURE = "score_transformed"
 # Image datasets carry these beside the pixels; a model must not learn from them.
 IMAGE_METADATA = ("height", "width", "channels", "format")
 # Where `tfrp data-service dispatcher` listens unless told otherwise.

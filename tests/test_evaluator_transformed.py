@@ -1,0 +1,140 @@
+"""The Evaluator on Transform's eval split: each model's layers after the Transform graph
+score the rows Transform wrote, and serving_default is checked against them on the first
+rows. Same metrics and blessing as scoring the raw records; rows that do not pair are not
+blessed, with one line saying why; and where the rows cannot pair, the raw records are
+scored as before."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_model_analysis as tfma
+
+from components.evaluator import executor
+from components.evaluator.output import SERVING_CHECK_FILE
+from components.evaluator.transformed import SERVING_TOLERANCE
+from tfrecord_shards import shards
+from test_evaluator import (TAXI_SLICES, binary_taxi_metrics, blessing_facts, bound, failures,
+                            metric_table, run_evaluator, taxi_config)
+from test_evaluator import taxi_models  # noqa: F401 - the module's fixture, reused
+
+pytestmark = pytest.mark.slow
+
+
+def transformed_dir(models: dict) -> str:
+    """The Transform output the taxi models were trained on (the fixture's folder)."""
+    return os.path.join(os.path.dirname(models["candidate"]), "transformed")
+
+
+def passing_config() -> tfma.EvalConfig:
+    """Bounds both models meet, so the only thing that can withhold the blessing is the
+    check against serving_default."""
+    return taxi_config([tfma.MetricConfig(class_name="BinaryAccuracy", threshold=bound(lower=0.5)),
+                        tfma.MetricConfig(class_name="AUC", threshold=bound(lower=0.5)),
+                        tfma.MetricConfig(class_name="ExampleCount")])
+
+
+def evaluate_both(folder, examples: str, models: dict, config, transformed: str) -> dict:
+    """Ours on the raw records and ours on Transform's split, same models and config."""
+    return {name: run_evaluator(executor.Executor, os.path.join(str(folder), name), examples,
+                                config, models["candidate"], models["baseline"],
+                                transformed=given)
+            for name, given in (("raw", None), ("transformed", transformed))}
+
+
+def serving_check(uri: str) -> dict | None:
+    path = os.path.join(uri, SERVING_CHECK_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("config", [passing_config, lambda: taxi_config(binary_taxi_metrics())],
+                         ids=["blessed", "thresholds-missed"])
+def test_the_transformed_split_gives_the_raw_records_metrics_and_blessing(
+        taxi_examples, taxi_models, config, tmp_path):
+    runs = evaluate_both(tmp_path, taxi_examples, taxi_models, config(),
+                         transformed_dir(taxi_models))
+    eval_rows = shards.read_manifest(taxi_examples)["splits"]["eval"]["rows"]
+    assert serving_check(runs["raw"][0]) is None
+    check = serving_check(runs["transformed"][0])
+    assert check is not None and check["refusal"] is None
+    assert check["rows"] == min(4096, eval_rows) and check["largest_difference"] <= SERVING_TOLERANCE
+    raw, transformed = metric_table(runs["raw"][0]), metric_table(runs["transformed"][0])
+    assert sorted(raw) == sorted(transformed) and len(raw) > 10
+    far = {key: (raw[key], transformed[key]) for key in raw
+           if not np.allclose(raw[key], transformed[key], atol=1e-6, rtol=0, equal_nan=True)}
+    assert not far, far
+    assert failures(runs["raw"][0]) == failures(runs["transformed"][0])
+    assert blessing_facts(runs["raw"][1]) == blessing_facts(runs["transformed"][1])
+
+
+def test_rows_that_do_not_pair_are_not_blessed_with_one_line(taxi_examples, taxi_models,
+                                                             tmp_path, caplog):
+    """Transform's eval rows in reverse order (each packed block's rows reversed, every
+    feature alike, so each row stays whole): the rows no longer pair with the raw ones, so
+    serving_default disagrees with the transformed split, and the model that the raw
+    records bless is not blessed."""
+    from tfrecord_shards.packing.layout import ROWS_KEY
+
+    tampered = str(tmp_path / "tampered")
+    shutil.copytree(transformed_dir(taxi_models), tampered)
+    for shard in shards.read_manifest(tampered)["splits"]["eval"]["shards"]:
+        path = os.path.join(tampered, shard["path"])
+        blocks = [tf.train.Example.FromString(r.numpy())
+                  for r in tf.data.TFRecordDataset(path, "GZIP")]
+        with tf.io.TFRecordWriter(path, "GZIP") as writer:
+            for block in reversed(blocks):
+                rows = block.features.feature[ROWS_KEY].int64_list.value[0]
+                for name, feature in block.features.feature.items():
+                    values = getattr(feature, feature.WhichOneof("kind")).value
+                    if name != ROWS_KEY:
+                        assert len(values) >= rows > 1, name  # one value a row
+                        values[:rows] = list(values[:rows])[::-1]
+                writer.write(block.SerializeToString())
+    with caplog.at_level(logging.ERROR):
+        runs = evaluate_both(tmp_path, taxi_examples, taxi_models, passing_config(), tampered)
+    assert blessing_facts(runs["raw"][1])[0] == ["BLESSED"]
+    assert blessing_facts(runs["transformed"][1])[0] == ["NOT_BLESSED"]
+    check = serving_check(runs["transformed"][0])
+    assert check["largest_difference"] > SERVING_TOLERANCE
+    refusals = [r.getMessage() for r in caplog.records if "not blessed" in r.getMessage()]
+    assert len(refusals) == 1 and "\n" not in refusals[0]
+    assert check["refusal"] in refusals[0] and "serving_default" in refusals[0]
+
+
+def test_where_rows_cannot_pair_the_raw_records_are_scored(taxi_examples, taxi_models,
+                                                           tmp_path, caplog):
+    """Raw slicing columns exist only in the raw rows; a Transform output without the
+    row order, or of other examples, does not pair. Each is scored on the raw records,
+    with the same metrics as without the transformed split, and the reason logged."""
+    sliced = taxi_config([tfma.MetricConfig(class_name="BinaryAccuracy"),
+                          tfma.MetricConfig(class_name="ExampleCount")], TAXI_SLICES)
+    unordered = str(tmp_path / "unordered")
+    shutil.copytree(transformed_dir(taxi_models), unordered)
+    manifest = shards.read_manifest(unordered)
+    del manifest["row_order"]
+    shards.write_manifest(unordered, manifest)
+    other = str(tmp_path / "other")
+    shutil.copytree(transformed_dir(taxi_models), other)
+    manifest = shards.read_manifest(other)
+    manifest["inputs"] = [str(tmp_path / "elsewhere")]
+    shards.write_manifest(other, manifest)
+    cases = [(sliced, transformed_dir(taxi_models), "exist only in the raw rows"),
+             (passing_config(), unordered, "do not keep the raw rows' order"),
+             (passing_config(), other, "made from other examples")]
+    for number, (config, given, reason) in enumerate(cases):
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            runs = evaluate_both(tmp_path / str(number), taxi_examples, taxi_models, config,
+                                 given)
+        assert serving_check(runs["transformed"][0]) is None
+        assert metric_table(runs["raw"][0]) == metric_table(runs["transformed"][0])
+        assert any(reason in r.getMessage() and "scoring the raw records" in r.getMessage()
+                   for r in caplog.records), reason
