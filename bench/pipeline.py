@@ -28,6 +28,10 @@ share (`STAGE_OF`); beside them the whole process's wall time and what lies outs
 components (wall minus their sum: imports, building the pipeline, the runner's work between
 components, exit), split into before the first component and after the last.
 
+Peak memory per stage: the run's process tree sampled every 50 ms by `bench.memory`, each
+sample the tree's resident high-water mark since the one before (read, then reset), so a
+stage's peak is the highest sample while its component ran: exact, not a snapshot.
+
 Rows per stage (`ROW_BASIS`): a stage's input rows, counted by StatisticsGen: every split's
 rows for ExampleGen, statistics and Transform, the eval split's for the Evaluator. Between
 the smallest and the largest size a side ran, a stage's marginal rate is
@@ -48,6 +52,7 @@ import sys
 import time
 from typing import Callable, Optional, Sequence
 
+from bench import memory
 from bench.display import Table
 from tfrecord_shards import fileio
 
@@ -155,6 +160,7 @@ def read_run(metadata_path: str) -> dict:
     if not executions:
         raise RuntimeError(f"{metadata_path}: no executions")
     components: dict[str, float] = {}
+    windows: dict[str, tuple[float, float]] = {}  # epoch seconds each component ran
     stages: dict[str, float] = {}
     outputs: dict[tuple[str, str], list] = {}  # (stage, artifact type) -> artifacts
     for execution in executions:
@@ -169,6 +175,8 @@ def read_run(metadata_path: str) -> dict:
         seconds = (execution.last_update_time_since_epoch -
                    execution.create_time_since_epoch) / 1000
         components[node] = seconds
+        windows[node] = (execution.create_time_since_epoch / 1000,
+                         execution.last_update_time_since_epoch / 1000)
         stages[STAGE_OF[node]] = stages.get(STAGE_OF[node], 0.0) + seconds
         for artifact in _outputs(store, execution):
             outputs.setdefault((STAGE_OF[node], artifact.type), []).append(artifact)
@@ -190,7 +198,7 @@ def read_run(metadata_path: str) -> dict:
     blessings = [a.custom_properties["blessed"].int_value == 1
                  for a in outputs.get(("Evaluator", "ModelBlessing"), [])
                  if "blessed" in a.custom_properties]
-    return {"components": components, "stage_seconds": stages,
+    return {"components": components, "windows": windows, "stage_seconds": stages,
             "first_start": min(e.create_time_since_epoch for e in executions) / 1000,
             "last_end": max(e.last_update_time_since_epoch for e in executions) / 1000,
             "split_rows": split_rows, "quality": quality,
@@ -231,14 +239,20 @@ def measure(side: str, data_dir: str, run_dir: str, train_steps: int) -> dict:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     env.setdefault("TF_USE_LEGACY_KERAS", "1")
     started_at, start = time.time(), time.perf_counter()
-    done = subprocess.run(side_command(side, data_dir, run_dir, train_steps),
-                          capture_output=True, text=True, env=env)
+    with subprocess.Popen(side_command(side, data_dir, run_dir, train_steps),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env) as child, memory.PeakSampler(child.pid) as sampler:
+        stdout, stderr = child.communicate()
     wall = time.perf_counter() - start
     ended_at = started_at + wall
-    if done.returncode != 0:
-        raise RuntimeError(f"{side} failed (exit {done.returncode}) on {data_dir}:\n"
-                           f"{(done.stderr or done.stdout)[-3000:]}")
+    if child.returncode != 0:
+        raise RuntimeError(f"{side} failed (exit {child.returncode}) on {data_dir}:\n"
+                           f"{(stderr or stdout)[-3000:]}")
     run = read_run(fileio.join(run_dir, METADATA_FILE))
+    stage_peaks: dict[str, int] = {}
+    for node, (begin, end) in run["windows"].items():
+        stage = STAGE_OF[node]
+        stage_peaks[stage] = max(stage_peaks.get(stage, 0), sampler.peak(begin, end))
     fileio.rmtree(run_dir)
     inside = sum(run["components"].values())
     return {"side": side, "rows": sum(run["split_rows"].values()),
@@ -248,7 +262,8 @@ def measure(side: str, data_dir: str, run_dir: str, train_steps: int) -> dict:
             "after_last_seconds": ended_at - run["last_end"],
             "stage_seconds": run["stage_seconds"], "components": run["components"],
             "split_rows": run["split_rows"], "stage_rows": stage_rows(run["split_rows"]),
-            "quality": run["quality"], "blessed": run["blessed"]}
+            "quality": run["quality"], "blessed": run["blessed"],
+            "stage_peak_bytes": stage_peaks, "process_peak_bytes": sampler.peak()}
 
 
 def summarise(samples: list[dict]) -> dict:
@@ -266,6 +281,10 @@ def summarise(samples: list[dict]) -> dict:
         "median_quality": {m: statistics.median(s["quality"][m] for s in samples
                                                 if m in s["quality"]) for m in metrics},
         "blessed": [s["blessed"] for s in samples],
+        "median_stage_peak_bytes": {stage: statistics.median(
+            s["stage_peak_bytes"].get(stage, 0) for s in samples) for stage in stages},
+        "median_process_peak_bytes": statistics.median(s["process_peak_bytes"]
+                                                       for s in samples),
         "samples": samples}
 
 
@@ -399,6 +418,13 @@ def table(result: dict) -> Table:
             parts.append(f"{side} {metrics} on {entry['split_rows'].get('eval', 0):,} eval "
                          "rows")
         lines.append(f"Model quality at {size_label(rows)} rows: " + "; ".join(parts))
+    for rows in sizes:
+        for side in sides:
+            entry = result["runs"][side][str(rows)]
+            peaks = entry.get("median_stage_peak_bytes", {})
+            lines.append(f"Peak RSS (MiB) at {size_label(rows)} rows, {side}: " + ", ".join(
+                f"{stage} {peaks[stage] / 2**20:,.0f}" for stage in STAGES if stage in peaks) +
+                f"; whole process tree {entry['median_process_peak_bytes'] / 2**20:,.0f}")
     return Table(rows_shown, columns, summary="\n".join(lines))
 
 

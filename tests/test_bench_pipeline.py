@@ -134,6 +134,12 @@ def test_our_side_through_the_command_at_a_small_size(tmp_path):
     for stage in [*sample["stage_seconds"], bench_pipeline.OUTSIDE, bench_pipeline.WHOLE]:
         assert any(line.strip().startswith(stage) for line in lines), stage
     assert f"binary_accuracy {sample['quality']['binary_accuracy']:.4f}" in lines[-1]
+    # Every stage's peak memory, within the whole tree's; TensorFlow alone takes 300 MB.
+    peaks = sample["stage_peak_bytes"]
+    assert set(peaks) == set(sample["stage_seconds"])
+    assert all(0 < peak <= sample["process_peak_bytes"] for peak in peaks.values()), peaks
+    assert peaks["Trainer"] > 300 * 2**20
+    assert "\nPeak RSS (MiB) at 2k rows, ours: ExampleGen" in lines[-1]
     with open(chart, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert not os.path.exists(tmp_path / "work" / "pipeline-runs" / "ours")
@@ -143,3 +149,25 @@ def test_sides_are_checked():
     result = bench("pipeline", "--sides", "stock,tfx", check=False)
     assert result.returncode == 2
     assert "--sides" in result.stderr and "stock, ours" in result.stderr
+
+
+def test_the_memory_sampler_catches_a_peak_between_two_samples():
+    """A child holds 400 MB for a tenth of a second, between samples a second apart, then
+    frees it: a snapshot of its resident size would miss it; the high-water mark does not,
+    and the samples after it fall back."""
+    import subprocess
+    import sys
+    import time
+
+    from bench import memory
+
+    script = ("import time; time.sleep(1.2); x = bytearray(400 << 20); time.sleep(0.1); "
+              "del x; time.sleep(3)")
+    with subprocess.Popen([sys.executable, "-c", script]) as child, \
+            memory.PeakSampler(child.pid, interval=1.0) as sampler:
+        child.wait()
+    assert len(sampler.samples) >= 3
+    assert sampler.peak() >= 400 << 20
+    assert sampler.samples[-1][1] < 100 << 20
+    before = sampler.samples[0][0]
+    assert sampler.peak(end=before) < 100 << 20
