@@ -13,6 +13,7 @@ from components.example_gen import artifacts as tfx_artifacts
 from tfrecord_shards import fileio
 from components.production_model.find import PUSHED_MODEL
 from tfrecord_shards.shards import read_manifest
+from components.evaluator.output import SERVING_CHECK_FILE
 from components.trainer.options import REPORT_FILE
 
 # The EvalConfig's model names (pipeline.eval_config); TFMA keys each metric by them.
@@ -62,6 +63,9 @@ class RunSummary:
     # What the Trainer's report says of its rows: trained on, choosing the weights, and
     # whether it read the eval split (components/trainer/module.py, `_validation_report`).
     trainer_rows: dict = dataclasses.field(default_factory=dict)
+    # How serving_default compared with the scores on Transform's split (our Evaluator's
+    # serving_check.json); empty when the Evaluator scored the raw records.
+    serving_check: dict = dataclasses.field(default_factory=dict)
 
     def format(self, components: bool = True) -> str:
         """The run as text; `components=False` leaves out the line per component, for a run
@@ -100,6 +104,11 @@ class RunSummary:
         if self.evaluation:
             lines.append("Evaluation (eval split): " + ", ".join(
                 f"{name}={_metric(value)}" for name, value in sorted(self.evaluation.items())))
+        if self.serving_check:
+            lines.append(
+                "Scored: Transform's eval split through score_transformed; serving_default on "
+                f"the first {self.serving_check['rows']:,} rows differed by at most "
+                f"{self.serving_check['largest_difference']:.3g}")
         if self.baseline_model:
             lines.append(f"Compared with the model in production: {self.baseline_model}" + (
                 " (" + ", ".join(f"{name}={_metric(value)}" for name, value in
@@ -246,6 +255,7 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
         baseline_evaluation=with_r_squared(baseline, variance),
         baseline_model=baseline_model(store, executions),
         validation_failures=validation_failures(artifacts),
+        serving_check=serving_check(artifacts),
         task=config.get("task"), task_reason=config.get("task_reason") or "",
         trainer_rows=trainer_rows(artifacts),
     )
@@ -449,16 +459,26 @@ def evaluations(artifacts) -> tuple[dict[str, float], dict[str, float]]:
     return found
 
 
+def serving_check(artifacts) -> dict:
+    """The newest ModelEvaluation's check of serving_default against the scores on
+    Transform's split; {} when it has none."""
+    evaluations = artifacts.get("ModelEvaluation", [])
+    path = fileio.join(evaluations[-1].uri, SERVING_CHECK_FILE) if evaluations else None
+    return fileio.read_json(path) if path and fileio.exists(path) else {}
+
+
 def validation_failures(artifacts) -> list[str]:
-    """What kept the newest ModelEvaluation from blessing: each failed threshold."""
+    """What kept the newest ModelEvaluation from blessing: each failed threshold, and a
+    disagreement of serving_default with the scores on Transform's split."""
     evaluations = artifacts.get("ModelEvaluation", [])
     if not evaluations:
         return []
+    refusal = serving_check(artifacts).get("refusal")
+    failures = [refusal.removeprefix("not blessed: ")] if refusal else []
     try:
         result = tfma.load_validation_result(evaluations[-1].uri)
     except Exception:  # noqa: BLE001 - no validation written (no thresholds): nothing failed
-        return []
-    failures = []
+        return failures
     for slice_failure in result.metric_validations_per_slice:
         for failure in slice_failure.failures:
             threshold = failure.metric_threshold

@@ -16,6 +16,7 @@ import tensorflow as tf
 import tensorflow_model_analysis as tfma
 
 from components.evaluator import executor
+from components.evaluator.options import EvaluatorOptions
 from components.evaluator.output import SERVING_CHECK_FILE
 from components.evaluator.transformed import SERVING_TOLERANCE
 from tfrecord_shards import shards
@@ -39,11 +40,12 @@ def passing_config() -> tfma.EvalConfig:
                         tfma.MetricConfig(class_name="ExampleCount")])
 
 
-def evaluate_both(folder, examples: str, models: dict, config, transformed: str) -> dict:
+def evaluate_both(folder, examples: str, models: dict, config, transformed: str,
+                  options: EvaluatorOptions | None = None) -> dict:
     """Ours on the raw records and ours on Transform's split, same models and config."""
     return {name: run_evaluator(executor.Executor, os.path.join(str(folder), name), examples,
                                 config, models["candidate"], models["baseline"],
-                                transformed=given)
+                                transformed=given, options=options)
             for name, given in (("raw", None), ("transformed", transformed))}
 
 
@@ -55,23 +57,31 @@ def serving_check(uri: str) -> dict | None:
         return json.load(f)
 
 
-@pytest.mark.parametrize("config", [passing_config, lambda: taxi_config(binary_taxi_metrics())],
-                         ids=["blessed", "thresholds-missed"])
+@pytest.mark.parametrize("config, options, checked", [
+    (passing_config, None, 4096),
+    (lambda: taxi_config(binary_taxi_metrics()), None, 4096),
+    # Parts of 100 rows, each reduced to its metric statistics and merged; 64 rows checked.
+    (lambda: taxi_config(binary_taxi_metrics()),
+     EvaluatorOptions(part_rows=100, serving_check_rows=64, transformed_batch_rows=30), 64)],
+    ids=["blessed", "thresholds-missed", "in-parts"])
 def test_the_transformed_split_gives_the_raw_records_metrics_and_blessing(
-        taxi_examples, taxi_models, config, tmp_path):
+        taxi_examples, taxi_models, config, options, checked, tmp_path):
     runs = evaluate_both(tmp_path, taxi_examples, taxi_models, config(),
-                         transformed_dir(taxi_models))
+                         transformed_dir(taxi_models), options)
     eval_rows = shards.read_manifest(taxi_examples)["splits"]["eval"]["rows"]
     assert serving_check(runs["raw"][0]) is None
     check = serving_check(runs["transformed"][0])
     assert check is not None and check["refusal"] is None
-    assert check["rows"] == min(4096, eval_rows) and check["largest_difference"] <= SERVING_TOLERANCE
+    assert check["rows"] == min(checked, eval_rows) and \
+        check["largest_difference"] <= SERVING_TOLERANCE
     raw, transformed = metric_table(runs["raw"][0]), metric_table(runs["transformed"][0])
     assert sorted(raw) == sorted(transformed) and len(raw) > 10
     far = {key: (raw[key], transformed[key]) for key in raw
            if not np.allclose(raw[key], transformed[key], atol=1e-6, rtol=0, equal_nan=True)}
     assert not far, far
-    assert failures(runs["raw"][0]) == failures(runs["transformed"][0])
+    raw_failures, transformed_failures = (failures(runs[n][0]) for n in ("raw", "transformed"))
+    assert sorted(raw_failures) == sorted(transformed_failures)
+    assert all(abs(raw_failures[k] - transformed_failures[k]) <= 1e-6 for k in raw_failures)
     assert blessing_facts(runs["raw"][1]) == blessing_facts(runs["transformed"][1])
 
 

@@ -41,6 +41,10 @@ def test_run_prints_a_line_per_component_with_state_seconds_and_output(runs):
     assert re.search(r"production_model\s+ran\s+\S+ s  model in production \S+/\d+$",
                      verbose.stdout, re.M)
     assert re.search(r"^Task: binary$", quiet.stdout, re.M)  # the taxi dataset's setting
+    # The Evaluator scored Transform's split, and serving_default agreed on the first rows.
+    assert re.search(r"^Scored: Transform's eval split through score_transformed; "
+                     r"serving_default on the first [\d,]+ rows differed by at most \S+$",
+                     quiet.stdout, re.M), quiet.stdout
     # A tenth of the train split, held out of training, chose the training length; the
     # slice's 1,340 train rows are under refit_below_rows, so all of them then trained the
     # exported model for that length.

@@ -35,7 +35,8 @@ from tensorflow_model_analysis.slicer import slicer_lib
 from tfrecord_shards import fileio, tfrecord_io
 from components.evaluator import evaluate, keras_metrics, kinds, output, scoring, slice_stats
 from components.evaluator.config import check_config, metric_keys, slicing_columns
-from components.evaluator.slices import metrics_from_statistics, slice_rows, slice_statistics
+from components.evaluator.slices import (metrics_from_statistics, slice_order, slice_rows,
+                                         slice_statistics)
 from components.evaluator.options import EvaluatorOptions
 
 # Runners that run in this process unless told otherwise (`--direct_running_mode`).
@@ -245,18 +246,3 @@ class Finish(_ModelsStep):
         fileio.makedirs(fileio.dirname(self._summary_path))
         fileio.write_json(self._summary_path, {"rows": int(rows),
                                                "slices": len(sliced_metrics)})
-
-
-def slice_order(eval_config: Any) -> Callable[[tuple], tuple]:
-    """Slices in the order the in-process path writes them: by the first slicing spec that
-    makes each, then by their values."""
-    specs = [slicer_lib.SingleSliceSpec(spec=proto) for proto in eval_config.slicing_specs] \
-        or [slicer_lib.SingleSliceSpec()]
-
-    def order(item: tuple) -> tuple:
-        slice_key = item[0]
-        rank = next((i for i, spec in enumerate(specs) if spec.is_slice_applicable(slice_key)),
-                    len(specs))
-        return rank, tuple((column, type(value).__name__, value) for column, value in slice_key)
-
-    return order

@@ -17,19 +17,24 @@ slice_stats.py); TFMA's own code gives the metric keys (config.py), checks the t
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
-from components.evaluator import keras_metrics, kinds
+import numpy as np
+
+from components.evaluator import keras_metrics, kinds, slice_stats
 from components.evaluator.config import check_config, metric_keys, slicing_columns
-from components.evaluator.options import EvaluatorOptions
+from components.evaluator.options import EvaluatorOptions, UnsupportedSetting
 from components.evaluator.output import validate, write_evaluation
 from components.evaluator.scoring import ModelScorer, Scored, score_files
 from components.evaluator.transformed import (ServingCheck, TransformedSplit, check_serving,
                                               score_transformed, unusable)
 from components.trainer.options import TRANSFORMED_SIGNATURE
-from components.evaluator.slices import slice_metrics, slice_rows
+from components.evaluator.scores import Scores
+from components.evaluator.slices import (metrics_from_statistics, slice_metrics, slice_order,
+                                         slice_rows, slice_statistics)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,15 +69,27 @@ def evaluate(eval_config: Any, data_files: Sequence[str], model_paths: dict[str,
     raw_names = sorted({s.spec.label_key for s in scorers if not s.label_transformed} |
                        {c for c in columns if not any(c in s.transformed_outputs
                                                       for s in scorers)})
-    scored, check = _scored(scorers, data_files, raw_names, schema, options, transformed)
-    if not scored.rows:
-        raise ValueError(f"no examples to evaluate in {', '.join(data_files) or 'no files'}")
-    slices = slice_rows(eval_config, scored)
     runners = {name: keras_metrics.KerasRunner.of_metric(instance)
                for name, instance in instances.items() if kinds.is_keras(instance)}
-    sliced_metrics = [(slice_key, slice_metrics(rows, scorers, scored, keys, instances,
-                                                runners, eval_config))
-                      for slice_key, rows in slices.items()]
+    why_not = unusable(scorers, raw_names, columns, transformed) if options.score_transformed \
+        else "score_transformed is off"
+    if why_not:
+        if transformed is not None:
+            logging.info("Evaluator: scoring the raw records: %s", why_not)
+        scored, check = score_files(scorers, data_files, raw_names, schema, options), None
+        if not scored.rows:
+            raise ValueError(f"no examples to evaluate in {', '.join(data_files) or 'no files'}")
+        rows, sliced_metrics = scored.rows, _whole_metrics(scored, scorers, keys, instances,
+                                                           runners, eval_config)
+    else:
+        logging.info("Evaluator: scoring %d transformed rows through %s", transformed.rows,
+                     TRANSFORMED_SIGNATURE)
+        parts, check = _checked(score_transformed(scorers, transformed, options), scorers,
+                                data_files, options)
+        rows, sliced_metrics = _merged_metrics(parts, scorers, keys, instances, runners,
+                                               eval_config)
+        if not rows:
+            raise ValueError(f"no examples to evaluate in {', '.join(transformed.files)}")
     validation = validate(sliced_metrics, eval_config)
     if check is not None and check.refusal:
         logging.error("Evaluator: %s", check.refusal)
@@ -80,23 +97,72 @@ def evaluate(eval_config: Any, data_files: Sequence[str], model_paths: dict[str,
     write_evaluation(output_uri, eval_config, sliced_metrics, validation,
                      {s.spec.name: s.path for s in scorers}, data_files, check)
     seconds = time.perf_counter() - started
-    logging.info("Evaluator: %d rows, %d slices, %d model(s) in %.1f s", scored.rows,
-                 len(slices), len(scorers), seconds)
-    return EvalResult(validation, scored.rows, len(slices), seconds, check)
+    logging.info("Evaluator: %d rows, %d slices, %d model(s) in %.1f s", rows,
+                 len(sliced_metrics), len(scorers), seconds)
+    return EvalResult(validation, rows, len(sliced_metrics), seconds, check)
 
 
-def _scored(scorers: Sequence[ModelScorer], data_files: Sequence[str], raw_names: list[str],
-            schema: Any, options: EvaluatorOptions, split: Optional[TransformedSplit]
-            ) -> tuple[Scored, Optional[ServingCheck]]:
-    """The models' scores: on Transform's split, checked against serving_default, when
-    `split` pairs with the raw rows and the models can; else on the raw records."""
-    why_not = unusable(scorers, raw_names, split) if options.score_transformed else \
-        "score_transformed is off"
-    if why_not:
-        if split is not None or options.score_transformed is False:
-            logging.info("Evaluator: scoring the raw records: %s", why_not)
-        return score_files(scorers, data_files, raw_names, schema, options), None
-    logging.info("Evaluator: scoring %d transformed rows through %s", split.rows,
-                 TRANSFORMED_SIGNATURE)
-    scored = score_transformed(scorers, split, options)
-    return scored, check_serving(scorers, data_files, scored, options)
+def _checked(parts: Iterator[Scored], scorers: Sequence[ModelScorer],
+             data_files: Sequence[str], options: EvaluatorOptions
+             ) -> tuple[Iterator[Scored], ServingCheck]:
+    """`parts` as they come, and the check of serving_default against the first one (which
+    holds at least `serving_check_rows` rows, or all)."""
+    first = next(parts, None)
+    if first is None:
+        return iter(()), ServingCheck(0, 0.0, None)
+    return itertools.chain([first], parts), check_serving(scorers, data_files, first, options)
+
+
+def _whole_metrics(scored: Scored, scorers: Sequence[ModelScorer], keys: Sequence[Any],
+                   instances: dict, runners: dict, eval_config: Any) -> list:
+    """Every slice's metrics on the whole arrays of its rows."""
+    return [(slice_key, slice_metrics(rows, scorers, scored, keys, instances, runners,
+                                      eval_config))
+            for slice_key, rows in slice_rows(eval_config, scored).items()]
+
+
+def _merged_metrics(parts: Iterable[Scored], scorers: Sequence[ModelScorer],
+                    keys: Sequence[Any], instances: dict, runners: dict, eval_config: Any
+                    ) -> tuple[int, list]:
+    """Every slice's metrics over the rows of all `parts`: from each part's sufficient
+    statistics, merged, so one part at a time is in memory, when every metric's statistics
+    add up over parts of the rows; else on whole arrays, the parts joined."""
+    if not _additive(scorers, runners):
+        whole = _joined(list(parts))
+        return whole.rows, _whole_metrics(whole, scorers, keys, instances, runners,
+                                          eval_config) if whole.rows else []
+    merged: dict = {}
+    total = 0
+    for part in parts:
+        total += part.rows
+        for slice_key, rows in slice_rows(eval_config, part).items():
+            found = slice_statistics(rows, scorers, part, keys, instances, runners)
+            merged[slice_key] = slice_stats.merge_statistics([merged[slice_key], found]) \
+                if slice_key in merged else found
+    return total, [(slice_key, metrics_from_statistics(statistics, scorers, keys, instances,
+                                                       runners, eval_config))
+                   for slice_key, statistics in sorted(merged.items(),
+                                                       key=slice_order(eval_config))]
+
+
+def _additive(scorers: Sequence[ModelScorer], runners: dict) -> bool:
+    """Whether every Keras metric's variables are sums over the rows."""
+    try:
+        for runner in [*runners.values(), *(s.compiled for s in scorers if s.default_metrics)]:
+            runner.check_additive()
+    except UnsupportedSetting:
+        return False
+    return True
+
+
+def _joined(parts: list[Scored]) -> Scored:
+    """One Scored of all the parts' rows, in order."""
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return Scored(0, {}, {}, None)
+    names = parts[0].scores
+    return Scored(sum(p.rows for p in parts),
+                  {name: Scores(np.concatenate([p.scores[name].labels for p in parts]),
+                                np.concatenate([p.scores[name].predictions for p in parts]))
+                   for name in names}, {name: {} for name in parts[0].transformed}, None)

@@ -91,7 +91,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         output_uri = artifact_utils.get_single_uri(output_dict[keys.EVALUATION_KEY])
         tf_filesystems.register_for(output_uri, *model_paths.values(), *data_files)
         if beam_job.runs_on_beam(self._beam_pipeline_args):
-            logging.info("Evaluator: a Beam pipeline on the runner of %s",
+            logging.info("Evaluator: a Beam pipeline on the runner of %s, scoring the raw "
+                         "records (Transform's split is scored in process only)",
                          self._beam_pipeline_args)
             result = beam_job.run(eval_config, data_files, model_paths, output_uri,
                                   schema=schema, options=options,

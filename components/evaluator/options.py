@@ -27,6 +27,12 @@ class EvaluatorOptions(JsonOptions):
     transformed_batch_rows: int = setting(
         32768, "Rows a call of the score_transformed signature scores.", minimum=1,
         flag=False)
+    # One part's scores (a float and a label a row and model) and the metrics' working arrays
+    # take about 100 MB a million rows; the merged statistics of the parts are small.
+    part_rows: int = setting(
+        1 << 20, "Rows of Transform's split scored and reduced to metric statistics at a "
+                 "time, so memory stays flat however many rows there are.", minimum=1,
+        flag=False)
     score_transformed: bool = setting(
         True, "Score Transform's eval split through the model's score_transformed signature "
               "(the layers after the Transform graph) when its rows pair with the raw ones, "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -215,3 +215,18 @@ def is_diffable(value: Any) -> bool:
     arrays)."""
     return isinstance(value, numbers.Number) or (
         isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.number))
+
+
+def slice_order(eval_config: Any) -> Callable[[tuple], tuple]:
+    """Slices in the order the in-process path writes them: by the first slicing spec that
+    makes each, then by their values."""
+    specs = [slicer_lib.SingleSliceSpec(spec=proto) for proto in eval_config.slicing_specs] \
+        or [slicer_lib.SingleSliceSpec()]
+
+    def order(item: tuple) -> tuple:
+        slice_key = item[0]
+        rank = next((i for i, spec in enumerate(specs) if spec.is_slice_applicable(slice_key)),
+                    len(specs))
+        return rank, tuple((column, type(value).__name__, value) for column, value in slice_key)
+
+    return order

@@ -21,7 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import logging
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -88,12 +88,14 @@ def transformed_split(transformed_dir: Optional[str], examples_dir: str,
 
 
 def unusable(scorers: Sequence[ModelScorer], raw_names: Sequence[str],
-             split: Optional[TransformedSplit]) -> str:
+             slicing: Sequence[str], split: Optional[TransformedSplit]) -> str:
     """Why the models cannot be scored on the transformed split; "" when they can."""
     if split is None:
         return "no transformed split pairs with the raw rows"
     if raw_names:
         return f"{', '.join(raw_names)} exist only in the raw rows"
+    if slicing:
+        return f"slices of {', '.join(slicing)} are made from the raw rows"
     for scorer in scorers:
         if TRANSFORMED_SIGNATURE not in scorer.model.signatures:
             return f"the model at {scorer.path} has no {TRANSFORMED_SIGNATURE} signature"
@@ -103,46 +105,62 @@ def unusable(scorers: Sequence[ModelScorer], raw_names: Sequence[str],
 
 
 def score_transformed(scorers: Sequence[ModelScorer], split: TransformedSplit,
-                      options: EvaluatorOptions) -> Scored:
-    """Every model's predictions on every row of the transformed split, with its label.
-    Batches are scored by `threads` workers while this thread reads on, and taken in the
-    order they were read."""
+                      options: EvaluatorOptions) -> Iterator[Scored]:
+    """Every model's predictions on every row of the transformed split, with its label, in
+    parts of at least `options.part_rows` rows (the last may be short), so that the caller
+    holds one part at a time. Batches are scored by `threads` workers while this thread
+    reads on, and taken in the order they were read."""
     signatures = [scorer.model.signatures[TRANSFORMED_SIGNATURE] for scorer in scorers]
     inputs = [list(s.structured_input_signature[1]) for s in signatures]
-    wanted = sorted(set().union(*inputs) | {scorer.spec.label_key for scorer in scorers})
+    labels = sorted({scorer.spec.label_key for scorer in scorers})
+    wanted = sorted(set().union(*inputs) | set(labels))
+    part_rows = max(options.part_rows, options.serving_check_rows)
     found: dict[str, dict[str, list]] = {s.spec.name: {_PREDICTION: [], _LABEL: []}
                                          for s in scorers}
     pool = concurrent.futures.ThreadPoolExecutor(options.threads)
-    pending: list = []
+    pending: list = []  # a batch's futures, a model each, and its labels
 
-    def collect(scorer: ModelScorer, future: concurrent.futures.Future, labels) -> None:
-        found[scorer.spec.name][_PREDICTION].append(
-            future.result()[scorer.prediction_output].numpy())
-        found[scorer.spec.name][_LABEL].append(labels)
+    def collect() -> int:
+        futures, batch = pending.pop(0)
+        for scorer, future in zip(scorers, futures):
+            found[scorer.spec.name][_PREDICTION].append(
+                future.result()[scorer.prediction_output].numpy())
+            found[scorer.spec.name][_LABEL].append(batch[scorer.spec.label_key])
+        return len(batch[labels[0]])
 
-    rows = 0
+    def part() -> Scored:
+        scores = {name: Scores(as_rows(np.concatenate(parts.pop(_LABEL))),
+                               as_rows(np.concatenate(parts.pop(_PREDICTION))))
+                  for name, parts in found.items()}
+        for parts in found.values():
+            parts.update({_PREDICTION: [], _LABEL: []})
+        return Scored(len(next(iter(scores.values()))), scores,
+                      {s.spec.name: {} for s in scorers}, None)
+
+    rows = collected = 0
     try:
         for batch in numpy_reader.iter_batches(split.files, split.schema,
                                                options.transformed_batch_rows, features=wanted):
-            for scorer, signature, names in zip(scorers, signatures, inputs):
-                pending.append((scorer, pool.submit(
-                    signature, **{name: tf.constant(batch[name]) for name in names}),
-                    batch[scorer.spec.label_key]))
-            while len(pending) > options.threads * len(scorers):
-                collect(*pending.pop(0))
+            pending.append(([pool.submit(signature, **{name: tf.constant(batch[name])
+                                                       for name in names})
+                             for signature, names in zip(signatures, inputs)],
+                            {name: batch[name] for name in labels}))
             rows += len(batch[wanted[0]])
             rows_done.add(len(batch[wanted[0]]))
+            while len(pending) > options.threads:
+                collected += collect()
+                if collected >= part_rows:
+                    yield part()
+                    collected = 0
         while pending:
-            collect(*pending.pop(0))
+            collected += collect()
+        if collected:
+            yield part()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     if rows != split.rows:
         raise ValueError(f"{len(split.files)} transformed shards held {rows:,} rows; their "
                          f"manifest says {split.rows:,}")
-    scores = {name: Scores(as_rows(np.concatenate(parts[_LABEL])),
-                           as_rows(np.concatenate(parts[_PREDICTION])))
-              for name, parts in found.items()}
-    return Scored(rows, scores, {s.spec.name: {} for s in scorers}, None)
 
 
 def check_serving(scorers: Sequence[ModelScorer], data_files: Sequence[str], scored: Scored,
