@@ -312,7 +312,11 @@ def bench_accuracy(seeds, train_steps, work_dir, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--plot", default=None, metavar="FILE.png",
               help="Also draw each run's seconds per stage, stacked, a panel per size (PNG).")
-def bench_pipeline(rows, sides, train_steps, repeats, work_dir, as_json, plot) -> None:
+@click.option("--keep-runs", is_flag=True,
+              help="Keep each run's folder (pipeline-runs/<side>-<rows>-<repeat> under the "
+                   "work dir: artifacts, metadata, logs) to look into afterwards.")
+def bench_pipeline(rows, sides, train_steps, repeats, work_dir, as_json, plot,
+                   keep_runs) -> None:
     """The whole pipeline stage by stage, each side a whole process on the same taxi-like
     CSV: seconds per component from each run's ML Metadata, stock's over ours, and each
     model's quality on its eval split."""
@@ -323,7 +327,7 @@ def bench_pipeline(rows, sides, train_steps, repeats, work_dir, as_json, plot) -
         raise click.BadParameter(f"{sides!r}: name one or more of "
                                  f"{', '.join(bench_lib.SIDES)}", param_hint="--sides")
     result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), repeats, chosen,
-                                     train_steps, log=_log)
+                                     train_steps, log=_log, keep_runs=keep_runs)
     if plot:
         _log(f"Chart: {bench_lib.chart(result, plot)}")
     _show(result, bench_lib.table(result), as_json)

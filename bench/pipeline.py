@@ -230,9 +230,10 @@ def stage_rows(split_rows: dict[str, int]) -> dict[str, int]:
     return {stage: rows[basis] for stage, basis in ROW_BASIS.items()}
 
 
-def measure(side: str, data_dir: str, run_dir: str, train_steps: int) -> dict:
+def measure(side: str, data_dir: str, run_dir: str, train_steps: int,
+            keep: bool = False) -> dict:
     """One run of a side as a whole child process, read back from its metadata store; its
-    folder is removed afterwards."""
+    folder is removed afterwards unless `keep`."""
     if fileio.exists(run_dir):
         fileio.rmtree(run_dir)
     fileio.makedirs(run_dir)
@@ -253,7 +254,11 @@ def measure(side: str, data_dir: str, run_dir: str, train_steps: int) -> dict:
     for node, (begin, end) in run["windows"].items():
         stage = STAGE_OF[node]
         stage_peaks[stage] = max(stage_peaks.get(stage, 0), sampler.peak(begin, end))
-    fileio.rmtree(run_dir)
+    if keep:
+        fileio.write_text(fileio.join(run_dir, "stdout.txt"), stdout)
+        fileio.write_text(fileio.join(run_dir, "stderr.txt"), stderr)
+    else:
+        fileio.rmtree(run_dir)
     inside = sum(run["components"].values())
     return {"side": side, "rows": sum(run["split_rows"].values()),
             "process_seconds": wall, "components_seconds": inside,
@@ -315,7 +320,7 @@ def marginal_rates(runs: dict[str, dict]) -> Optional[dict]:
 
 def run_benchmark(sizes: Sequence[int], work_dir: str, repeats: int = 1,
                   sides: Sequence[str] = DEFAULT_SIDES, train_steps: Optional[int] = None,
-                  log: Callable[[str], None] = print) -> dict:
+                  log: Callable[[str], None] = print, keep_runs: bool = False) -> dict:
     """Each side at each size `repeats` times (sides interleaved); medians per (side, size),
     stock's over ours' seconds per stage at each size, and each side's marginal rates."""
     unknown = sorted(set(sides) - set(SIDES))
@@ -331,8 +336,9 @@ def run_benchmark(sizes: Sequence[int], work_dir: str, repeats: int = 1,
         data.write_taxi_csv(rows, data_dir)
         for repeat in range(repeats):
             for side in sides:
-                run_dir = fileio.join(work_dir, "pipeline-runs", side)
-                sample = measure(side, data_dir, run_dir, train_steps)
+                run_dir = fileio.join(work_dir, "pipeline-runs", side if not keep_runs
+                                      else f"{side}-{rows}-{repeat + 1}")
+                sample = measure(side, data_dir, run_dir, train_steps, keep_runs)
                 if sample["rows"] != rows:
                     raise RuntimeError(f"{side}: StatisticsGen counted {sample['rows']:,} rows "
                                        f"of {rows:,}")
