@@ -13,29 +13,25 @@ from typing import Optional
 INTERVAL_S = 0.05
 
 
-def _children() -> dict[int, list[int]]:
-    """{parent pid: its children's pids} of every process now running."""
-    found: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                # The command name is in parentheses and may hold spaces: read past it.
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        found.setdefault(parent, []).append(int(name))
+def _children(pid: int) -> list[int]:
+    """The processes `pid`'s threads started (the kernel's own list; no scan of /proc)."""
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(child) for child in f.read().split()]
+    except OSError:
+        pass  # the process has ended
     return found
 
 
 def tree(pid: int) -> list[int]:
     """`pid` and every process below it."""
-    children, found, todo = _children(), [], [pid]
+    found, todo = [], [pid]
     while todo:
         current = todo.pop()
         found.append(current)
-        todo.extend(children.get(current, []))
+        todo.extend(_children(current))
     return found
 
 
