@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 
 import numpy as np
@@ -24,7 +25,6 @@ from test_evaluator import (TAXI_SLICES, binary_taxi_metrics, blessing_facts, bo
                             metric_table, run_evaluator, taxi_config)
 from test_evaluator import taxi_models  # noqa: F401 - the module's fixture, reused
 
-pytestmark = pytest.mark.slow
 
 
 def transformed_dir(models: dict) -> str:
@@ -57,6 +57,7 @@ def serving_check(uri: str) -> dict | None:
         return json.load(f)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config, options, checked", [
     (passing_config, None, 4096),
     (lambda: taxi_config(binary_taxi_metrics()), None, 4096),
@@ -85,6 +86,7 @@ def test_the_transformed_split_gives_the_raw_records_metrics_and_blessing(
     assert blessing_facts(runs["raw"][1]) == blessing_facts(runs["transformed"][1])
 
 
+@pytest.mark.slow
 def test_rows_that_do_not_pair_are_not_blessed_with_one_line(taxi_examples, taxi_models,
                                                              tmp_path, caplog):
     """Transform's eval rows in reverse order (each packed block's rows reversed, every
@@ -119,10 +121,12 @@ def test_rows_that_do_not_pair_are_not_blessed_with_one_line(taxi_examples, taxi
     assert check["refusal"] in refusals[0] and "serving_default" in refusals[0]
 
 
+@pytest.mark.slow
 def test_where_rows_cannot_pair_the_raw_records_are_scored(taxi_examples, taxi_models,
                                                            tmp_path, caplog):
     """Raw slicing columns exist only in the raw rows; a Transform output without the
-    row order, or of other examples, does not pair. Each is scored on the raw records,
+    row order, of other examples, or made by another graph than the model embeds (a cached
+    Trainer's model beside a new Transform) does not pair. Each is scored on the raw records,
     with the same metrics as without the transformed split, and the reason logged."""
     sliced = taxi_config([tfma.MetricConfig(class_name="BinaryAccuracy"),
                           tfma.MetricConfig(class_name="ExampleCount")], TAXI_SLICES)
@@ -136,9 +140,15 @@ def test_where_rows_cannot_pair_the_raw_records_are_scored(taxi_examples, taxi_m
     manifest = shards.read_manifest(other)
     manifest["inputs"] = [str(tmp_path / "elsewhere")]
     shards.write_manifest(other, manifest)
+    regraphed = str(tmp_path / "regraphed")  # as from a later Transform than the model's
+    shutil.copytree(transformed_dir(taxi_models), regraphed)
+    manifest = shards.read_manifest(regraphed)
+    manifest["transform_graph_digest"] = "0" * 64
+    shards.write_manifest(regraphed, manifest)
     cases = [(sliced, transformed_dir(taxi_models), "exist only in the raw rows"),
              (passing_config(), unordered, "do not keep the raw rows' order"),
-             (passing_config(), other, "made from other examples")]
+             (passing_config(), other, "made from other examples"),
+             (passing_config(), regraphed, "embeds another Transform graph")]
     for number, (config, given, reason) in enumerate(cases):
         caplog.clear()
         with caplog.at_level(logging.INFO):
@@ -148,3 +158,12 @@ def test_where_rows_cannot_pair_the_raw_records_are_scored(taxi_examples, taxi_m
         assert metric_table(runs["raw"][0]) == metric_table(runs["transformed"][0])
         assert any(reason in r.getMessage() and "scoring the raw records" in r.getMessage()
                    for r in caplog.records), reason
+
+
+def test_signature_input_names_are_tensorflows_and_keep_apart():
+    from components.trainer.options import signature_input_name
+
+    names = ["Body Mass (g)", "Culmen Length (mm)", "trip_miles", "_private", "a.b-c/d"]
+    made = [signature_input_name(n) for n in names]
+    assert made == ["Body_Mass__g_", "Culmen_Length__mm_", "trip_miles", "f_private", "a.b-c/d"]
+    assert all(re.fullmatch(r"[A-Za-z0-9.][A-Za-z0-9_.\-/]*", m) for m in made)

@@ -785,6 +785,22 @@ def test_the_stock_evaluator_is_one_setting_away(tmp_path):
         PipelineConfig.create(None, {"evaluator": "tfma"})
 
 
+def test_ours_gets_transforms_split_only_when_it_holds_the_same_rows(tmp_path):
+    """One span: our Evaluator is given Transform's output of the examples it evaluates.
+    A window of spans (Transform reads more spans than the Evaluator) or stock's Evaluator:
+    it is not."""
+    from pipeline.pipeline import create_pipeline
+
+    for settings, given in (({}, True), ({"spans": 3}, False), ({"evaluator": "stock"}, False)):
+        config = PipelineConfig.create(None, {**settings, "output_root": str(tmp_path)})
+        components = {c.id: c for c in create_pipeline(config).components}
+        inputs = components["Evaluator"].inputs
+        assert ("transformed_examples" in inputs) is given, settings
+        if given:
+            assert inputs["transformed_examples"].producer_component_id == "ShardedTransform"
+            assert inputs["examples"].producer_component_id == "ShardedExampleGen"
+
+
 def deployment_commands(program: str) -> list[list[str]]:
     """The `program` commands of docs/DEPLOYMENT.md's shell blocks, as a shell splits them
     (continued lines joined)."""

@@ -12,7 +12,9 @@ blessed, and one line says why.
 
 The rows pair up only when the transformed split lists them in the raw split's order. That
 holds when Transform's manifest says `row_order: input` (its columnar path writes each
-input file's rows in order) and its only input is the Examples the Evaluator reads. Otherwise,
+input file's rows in order) and its only input is the Examples the Evaluator reads; and the
+model must embed the graph that made them (the digests in Transform's manifest and beside
+the model agree: a Trainer reused from cache may hold an older graph). Otherwise,
 or when a model lacks the signature, or when a label or sliced feature exists only in the raw
 rows, the Evaluator scores the raw records as before and logs why (`plan`).
 """
@@ -33,7 +35,8 @@ from components.evaluator.options import EvaluatorOptions
 from components.evaluator.raw_features import as_rows
 from components.evaluator.scores import Scores
 from components.evaluator.scoring import (_LABEL, _PREDICTION, ModelScorer, Scored, iter_blocks)
-from components.trainer.options import TRANSFORMED_SIGNATURE
+from components.trainer.options import (MODEL_INPUTS_FILE, TRANSFORMED_SIGNATURE,
+                                        signature_input_name)
 
 # The most a prediction or label of a raw record, scored through serving_default, may differ
 # from the same row's on the transformed split: float32 rounding of a graph run on other
@@ -49,6 +52,7 @@ class TransformedSplit:
     files: list[str]
     schema: Any  # schema_pb2.Schema stored beside them
     rows: int
+    graph_digest: Optional[str] = None  # of the TransformGraph that made them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +88,8 @@ def transformed_split(transformed_dir: Optional[str], examples_dir: str,
             return None, f"split {split!r} has other rows after Transform"
         files += [fileio.join(transformed_dir, s["path"]) for s in mine["shards"]]
         rows += mine["rows"]
-    return TransformedSplit(files, schema_file.load_schema(transformed_dir), rows), ""
+    return TransformedSplit(files, schema_file.load_schema(transformed_dir), rows,
+                            manifest.get("transform_graph_digest")), ""
 
 
 def unusable(scorers: Sequence[ModelScorer], raw_names: Sequence[str],
@@ -99,6 +104,12 @@ def unusable(scorers: Sequence[ModelScorer], raw_names: Sequence[str],
     for scorer in scorers:
         if TRANSFORMED_SIGNATURE not in scorer.model.signatures:
             return f"the model at {scorer.path} has no {TRANSFORMED_SIGNATURE} signature"
+        inputs_file = fileio.join(scorer.path, MODEL_INPUTS_FILE)
+        embedded = (fileio.read_json(inputs_file) or {}).get("transform_graph_digest") \
+            if fileio.exists(inputs_file) else None
+        if split.graph_digest is None or embedded != split.graph_digest:
+            return (f"the model at {scorer.path} embeds another Transform graph than the one "
+                    f"that made the transformed split")
         if not scorer.label_transformed:
             return f"the label of {scorer.spec.name!r} is not a transformed feature"
     return ""
@@ -111,9 +122,11 @@ def score_transformed(scorers: Sequence[ModelScorer], split: TransformedSplit,
     holds one part at a time. Batches are scored by `threads` workers while this thread
     reads on, and taken in the order they were read."""
     signatures = [scorer.model.signatures[TRANSFORMED_SIGNATURE] for scorer in scorers]
-    inputs = [list(s.structured_input_signature[1]) for s in signatures]
+    feature_of = {signature_input_name(f.name): f.name for f in split.schema.feature}
+    inputs = [{name: feature_of[name] for name in s.structured_input_signature[1]}
+              for s in signatures]
     labels = sorted({scorer.spec.label_key for scorer in scorers})
-    wanted = sorted(set().union(*inputs) | set(labels))
+    wanted = sorted(set().union(*(i.values() for i in inputs)) | set(labels))
     part_rows = max(options.part_rows, options.serving_check_rows)
     found: dict[str, dict[str, list]] = {s.spec.name: {_PREDICTION: [], _LABEL: []}
                                          for s in scorers}
@@ -141,8 +154,8 @@ def score_transformed(scorers: Sequence[ModelScorer], split: TransformedSplit,
     try:
         for batch in numpy_reader.iter_batches(split.files, split.schema,
                                                options.transformed_batch_rows, features=wanted):
-            pending.append(([pool.submit(signature, **{name: tf.constant(batch[name])
-                                                       for name in names})
+            pending.append(([pool.submit(signature, **{name: tf.constant(batch[feature])
+                                                       for name, feature in names.items()})
                              for signature, names in zip(signatures, inputs)],
                             {name: batch[name] for name in labels}))
             rows += len(batch[wanted[0]])

@@ -24,12 +24,12 @@ from shard_readers.images import ImageSpec, decode_images  # noqa: E402
 from components.trainer import distribute  # noqa: E402
 from components.trainer.input import example_parser  # noqa: E402
 from components.trainer.models import Head  # noqa: E402
-from components.trainer.options import TRANSFORM_SIGNATURE, TRANSFORMED_SIGNATURE  # noqa: E402,E501
+from components.trainer.options import (  # noqa: E402
+    MODEL_INPUTS_FILE, TRANSFORM_SIGNATURE, TRANSFORMED_SIGNATURE, signature_input_name)
+from components.transform.graph_digest import graph_digest  # noqa: E402
 
 keras = tf.keras
 
-# Beside the SavedModel: the features it was trained on, for a later warm start.
-MODEL_INPUTS_FILE = fileio.join("assets.extra", "tfrp_model_inputs.json")
 
 
 def _serving_signature(model: keras.Model, schema: schema_pb2.Schema, feature_keys: list[str],
@@ -107,7 +107,10 @@ def _transformed_signature(model: keras.Model, schema: schema_pb2.Schema,
             return None
         shape = [d.size for d in feature.shape.dim]
         specs[name] = tf.TensorSpec([None] + ([] if shape in ([], [1]) else shape),
-                                    _NUMBER_TYPES[feature.type], name=name)
+                                    _NUMBER_TYPES[feature.type],
+                                    name=signature_input_name(name))
+    if len({spec.name for spec in specs.values()}) < len(specs):
+        return None  # two features' names differ only where TensorFlow's names cannot
 
     @tf.function(input_signature=[specs], autograph=False)
     def score_transformed(transformed):
@@ -138,7 +141,8 @@ def serving_signatures(model: keras.Model, schema: schema_pb2.Schema, feature_ke
 
 
 def export_model(model: keras.Model, serving_model_dir: str,
-                 folders: distribute.WorkerFolders, signatures: dict) -> None:
+                 folders: distribute.WorkerFolders, signatures: dict,
+                 transform_graph: Optional[str] = None) -> None:
     """The chief exports the serving model. Every other worker must save too (saving under
     MultiWorkerMirroredStrategy is collective), into a scratch copy it then deletes."""
     # Without save_traces Keras does not trace every layer's call for the SavedModel; the
@@ -150,7 +154,9 @@ def export_model(model: keras.Model, serving_model_dir: str,
     # What a later warm start checks its features against (serving ignores assets.extra).
     tf.io.gfile.makedirs(fileio.dirname(fileio.join(target, MODEL_INPUTS_FILE)))
     with tf.io.gfile.GFile(fileio.join(target, MODEL_INPUTS_FILE), "w") as f:
-        f.write(json.dumps({"features": sorted(model.input)}))
+        f.write(json.dumps({"features": sorted(model.input), **(
+            {"transform_graph_digest": graph_digest(transform_graph)} if transform_graph
+            else {})}))
     if folders.writes_outputs:
         logging.info("Exported serving model to %s", serving_model_dir)
     else:

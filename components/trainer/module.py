@@ -68,6 +68,7 @@ class Schemas:
     read: schema_pb2.Schema  # what the input function parses the examples with
     model: schema_pb2.Schema  # the features the model sees (after Transform, with a graph)
     transform_output: Any = None  # tft.TFTransformOutput, when there is a Transform graph
+    graph_dir: Optional[str] = None  # that graph's folder
 
 
 def resolve_schemas(fn_args: Any) -> Schemas:
@@ -81,7 +82,7 @@ def resolve_schemas(fn_args: Any) -> Schemas:
     transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
     transformed = transform_output.transformed_metadata.schema
     read = stored if packing.packed_rows(stored) else transformed
-    return Schemas(stored, read, transformed, transform_output)
+    return Schemas(stored, read, transformed, transform_output, fn_args.transform_graph_path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,7 +252,7 @@ def run_fn(fn_args: Any) -> None:
     with phases("export"):
         export_model(model, fn_args.serving_model_dir, folders, serving_signatures(
             model, schemas.model, feature_keys, images, head, options.label_key,
-            schemas.transform_output))
+            schemas.transform_output), schemas.graph_dir)
     _write_input_report(result, head, strategy, inputs, folders.run_dir, phases,
                         _validation_report(inputs, statistics, fn_args, plan))
 

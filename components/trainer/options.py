@@ -4,6 +4,7 @@ and `run_fn` reads back. How an image feature is read is `shard_readers.images.I
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Mapping, Optional
 
 from shard_readers.images import ImageSpec
@@ -18,6 +19,16 @@ TRANSFORM_SIGNATURE = "transform_features"
 # feature, as the Transform graph outputs them) to the task's outputs: what the Evaluator
 # scores Transform's eval split through, instead of parsing and transforming each raw row.
 TRANSFORMED_SIGNATURE = "score_transformed"
+# Beside the SavedModel: the features it was trained on (for a later warm start) and the
+# digest of the Transform graph it embeds (for the Evaluator to pair it with Transform's rows).
+MODEL_INPUTS_FILE = "assets.extra/tfrp_model_inputs.json"
+
+
+def signature_input_name(feature: str) -> str:
+    """`score_transformed`'s input name for a feature: TensorFlow takes only
+    [A-Za-z0-9.][A-Za-z0-9_.-/]* ("Body Mass (g)" -> "Body_Mass__g_")."""
+    name = re.sub(r"[^A-Za-z0-9_.\-/]", "_", feature)
+    return name if re.match(r"[A-Za-z0-9.]", name) else "f" + name
 # Image datasets carry these beside the pixels; a model must not learn from them.
 IMAGE_METADATA = ("height", "width", "channels", "format")
 # Where `tfrp data-service dispatcher` listens unless told otherwise.

@@ -31,6 +31,7 @@ from tfrecord_shards import beam_shards, fileio, packing, shards, tfrecord_io
 from tfrecord_shards.codec import parser, schema_file, serializer
 from components.transform import columnar_job
 from components.transform.encoding import ROW_COUNTS, ROW_ORDER_INPUT, SplitEncoder
+from components.transform.graph_digest import graph_digest
 from components.transform.inputs import analysis_key, dataset_key, split_files
 from components.transform.options import TransformOptions
 from components.transform.preprocessing import load_preprocessing_fn, raw_image_names
@@ -217,6 +218,7 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
         manifest = shards.build_manifest(written, [], options.sharding.compression, 0,
                                          schema=schema_file.SCHEMA_FILE, inputs=examples_dirs,
                                          analysis=analysis,
+                                         transform_graph_digest=graph_digest(graph_staging),
                                          **({"row_order": ROW_ORDER_INPUT} if columnar else {}))
         expected = [rows_in(d, splits, m) for d, m in zip(examples_dirs, input_manifests)]
         reconcile(manifest, result["rows"], {split: sum(e[split] for e in expected)
