@@ -93,6 +93,7 @@ def assert_rows_in_input_order(examples_dir: str, graph_dir: str, transformed_di
     return compared
 
 
+@pytest.mark.slow
 def test_transformed_rows_keep_the_input_order(taxi_csv, tmp_path):
     """Three input shards a split, per-row gzip output: the rows come out in the order the
     raw files list them."""
