@@ -152,19 +152,19 @@ def test_sides_are_checked():
 
 
 def test_the_memory_sampler_catches_a_peak_between_two_samples():
-    """A child holds 400 MB for a tenth of a second, between samples a second apart, then
-    frees it: a snapshot of its resident size would miss it; the high-water mark does not,
-    and the samples after it fall back."""
+    """A child holds 400 MB for a tenth of a second, between samples half a second apart,
+    then frees it: a snapshot of its resident size would miss it; the high-water mark does
+    not, and the samples after it fall back."""
     import subprocess
     import sys
     import time
 
     from bench import memory
 
-    script = ("import time; time.sleep(1.2); x = bytearray(400 << 20); time.sleep(0.1); "
-              "del x; time.sleep(3)")
+    script = ("import time; time.sleep(0.6); x = bytearray(400 << 20); time.sleep(0.1); "
+              "del x; time.sleep(1.2)")
     with subprocess.Popen([sys.executable, "-c", script]) as child, \
-            memory.PeakSampler(child.pid, interval=1.0) as sampler:
+            memory.PeakSampler(child.pid, interval=0.5) as sampler:
         child.wait()
     assert len(sampler.samples) >= 3
     assert sampler.peak() >= 400 << 20
