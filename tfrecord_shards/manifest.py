@@ -10,6 +10,9 @@ from typing import Optional
 from tfrecord_shards import fileio
 
 MANIFEST_FILE = "manifest.json"
+# A manifest's `row_order` when each split lists its rows in the order of its inputs' split
+# files (by name, the inputs in the order given), each file's rows in turn.
+ROW_ORDER_INPUT = "input"
 
 
 @dataclasses.dataclass(frozen=True)

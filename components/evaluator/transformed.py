@@ -16,7 +16,7 @@ input file's rows in order) and its only input is the Examples the Evaluator rea
 model must embed the graph that made them (the digests in Transform's manifest and beside
 the model agree: a Trainer reused from cache may hold an older graph). Otherwise,
 or when a model lacks the signature, or when a label or sliced feature exists only in the raw
-rows, the Evaluator scores the raw records as before and logs why (`plan`).
+rows, the Evaluator scores the raw records as before and logs why (`unusable`).
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ import tensorflow as tf
 from shard_readers import numpy_reader
 from tfrecord_shards import fileio, rows_done, shards
 from tfrecord_shards.codec import schema_file
+from tfrecord_shards.manifest import ROW_ORDER_INPUT
 from components.evaluator.options import EvaluatorOptions
 from components.evaluator.raw_features import as_rows
 from components.evaluator.scores import Scores
@@ -42,7 +43,6 @@ from components.trainer.options import (MODEL_INPUTS_FILE, TRANSFORMED_SIGNATURE
 # from the same row's on the transformed split: float32 rounding of a graph run on other
 # batch shapes stays near 1e-7.
 SERVING_TOLERANCE = 1e-5
-ROW_ORDER_INPUT = "input"  # components/transform/encoding.py's; Transform's manifest
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,9 +28,10 @@ from tfx_bsl.public import tfxio
 
 from shard_readers import images
 from tfrecord_shards import beam_shards, fileio, packing, shards, tfrecord_io
+from tfrecord_shards.manifest import ROW_ORDER_INPUT
 from tfrecord_shards.codec import parser, schema_file, serializer
 from components.transform import columnar_job
-from components.transform.encoding import ROW_COUNTS, ROW_ORDER_INPUT, SplitEncoder
+from components.transform.encoding import ROW_COUNTS, SplitEncoder
 from components.transform.graph_digest import graph_digest
 from components.transform.inputs import analysis_key, dataset_key, split_files
 from components.transform.options import TransformOptions

@@ -5,7 +5,7 @@ chunk files for the sharding writer. It imports no TFX.
 whatever batches a Beam bundle holds, under a random writer id: its rows keep no order. The
 columnar path encodes each input file on its own, under the file's place among the split's
 files, so the transformed split lists its rows in the order of the input split
-(`ROW_ORDER_INPUT` in the manifest), which lets the Evaluator pair them with the raw rows.
+(`manifest.ROW_ORDER_INPUT`), which lets the Evaluator pair them with the raw rows.
 """
 from __future__ import annotations
 
@@ -18,9 +18,6 @@ from tfrecord_shards.packing.write import pack_batch
 
 # The tagged output of the encoding DoFns that carries (split, rows, records) counts.
 ROW_COUNTS = "row_counts"
-# The manifest's `row_order` when each split's rows follow its input files (sorted by name,
-# the inputs in the order given) and each file's rows in turn.
-ROW_ORDER_INPUT = "input"
 
 
 class SplitEncoder:
