@@ -196,11 +196,13 @@ def test_statistics_match_stock_transforms(both, taxi_examples):
                            stats(stock, "pre_transform_stats"),
                            _values(taxi_examples, ["train"]))
     # Two runs of tf.Transform's analysis round their float32 constants apart by the order
-    # Beam combines in (a z-score's mean moved by 1e-7), so the transformed rows themselves
-    # may differ by that much between the two sides.
+    # Beam combines in, so the transformed rows themselves differ by that much between the
+    # two sides: one float32 step of a latitude's mean (41.9: 3.8e-6) over its standard
+    # deviation (about 0.07) moves a z-score by 5e-5 (seen: 4.1e-5 on dropoff_latitude's
+    # minimum).
     assert_same_statistics(stats(ours, "post_transform_stats"),
                            stats(stock, "post_transform_stats"),
-                           _values(stock["transformed_examples"], SPLITS), atol=1e-6)
+                           _values(stock["transformed_examples"], SPLITS), atol=1e-4)
     assert schema_file.load_schema(os.path.join(ours["pre_transform_schema"], "schema.pbtxt")) \
         == schema_file.load_schema(os.path.join(stock["pre_transform_schema"], "schema.pbtxt"))
     for outputs in (stock, ours):

@@ -104,6 +104,11 @@ def unusable(scorers: Sequence[ModelScorer], raw_names: Sequence[str],
     for scorer in scorers:
         if TRANSFORMED_SIGNATURE not in scorer.model.signatures:
             return f"the model at {scorer.path} has no {TRANSFORMED_SIGNATURE} signature"
+        named = {signature_input_name(f.name) for f in split.schema.feature}
+        unnamed = sorted(set(scorer.model.signatures[TRANSFORMED_SIGNATURE]
+                             .structured_input_signature[1]) - named)
+        if unnamed:
+            return f"{', '.join(unnamed)} of {TRANSFORMED_SIGNATURE} name no transformed feature"
         inputs_file = fileio.join(scorer.path, MODEL_INPUTS_FILE)
         embedded = (fileio.read_json(inputs_file) or {}).get("transform_graph_digest") \
             if fileio.exists(inputs_file) else None

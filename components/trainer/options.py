@@ -25,10 +25,11 @@ MODEL_INPUTS_FILE = "assets.extra/tfrp_model_inputs.json"
 
 
 def signature_input_name(feature: str) -> str:
-    """`score_transformed`'s input name for a feature: TensorFlow takes only
-    [A-Za-z0-9.][A-Za-z0-9_.-/]* ("Body Mass (g)" -> "Body_Mass__g_")."""
-    name = re.sub(r"[^A-Za-z0-9_.\-/]", "_", feature)
-    return name if re.match(r"[A-Za-z0-9.]", name) else "f" + name
+    """`score_transformed`'s input name for a feature: letters, digits and underscores, as a
+    SavedModel signature keeps them ("Body Mass (g)" -> "Body_Mass__g_"; TensorFlow turns
+    the "/" of "Delta 15 N (o/oo)" into "_" itself)."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", feature)
+    return name if re.match(r"[A-Za-z0-9]", name) else "f" + name
 # Image datasets carry these beside the pixels; a model must not learn from them.
 IMAGE_METADATA = ("height", "width", "channels", "format")
 # Where `tfrp data-service dispatcher` listens unless told otherwise.
