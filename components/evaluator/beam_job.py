@@ -35,8 +35,7 @@ from tensorflow_model_analysis.slicer import slicer_lib
 from tfrecord_shards import fileio, tfrecord_io
 from components.evaluator import evaluate, keras_metrics, kinds, output, scoring, slice_stats
 from components.evaluator.config import check_config, metric_keys, slicing_columns
-from components.evaluator.slices import (metrics_from_statistics, slice_order, slice_rows,
-                                         slice_statistics)
+from components.evaluator.slices import metrics_of_merged, sliced_statistics
 from components.evaluator.options import EvaluatorOptions
 
 # Runners that run in this process unless told otherwise (`--direct_running_mode`).
@@ -185,12 +184,11 @@ class ScoreShard(_ModelsStep):
         yield beam.pvalue.TaggedOutput(self.ROWS, scored.rows)
         if not scored.rows:
             return
-        found = []
         with models.lock:
-            for slice_key, rows in slice_rows(job.eval_config, scored).items():
-                found.append((slice_id(slice_key), (slice_key, slice_statistics(
-                    rows, models.scorers, scored, models.keys, models.instances,
-                    models.runners))))
+            found = [(slice_id(slice_key), (slice_key, statistics))
+                     for slice_key, statistics in sliced_statistics(
+                         job.eval_config, scored, models.scorers, models.keys,
+                         models.instances, models.runners)]
         yield from found
 
 
@@ -234,12 +232,10 @@ class Finish(_ModelsStep):
         job, models = self._job, self._models
         if not rows:
             raise ValueError(f"no examples to evaluate in {', '.join(self._data_files)}")
-        sliced_metrics = []
         with models.lock:
-            for slice_key, statistics in sorted(slices, key=slice_order(job.eval_config)):
-                sliced_metrics.append((slice_key, metrics_from_statistics(
-                    statistics, models.scorers, models.keys, models.instances,
-                    models.runners, job.eval_config)))
+            sliced_metrics = metrics_of_merged(slices, models.scorers, models.keys,
+                                               models.instances, models.runners,
+                                               job.eval_config)
         validation = output.validate(sliced_metrics, job.eval_config)
         output.write_evaluation(self._output_uri, job.eval_config, sliced_metrics,
                                   validation, dict(job.model_paths), self._data_files)

@@ -29,12 +29,12 @@ from components.evaluator.config import check_config, metric_keys, slicing_colum
 from components.evaluator.options import EvaluatorOptions, UnsupportedSetting
 from components.evaluator.output import validate, write_evaluation
 from components.evaluator.scoring import ModelScorer, Scored, score_files
+from components.evaluator.scores import Scores
+from components.evaluator.slices import (metrics_of_merged, slice_metrics, slice_rows,
+                                         sliced_statistics)
 from components.evaluator.transformed import (ServingCheck, TransformedSplit, check_serving,
                                               score_transformed, unusable)
 from components.trainer.options import TRANSFORMED_SIGNATURE
-from components.evaluator.scores import Scores
-from components.evaluator.slices import (metrics_from_statistics, slice_metrics, slice_order,
-                                         slice_rows, slice_statistics)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,14 +135,12 @@ def _merged_metrics(parts: Iterable[Scored], scorers: Sequence[ModelScorer],
     total = 0
     for part in parts:
         total += part.rows
-        for slice_key, rows in slice_rows(eval_config, part).items():
-            found = slice_statistics(rows, scorers, part, keys, instances, runners)
+        for slice_key, found in sliced_statistics(eval_config, part, scorers, keys, instances,
+                                                  runners):
             merged[slice_key] = slice_stats.merge_statistics([merged[slice_key], found]) \
                 if slice_key in merged else found
-    return total, [(slice_key, metrics_from_statistics(statistics, scorers, keys, instances,
-                                                       runners, eval_config))
-                   for slice_key, statistics in sorted(merged.items(),
-                                                       key=slice_order(eval_config))]
+    return total, metrics_of_merged(merged.items(), scorers, keys, instances, runners,
+                                    eval_config)
 
 
 def _additive(scorers: Sequence[ModelScorer], runners: dict) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -193,6 +193,24 @@ def metrics_from_statistics(statistics: dict, scorers: Sequence[ModelScorer],
                 found[key] = slice_stats.statistics_value(instances[key.name], key,
                                                             statistics, runners.get(key.name))
     return with_diffs(found, eval_config)
+
+
+def sliced_statistics(eval_config: Any, scored: Scored, scorers: Sequence[ModelScorer],
+                      keys: Sequence[Any], instances: dict, runners: dict) -> list:
+    """(slice key, `slice_statistics`) of every slice of some rows (a shard, a part): what
+    the Beam job and the in-process path's parts each merge."""
+    return [(slice_key, slice_statistics(rows, scorers, scored, keys, instances, runners))
+            for slice_key, rows in slice_rows(eval_config, scored).items()]
+
+
+def metrics_of_merged(slices: Iterable[tuple], scorers: Sequence[ModelScorer],
+                      keys: Sequence[Any], instances: dict, runners: dict,
+                      eval_config: Any) -> list:
+    """(slice key, metrics) from each slice's merged statistics, the slices in the order
+    the whole-array path writes them (`slice_order`)."""
+    return [(slice_key, metrics_from_statistics(statistics, scorers, keys, instances, runners,
+                                                eval_config))
+            for slice_key, statistics in sorted(slices, key=slice_order(eval_config))]
 
 
 def with_diffs(found: dict, eval_config: Any) -> dict:
