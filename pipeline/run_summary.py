@@ -238,6 +238,7 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
     variance = eval_label_variance(artifacts, config.get("label_key")) \
         if "mean_squared_error" in candidate else None
     analysed_spans, cached_spans = transform_spans(artifacts)
+    checked = serving_check(artifacts)
     return RunSummary(
         run_id=run.name,
         components=components,
@@ -254,8 +255,8 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
         evaluation=with_r_squared(candidate, variance),
         baseline_evaluation=with_r_squared(baseline, variance),
         baseline_model=baseline_model(store, executions),
-        validation_failures=validation_failures(artifacts),
-        serving_check=serving_check(artifacts),
+        validation_failures=validation_failures(artifacts, checked.get("refusal")),
+        serving_check=checked,
         task=config.get("task"), task_reason=config.get("task_reason") or "",
         trainer_rows=trainer_rows(artifacts),
     )
@@ -467,13 +468,13 @@ def serving_check(artifacts) -> dict:
     return fileio.read_json(path) if path and fileio.exists(path) else {}
 
 
-def validation_failures(artifacts) -> list[str]:
-    """What kept the newest ModelEvaluation from blessing: each failed threshold, and a
-    disagreement of serving_default with the scores on Transform's split."""
+def validation_failures(artifacts, refusal: Optional[str] = None) -> list[str]:
+    """What kept the newest ModelEvaluation from blessing: each failed threshold, and the
+    Evaluator's `refusal` (serving_default disagreeing with the scores on Transform's
+    split)."""
     evaluations = artifacts.get("ModelEvaluation", [])
     if not evaluations:
         return []
-    refusal = serving_check(artifacts).get("refusal")
     failures = [refusal.removeprefix("not blessed: ")] if refusal else []
     try:
         result = tfma.load_validation_result(evaluations[-1].uri)
