@@ -40,8 +40,9 @@ class Evaluator(base_component.BaseComponent):
     is not the DirectRunner in process (components/evaluator/beam_job.py). Given Transform's
     `transformed_examples` of the same rows, it scores those through the model's layers after
     the Transform graph instead, checked against serving_default on the first rows
-    (components/evaluator/transformed.py). What it does not implement (plots, example weights, confidence intervals, UDF modules, ...) is refused
-    in one line naming StockEvaluator."""
+    (components/evaluator/transformed.py). What it does not implement (plots, example
+    weights, confidence intervals, UDF modules, ...) is refused in one line naming
+    StockEvaluator."""
 
     SPEC_CLASS = EvaluatorSpec
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)

@@ -31,7 +31,6 @@ from components.transform.graph_digest import graph_digest  # noqa: E402
 keras = tf.keras
 
 
-
 def _serving_signature(model: keras.Model, schema: schema_pb2.Schema, feature_keys: list[str],
                        images: Mapping[str, ImageSpec], head: Head, transform_output=None):
     """Scores serialized raw tf.Examples: parse with the raw schema, fill gaps, apply the
@@ -126,8 +125,8 @@ def serving_signatures(model: keras.Model, schema: schema_pb2.Schema, feature_ke
                        transform_output: Any = None) -> dict:
     """serving_default (raw Examples in, the task's outputs out) and, with a Transform graph,
     the Evaluator's transform_features (when the graph makes the label) and
-    score_transformed (when every feature it makes is dense numbers). `schema` holds the features
-    the model sees (the graph's output, with one)."""
+    score_transformed (when every feature it makes is dense numbers). `schema` holds the
+    features the model sees (the graph's output, with one)."""
     signatures = {"serving_default": _serving_signature(
         model, schema, feature_keys, images, head, transform_output)}
     if transform_output is not None and label_key in parser.feature_by_name(schema):
