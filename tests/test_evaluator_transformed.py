@@ -87,6 +87,38 @@ def test_the_transformed_split_gives_the_raw_records_metrics_and_blessing(
 
 
 @pytest.mark.slow
+def test_a_plain_transformed_split_scores_as_the_gzip_one(taxi_examples, taxi_models, tmp_path):
+    """Transform's split with its shards inflated to plain files (manifest to match): the
+    same metrics as from the gzip shards, and serving_default agrees on the first rows."""
+    import gzip
+
+    plain = str(tmp_path / "plain-split")
+    shutil.copytree(transformed_dir(taxi_models), plain)
+    manifest = shards.read_manifest(plain)
+    assert manifest["compression"] == "gzip"
+    for entry in manifest["splits"].values():
+        for shard in entry["shards"]:
+            packed = os.path.join(plain, shard["path"])
+            with gzip.open(packed, "rb") as source, open(packed[:-len(".gz")], "wb") as out:
+                out.write(source.read())
+            os.remove(packed)
+            shard["path"] = shard["path"][:-len(".gz")]
+            shard.pop("gzip_members", None)
+    manifest["compression"] = "none"
+    shards.write_manifest(plain, manifest)
+    config = passing_config()
+    runs = {name: run_evaluator(executor.Executor, str(tmp_path / name), taxi_examples, config,
+                                taxi_models["candidate"], taxi_models["baseline"],
+                                transformed=given)
+            for name, given in (("gzip", transformed_dir(taxi_models)), ("plain", plain))}
+    for name in runs:
+        check = serving_check(runs[name][0])
+        assert check is not None and check["refusal"] is None, name
+    assert metric_table(runs["gzip"][0]) == metric_table(runs["plain"][0])
+    assert blessing_facts(runs["gzip"][1]) == blessing_facts(runs["plain"][1])
+
+
+@pytest.mark.slow
 def test_rows_that_do_not_pair_are_not_blessed_with_one_line(taxi_examples, taxi_models,
                                                              tmp_path, caplog):
     """Transform's eval rows in reverse order (each packed block's rows reversed, every
