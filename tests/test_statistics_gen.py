@@ -607,3 +607,17 @@ def test_multivalent_and_infinite_values_match_tfdv(import_examples, tmp_path):
     assert log_delay.min == float("-inf")
     airports = features["airports"].string_stats.common_stats
     assert (airports.min_num_values, airports.max_num_values) == (1, 3)
+
+
+def test_the_scan_counts_its_rows_for_the_live_line_unless_told_not_to(taxi_examples):
+    """StatisticsGen's rows are rows done; Transform's statistics of the rows it transformed
+    are not counted a second time (its live line would pass the rows it has)."""
+    from tfrecord_shards import rows_done
+
+    inputs = stats_job.split_inputs(taxi_examples, ["train", "eval"])
+    before = rows_done.total()
+    scanned = stats_job.scan(inputs, StatisticsGenOptions())
+    rows = sum(stats.num_examples for stats in scanned.values())
+    assert rows > 1000 and rows_done.total() - before == rows
+    stats_job.scan(inputs, StatisticsGenOptions(), count_rows=False)
+    assert rows_done.total() - before == rows

@@ -18,7 +18,6 @@ import numpy as np
 import pyarrow as pa
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
-from tfrecord_shards import rows_done
 from tfrecord_shards.codec import wire
 from components.statistics_gen import kernels
 from components.statistics_gen.options import StatisticsGenOptions
@@ -315,7 +314,6 @@ class SplitStats:
 
     def add(self, part: _BlockPart) -> None:
         self.num_examples += part.rows
-        rows_done.add(part.rows)
         for name, feature_part in part.features.items():
             self.features[name].add(feature_part)
 

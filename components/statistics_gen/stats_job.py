@@ -29,7 +29,7 @@ from typing import Iterable, Optional
 
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
-from tfrecord_shards import fileio, tfrecord_io
+from tfrecord_shards import fileio, rows_done, tfrecord_io
 from tfrecord_shards.packing.arrow import RowDecoder
 from components.statistics_gen.accumulators import SplitStats, block_part
 from components.statistics_gen.options import StatisticsGenOptions
@@ -43,11 +43,14 @@ def _cpus() -> int:
         (os.cpu_count() or 1)
 
 
-def scan(inputs: Iterable[tuple[str, list[str], Plan]], options: StatisticsGenOptions
-         ) -> dict[str, SplitStats]:
+def scan(inputs: Iterable[tuple[str, list[str], Plan]], options: StatisticsGenOptions,
+         count_rows: bool = True) -> dict[str, SplitStats]:
     """{split: its statistics} of (split, record files, plan) inputs. The main thread reads
     the files (inflating and unframing release the GIL) and folds the block summaries in
-    order; `options.threads` threads decode and summarise the blocks."""
+    order; `options.threads` threads decode and summarise the blocks. With `count_rows`,
+    the rows summarised are this process's rows done (`rows_done`, the live line's count);
+    a component scanning rows it counts another way (Transform's statistics of the rows it
+    transforms) says False."""
     threads = options.threads or _cpus()
     results: dict[str, SplitStats] = {}
     in_flight: collections.deque = collections.deque()
@@ -62,15 +65,21 @@ def scan(inputs: Iterable[tuple[str, list[str], Plan]], options: StatisticsGenOp
                             in_flight.append((stats, pool.submit(
                                 block_part, part, decoder, plan)))
                             while len(in_flight) > threads + 2:
-                                owner, future = in_flight.popleft()
-                                owner.add(future.result())
+                                _fold(in_flight.popleft(), count_rows)
             while in_flight:
-                owner, future = in_flight.popleft()
-                owner.add(future.result())
+                _fold(in_flight.popleft(), count_rows)
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
     return results
+
+
+def _fold(entry: tuple, count_rows: bool) -> None:
+    owner, future = entry
+    part = future.result()
+    owner.add(part)
+    if count_rows:
+        rows_done.add(part.rows)
 
 
 def split_statistics(examples_uri: str, splits: list[str],

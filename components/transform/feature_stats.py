@@ -95,8 +95,8 @@ def statistics(examples_dirs: Sequence[str], splits: Sequence[str],
              for path in stats_plan.split_files(d, split)]
     plan = _narrowed(stats_plan.plan_for(fileio.join(examples_dirs[0], f"Split-{splits[0]}"),
                                         files, schema), columns)
-    return _sketch_order(stats_job.scan([(_ALL, files, plan)], StatisticsGenOptions()
-                                        )[_ALL].statistics())
+    return _sketch_order(stats_job.scan([(_ALL, files, plan)], StatisticsGenOptions(),
+                                        count_rows=False)[_ALL].statistics())
 
 
 def _sketch_order(stats: statistics_pb2.DatasetFeatureStatisticsList
