@@ -139,7 +139,12 @@ def _numeric(values: np.ndarray) -> Optional[_NumericPart]:
 
 
 def block_part(block, decoder, plan: Plan) -> _BlockPart:
-    batch = decoder.decode(block)
+    return batch_part(decoder.decode(block), plan)
+
+
+def batch_part(batch: pa.RecordBatch, plan: Plan) -> _BlockPart:
+    """The summary of rows already decoded, as `RowDecoder` decodes them (a large_list
+    column a feature)."""
     features = {}
     for feature in plan.features:
         column = batch.column(feature.name)

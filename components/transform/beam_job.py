@@ -30,7 +30,7 @@ from shard_readers import images
 from tfrecord_shards import beam_shards, fileio, packing, shards, tfrecord_io
 from tfrecord_shards.manifest import ROW_ORDER_INPUT
 from tfrecord_shards.codec import parser, schema_file, serializer
-from components.transform import columnar_job
+from components.transform import columnar_job, feature_stats
 from components.transform.encoding import ROW_COUNTS, SplitEncoder
 from components.transform.graph_digest import graph_digest
 from components.transform.inputs import analysis_key, dataset_key, split_files
@@ -127,7 +127,8 @@ def _analyze(make_pipeline, options, examples_dirs, raw_schema, preprocessing_fn
 
 def _transform(make_pipeline, options, examples_dirs, splits, raw_schema, schema,
                graph_dir, temp_dir, staging, columnar: bool,
-               kept: Optional[dict[str, str]] = None) -> list:
+               kept: Optional[dict[str, str]] = None, statistics_plan=None,
+               statistics_path: Optional[str] = None) -> list:
     with make_pipeline() as pipeline, tft_beam.Context(temp_dir=temp_dir):
         transform_fn = None if columnar else \
             pipeline | "ReadTransformFn" >> tft_beam.ReadTransformFn(graph_dir)
@@ -136,7 +137,7 @@ def _transform(make_pipeline, options, examples_dirs, splits, raw_schema, schema
             if columnar:
                 outputs.append(columnar_job.transformed_chunks(
                     pipeline, split, examples_dirs, raw_schema, graph_dir, kept, schema,
-                    staging, options.sharding))
+                    staging, options.sharding, statistics_plan))
                 continue
             sources = [_raw_source(d, split, raw_schema) for d in examples_dirs]
             raw = [pipeline | f"Read[{split}][{i}]" >> source.BeamSource()
@@ -147,6 +148,10 @@ def _transform(make_pipeline, options, examples_dirs, splits, raw_schema, schema
                 split, schema, staging, options.sharding)).with_outputs(ROW_COUNTS, main="chunks"))
         chunks = [o.chunks for o in outputs] | "AllChunks" >> beam.Flatten()
         counts = [o[ROW_COUNTS] for o in outputs] | "AllCounts" >> beam.Flatten()
+        if columnar and statistics_plan:
+            columnar_job.merged_statistics(
+                "transformed", [o[columnar_job.STATISTICS] for o in outputs]
+                | "AllStatistics" >> beam.Flatten(), statistics_path)
         written = chunks | "WriteShards" >> beam_shards.WriteShards(staging, options.sharding)
         result_path = fileio.join(staging, "_result.json")
         _ = (pipeline | "Once" >> beam.Create([None]) | "Collect" >> beam.Map(
@@ -163,11 +168,13 @@ def _write_result(_, path, written, counts) -> None:
 
 def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
         raw_schema: schema_pb2.Schema, graph_dir: str, output_dir: str, make_pipeline=None,
-        splits: Optional[list[str]] = None) -> dict:
+        splits: Optional[list[str]] = None,
+        statistics: Optional[feature_stats.PassStatistics] = None) -> dict:
     """Transforms `examples_dir` (one Examples folder, or several: a window of spans) into
     `output_dir` (Split-*/ shards, schema.pbtxt, manifest) and writes the TransformGraph to
     `graph_dir`. Several inputs are analysed together and each split holds all their rows.
-    Returns the manifest."""
+    With `statistics`, the columnar path's passes summarise the rows they hold into its
+    `pre` and `post` (`feature_stats.PassStatistics`). Returns the manifest."""
     examples_dirs = [examples_dir] if isinstance(examples_dir, str) else list(examples_dir)
     make_pipeline = make_pipeline or beam.Pipeline
     active = parser.active_schema(raw_schema)
@@ -176,10 +183,7 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
         logging.info("Transform leaves out features the schema marks inactive: %s", dropped)
     raw_schema = active
     input_manifests = [shards.read_manifest(d) for d in examples_dirs]
-    splits = splits or (shards.split_names(input_manifests[0]) if input_manifests[0] else
-                        sorted(d.rstrip("/")[len("Split-"):]
-                               for d in tf.io.gfile.listdir(examples_dirs[0])
-                               if d.startswith("Split-")))
+    splits = splits or split_names(examples_dirs[0], input_manifests[0])
     if options.analyze_split not in splits:
         raise ValueError(f"analyze split {options.analyze_split!r} is not among {splits}")
     columnar = columnar_job.columnar_inputs(options, raw_schema) \
@@ -192,11 +196,17 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
         # with it when the run fails) and deleted as soon as the transform is done.
         kept_dir = fileio.join(staging, "_decoded") if options.reuse_decoded else None
         kept = {}
+        # The statistics the passes take, kept beside the analyses (hidden, never committed).
+        pre_path = fileio.join(temp_dir, "pre_transform_statistics.pkl")
+        post_path = fileio.join(temp_dir, "post_transform_statistics.pkl")
         if columnar:
-            analysis = columnar_job.analyze(make_pipeline, options, examples_dirs, raw_schema,
-                                            columnar, graph_staging, temp_dir, kept_dir)
+            analysis = columnar_job.analyze(
+                make_pipeline, options, examples_dirs, raw_schema, columnar, graph_staging,
+                temp_dir, kept_dir, statistics.pre_plan if statistics else None, pre_path)
             kept = columnar_job.kept_copies(kept_dir, analysis["analysed"],
                                             options.analyze_split)
+            if statistics and not analysis["from_cache"]:
+                statistics.pre = columnar_job.read_statistics(pre_path)
         else:
             analysis = _analyze(make_pipeline, options, examples_dirs, raw_schema,
                                 load_preprocessing_fn(options, raw_schema), graph_staging,
@@ -207,11 +217,15 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
             fileio.join(graph_staging, tft.TFTransformOutput.RAW_METADATA_DIR))
         row_schema = tft.TFTransformOutput(graph_staging).transformed_metadata.schema
         schema = stored_schema(row_schema, options, raw_image_names(raw_schema, options))
+        if statistics and columnar:
+            statistics.post_plan = feature_stats.post_transform_plan(schema, row_schema)
         # The encoder is given the schema stored beside the blocks, so they say the same.
         try:
             result = _transform(make_pipeline, options, examples_dirs, splits, raw_schema,
                                 schema, graph_staging, temp_dir, staging, columnar is not None,
-                                kept)
+                                kept, statistics.post_plan if statistics else None, post_path)
+            if statistics and statistics.post_plan:
+                statistics.post = columnar_job.read_statistics(post_path)
         finally:
             if kept_dir and fileio.exists(kept_dir):
                 fileio.rmtree(kept_dir)
@@ -232,6 +246,14 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
                  f"packed {options.packed_rows} rows per Example" if options.packed_rows
                  else "one Example per row", "columnar" if columnar else "tf.Transform")
     return manifest
+
+
+def split_names(examples_dir: str, input_manifest: Optional[dict]) -> list[str]:
+    """The splits of an input: its manifest's (our ExampleGen's), else its Split-* folders."""
+    if input_manifest:
+        return shards.split_names(input_manifest)
+    return sorted(d.rstrip("/")[len("Split-"):] for d in tf.io.gfile.listdir(examples_dir)
+                  if d.startswith("Split-"))
 
 
 def rows_in(examples_dir: str, splits: list[str], input_manifest: Optional[dict]

@@ -13,7 +13,9 @@ preprocessing_fn keeps tf.Transform's general path.
    each input's analysis is kept (by `inputs.dataset_key` and the function's fingerprint)
    and an input seen before is not read again. With `reuse_decoded` (the default), each
    file's decoded batches are also written as an Arrow IPC file in the run's staging folder
-   (through the file layer, so on any runner and any store), for step 4.
+   (through the file layer, so on any runner and any store), for step 4. With a statistics
+   plan, each batch is also summarised for the pre-transform statistics (a SplitStats a
+   file, merged by StatisticsGen's order-free `MergeSplitStats`).
 3. Trace the preprocessing_fn again with `ConstantAnalyzers` and write it with tf.Transform's
    own writer (`impl_helper.trace_and_write_v2_saved_model`): a standard TransformGraph
    (`transform_fn/` with its vocabularies as assets, `transformed_metadata/`), which the
@@ -22,7 +24,8 @@ preprocessing_fn keeps tf.Transform's general path.
    applied to decoded batches of about 64k rows (of the analysed split, the batches step 2
    kept, read back instead of decoded again), its outputs converted to Arrow by
    tf.Transform's converter, then packed and written by the same encoder and sharding
-   writer as the general path.
+   writer as the general path; with a statistics plan, the converted rows are summarised
+   for the post-transform statistics as in step 2.
 """
 from __future__ import annotations
 
@@ -41,7 +44,12 @@ from tensorflow_transform.tf_metadata import metadata_io
 from tfx_bsl.tfxio import tensor_adapter
 
 from tfrecord_shards import fileio, rows_done, shards
+from components.statistics_gen.accumulators import SplitStats
+from components.statistics_gen.beam_job import MergeSplitStats, SplitStatsCoder
+from components.statistics_gen.options import StatisticsGenOptions
+from components.statistics_gen.plan import Plan
 from components.transform import analyzers
+from components.transform.feature_stats import summarise
 from components.transform.encoding import ROW_COUNTS, SplitEncoder
 from components.transform.inputs import (
     analysis_key, dataset_key, kept_batches, record_batches, split_paths,
@@ -54,6 +62,8 @@ from components.transform.statistics import Analysis, AnalyzerSpec, merged
 # accumulators change.
 CACHE_VERSION = "columnar-1"
 ANALYSIS_FILE = "columnar_analysis.pkl"
+# The tagged output of the passes' DoFns that carries a file's statistics (a SplitStats).
+STATISTICS = "statistics"
 
 
 class AnalyzerInputs:
@@ -182,9 +192,9 @@ class _AnalyzeFile(beam.DoFn):
     distributed runner the transform of a file may run on another worker."""
 
     def __init__(self, options: TransformOptions, raw_schema: schema_pb2.Schema,
-                 keep_dir: Optional[str] = None):
+                 keep_dir: Optional[str] = None, statistics_plan: Optional[Plan] = None):
         self._options, self._raw_schema = options, raw_schema
-        self._keep_dir = keep_dir
+        self._keep_dir, self._statistics_plan = keep_dir, statistics_plan
 
     def setup(self):
         self._adapter = tensor_adapter.TensorAdapter(tensor_adapter_config(self._raw_schema))
@@ -192,11 +202,35 @@ class _AnalyzeFile(beam.DoFn):
 
     def process(self, path: str):
         analysis = Analysis(self._inputs.specs)
+        stats = file_statistics(self._statistics_plan)
         keep = kept_copy(self._keep_dir, path) if self._keep_dir else None
         for batch in record_batches(path, self._raw_schema, keep):
             analysis.add(batch.num_rows, self._inputs(
                 self._adapter.ToBatchTensors(batch, produce_eager_tensors=True)))
+            if stats:
+                summarise(stats, batch)
         yield analysis.to_bytes()
+        if stats:
+            yield beam.pvalue.TaggedOutput(STATISTICS, stats.compact())
+
+
+def file_statistics(plan: Optional[Plan]) -> Optional[SplitStats]:
+    """An empty SplitStats for a file's rows under `plan`, or None without one."""
+    return SplitStats(plan, StatisticsGenOptions()) if plan else None
+
+
+def merged_statistics(name: str, per_file, path: str) -> None:
+    """Merges the files' SplitStats (a PCollection) into one, written to `path` (none is
+    written when there are none)."""
+    _ = (per_file | f"MergeStatistics[{name}]" >> beam.CombineGlobally(MergeSplitStats())
+         | f"KeepStatistics[{name}]" >> beam.Map(
+             lambda stats: stats is not None and fileio.write_bytes(
+                 path, SplitStatsCoder().encode(stats.compact()))))
+
+
+def read_statistics(path: str) -> Optional[SplitStats]:
+    """What `merged_statistics` wrote at `path`, or None."""
+    return SplitStatsCoder().decode(fileio.read_bytes(path)) if fileio.exists(path) else None
 
 
 class _MergeAnalyses(beam.CombineFn):
@@ -218,9 +252,11 @@ class _MergeAnalyses(beam.CombineFn):
 
 def _analyse_inputs(make_pipeline, options: TransformOptions, inputs: dict[str, str],
                     raw_schema: schema_pb2.Schema, specs: list[AnalyzerSpec], temp_dir: str,
-                    keep_dir: Optional[str] = None) -> dict[str, Analysis]:
+                    keep_dir: Optional[str] = None, statistics_plan: Optional[Plan] = None,
+                    statistics_path: Optional[str] = None) -> dict[str, Analysis]:
     """{key: the analysis of that Examples folder's analyze split}, one Beam job for all;
-    with `keep_dir`, each file's decoded batches kept there (`_AnalyzeFile`)."""
+    with `keep_dir`, each file's decoded batches kept there (`_AnalyzeFile`); with
+    `statistics_plan`, the statistics of every analysed row written to `statistics_path`."""
     if not inputs:
         return {}
     fileio.makedirs(temp_dir)
@@ -228,24 +264,35 @@ def _analyse_inputs(make_pipeline, options: TransformOptions, inputs: dict[str, 
         fileio.makedirs(keep_dir)
     results = {key: fileio.join(temp_dir, f"analysis-{key}.pkl") for key in inputs}
     with make_pipeline() as pipeline:
+        per_file_statistics = []
         for key, examples_dir in inputs.items():
             files = split_paths(examples_dir, options.analyze_split)
-            _ = (pipeline | f"Files[{key}]" >> beam.Create(files)
-                 | f"Analyze[{key}]" >> beam.ParDo(_AnalyzeFile(options, raw_schema,
-                                                                keep_dir))
+            analysed = (pipeline | f"Files[{key}]" >> beam.Create(files)
+                        | f"Analyze[{key}]" >> beam.ParDo(_AnalyzeFile(
+                            options, raw_schema, keep_dir, statistics_plan)).with_outputs(
+                                STATISTICS, main="analyses"))
+            _ = (analysed.analyses
                  | f"Merge[{key}]" >> beam.CombineGlobally(_MergeAnalyses(specs))
                  | f"Keep[{key}]" >> beam.Map(lambda data, path: fileio.write_bytes(path, data),
                                               results[key]))
+            per_file_statistics.append(analysed[STATISTICS])
+        if statistics_plan:
+            merged_statistics("analysed", per_file_statistics | "AllStatistics" >> beam.Flatten(),
+                              statistics_path)
     return {key: Analysis.from_bytes(fileio.read_bytes(path)) for key, path in results.items()}
 
 
 def analyze(make_pipeline, options: TransformOptions, examples_dirs: Sequence[str],
             raw_schema: schema_pb2.Schema, inputs_fn: AnalyzerInputs, graph_dir: str,
-            temp_dir: str, keep_dir: Optional[str] = None) -> dict[str, list[str]]:
+            temp_dir: str, keep_dir: Optional[str] = None,
+            statistics_plan: Optional[Plan] = None, statistics_path: Optional[str] = None
+            ) -> dict[str, list[str]]:
     """Analyses the analyze split of every input (or takes an input's analysis from the
     analyzer cache) and writes the transform graph into `graph_dir`. Returns the inputs
     analysed and those taken from the cache. With `keep_dir`, the batches the analysis
-    decoded are kept there (`kept_copies` of the inputs analysed)."""
+    decoded are kept there (`kept_copies` of the inputs analysed); with `statistics_plan`,
+    the statistics of the rows analysed are written to `statistics_path` (`read_statistics`;
+    of every input's rows only when none came from the cache)."""
     # An entry is for this graph (its fingerprint) and this split, schema, settings and
     # library versions (`analysis_key`), and no other.
     cache_dir = options.analyzer_cache_dir
@@ -261,7 +308,7 @@ def analyze(make_pipeline, options: TransformOptions, examples_dirs: Sequence[st
                   for d in examples_dirs if cached_path(d) and fileio.exists(cached_path(d))}
     to_read = {dataset_key(d): d for d in examples_dirs if d not in from_cache}
     read = _analyse_inputs(make_pipeline, options, to_read, raw_schema, inputs_fn.specs,
-                           temp_dir, keep_dir)
+                           temp_dir, keep_dir, statistics_plan, statistics_path)
     for key, analysis in read.items():
         if cache_dir:
             fileio.makedirs(fileio.dirname(cached_path(to_read[key])))
@@ -319,10 +366,12 @@ class _TransformFile(beam.DoFn):
     read instead of the file. The tagged output ROW_COUNTS has (split, rows, records)."""
 
     def __init__(self, raw_schema: schema_pb2.Schema, graph_dir: str, split: str,
-                 schema: schema_pb2.Schema, staging: str, sharding: shards.ShardingOptions):
+                 schema: schema_pb2.Schema, staging: str, sharding: shards.ShardingOptions,
+                 statistics_plan: Optional[Plan] = None):
         self._raw_schema, self._graph_dir = raw_schema, graph_dir
         self._split, self._schema = split, schema
         self._staging, self._sharding = staging, sharding
+        self._statistics_plan = statistics_plan
 
     def setup(self):
         self._adapter = tensor_adapter.TensorAdapter(tensor_adapter_config(self._raw_schema))
@@ -336,13 +385,18 @@ class _TransformFile(beam.DoFn):
     def process(self, element: tuple[int, str, Optional[str]]):
         place, path, kept = element
         encoder = SplitEncoder(self._split, self._schema, self._staging, self._sharding, place)
+        stats = file_statistics(self._statistics_plan)
         for batch in kept_batches(kept) if kept else record_batches(path, self._raw_schema):
-            transformed = self._layer(self._adapter.ToBatchTensors(
-                batch, produce_eager_tensors=True))
+            transformed = self._converter.convert(self._layer(self._adapter.ToBatchTensors(
+                batch, produce_eager_tensors=True)))
             rows_done.add(batch.num_rows)
-            encoder.add(self._converter.convert(transformed))
+            if stats:
+                summarise(stats, transformed)
+            encoder.add(transformed)
         yield from encoder.close()
         yield beam.pvalue.TaggedOutput(ROW_COUNTS, (self._split, encoder.rows, encoder.records))
+        if stats:
+            yield beam.pvalue.TaggedOutput(STATISTICS, stats.compact())
 
 
 def release(graph_dir: str) -> None:
@@ -353,14 +407,16 @@ def release(graph_dir: str) -> None:
 def transformed_chunks(pipeline, split: str, examples_dirs: Sequence[str],
                        raw_schema: schema_pb2.Schema, graph_dir: str,
                        kept: Optional[dict[str, str]], schema: schema_pb2.Schema, staging: str,
-                       sharding: shards.ShardingOptions):
+                       sharding: shards.ShardingOptions,
+                       statistics_plan: Optional[Plan] = None):
     """One split's rows of every input, transformed and encoded: a PCollection of chunks
-    (main output "chunks") and of (split, rows, records) counts (ROW_COUNTS). A file with a
-    copy in `kept` ({file: its decoded copy}) is read from the copy."""
+    (main output "chunks") and of (split, rows, records) counts (ROW_COUNTS); with
+    `statistics_plan`, each file's statistics of its transformed rows (STATISTICS). A file
+    with a copy in `kept` ({file: its decoded copy}) is read from the copy."""
     kept = kept or {}
     files = [(place, path, kept.get(path)) for place, path in enumerate(
         path for d in examples_dirs for path in split_paths(d, split))]
     return (pipeline | f"Files[{split}]" >> beam.Create(files)
             | f"Transform[{split}]" >> beam.ParDo(_TransformFile(
-                raw_schema, graph_dir, split, schema, staging, sharding)).with_outputs(
-                    ROW_COUNTS, main="chunks"))
+                raw_schema, graph_dir, split, schema, staging, sharding,
+                statistics_plan)).with_outputs(ROW_COUNTS, STATISTICS, main="chunks"))

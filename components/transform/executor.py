@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import Any, Optional
 
 import tensorflow_transform as tft
 from tfx.dsl.components.base import base_beam_executor
@@ -64,10 +64,14 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         for given in input_dict.get("analyzer_cache") or []:
             beam_job.copy_cache(given.uri, options.analyzer_cache_dir or cache)
         splits = artifact_utils.decode_split_names(window[0].split_names)
+        columns = statistics_columns(options, raw_schema) if statistics else []
+        from_passes = feature_stats.pass_statistics(
+            [a.uri for a in window], options.analyze_split, raw_schema, columns,
+            parser.active_schema(raw_schema)) if statistics else None
         manifest = beam_job.run(
             dataclasses.replace(options, analyzer_cache_dir=options.analyzer_cache_dir or cache),
             [a.uri for a in window], raw_schema, graph.uri, transformed.uri,
-            make_pipeline=self._make_beam_pipeline, splits=splits)
+            make_pipeline=self._make_beam_pipeline, splits=splits, statistics=from_passes)
         if options.analyzer_cache_dir:  # the kept folder: this window's entries, as stock
             beam_job.copy_cache(options.analyzer_cache_dir, cache,
                                 [dataset_key(a.uri) for a in window])
@@ -86,22 +90,29 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         schema_file.write_schema(schema_file.load_schema(transformed.uri),
                                  fileio.join(post_schema, schema_file.SCHEMA_FILE))
         if statistics:
-            write_statistics(statistics, options, window, given_schema, raw_schema, graph.uri,
-                             transformed.uri, list(manifest["splits"]))
+            write_statistics(statistics, options, window, given_schema, raw_schema, columns,
+                             graph.uri, transformed.uri, list(manifest["splits"]), from_passes)
+
+
+def statistics_columns(options: TransformOptions, raw_schema) -> list[str]:
+    """The raw columns the pre-transform statistics cover: those the preprocessing_fn
+    reads."""
+    active = parser.active_schema(raw_schema)
+    return feature_stats.input_columns(load_preprocessing_fn(options, active), active)
 
 
 def write_statistics(uris: dict[str, str], options: TransformOptions, window: list,
-                     given_schema, raw_schema, graph_uri: str, transformed_uri: str,
-                     splits: list[str]) -> None:
+                     given_schema, raw_schema, columns: list[str], graph_uri: str,
+                     transformed_uri: str, splits: list[str],
+                     from_passes: Optional[feature_stats.PassStatistics] = None) -> None:
     """Stock's statistics outputs: the pre-transform schema is the one given; the
     statistics take the raw schema with our ExampleGen's image marks (image bytes get bytes
-    statistics, not top values of JPEG data) and the transformed one."""
-    active = parser.active_schema(raw_schema)
-    columns = feature_stats.input_columns(load_preprocessing_fn(options, active), active)
+    statistics, not top values of JPEG data) and the transformed one. Those the passes took
+    (`from_passes`) are used as they are."""
     found = feature_stats.write_outputs(
         uris, [a.uri for a in window], options.analyze_split, given_schema, raw_schema,
         columns, transformed_uri, splits,
-        tft.TFTransformOutput(graph_uri).transformed_metadata.schema)
+        tft.TFTransformOutput(graph_uri).transformed_metadata.schema, from_passes)
     if found:
         # Stock only records them; ExampleValidator's gate is before Transform.
         logging.warning("Post-transform anomalies (%s): %s",

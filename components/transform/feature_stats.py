@@ -13,12 +13,15 @@ unchanged:
   the transformed schema (tf.Transform's output schema, stock's post-transform schema).
 
 Stock's files sit at the artifact's root, with no `Split-<name>/` folder. The statistics come
-from StatisticsGen's engine (`components/statistics_gen/stats_job.py`), with the schema as its
-statistics schema, as stock gives TFDV the schema; tests/test_transform_statistics.py checks
-them against stock Transform's on the taxi sample.
+from StatisticsGen's engine (`components/statistics_gen/`), with the schema as its statistics
+schema, as stock gives TFDV the schema: on the columnar path from the batches Transform's
+passes already hold (`PassStatistics`), else by reading the rows (`stats_job.scan`);
+tests/test_transform_statistics.py checks them against stock Transform's on the taxi sample,
+and the passes' against reading the rows.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Callable, Optional, Sequence
 
@@ -26,6 +29,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
 from tfrecord_shards import fileio
 from tfrecord_shards.codec import schema_file
+from components.statistics_gen import accumulators
 from components.statistics_gen import plan as stats_plan
 from components.statistics_gen import stats_job
 from components.statistics_gen.options import StatisticsGenOptions
@@ -90,13 +94,71 @@ def statistics(examples_dirs: Sequence[str], splits: Sequence[str],
                ) -> statistics_pb2.DatasetFeatureStatisticsList:
     """The statistics of the `splits` of every Examples folder, as one dataset (of `columns`
     alone when given), with `schema` as the statistics schema."""
-    schema = _statistics_schema(schema)
-    files = [path for d in examples_dirs for split in splits
-             for path in stats_plan.split_files(d, split)]
-    plan = _narrowed(stats_plan.plan_for(fileio.join(examples_dirs[0], f"Split-{splits[0]}"),
-                                        files, schema), columns)
-    return _sketch_order(stats_job.scan([(_ALL, files, plan)], StatisticsGenOptions(),
-                                        count_rows=False)[_ALL].statistics())
+    files = _files(examples_dirs, splits)
+    plan = split_plan(examples_dirs, splits, schema, columns)
+    return finished(stats_job.scan([(_ALL, files, plan)], StatisticsGenOptions(),
+                                   count_rows=False)[_ALL])
+
+
+def _files(examples_dirs: Sequence[str], splits: Sequence[str]) -> list[str]:
+    return [path for d in examples_dirs for split in splits
+            for path in stats_plan.split_files(d, split)]
+
+
+def split_plan(examples_dirs: Sequence[str], splits: Sequence[str],
+               schema: Optional[schema_pb2.Schema],
+               columns: Optional[Sequence[str]] = None) -> stats_plan.Plan:
+    """How `statistics` reads and summarises those splits."""
+    return _narrowed(stats_plan.plan_for(fileio.join(examples_dirs[0], f"Split-{splits[0]}"),
+                                         _files(examples_dirs, splits),
+                                         _statistics_schema(schema)), columns)
+
+
+def finished(stats: accumulators.SplitStats) -> statistics_pb2.DatasetFeatureStatisticsList:
+    return _sketch_order(stats.statistics())
+
+
+@dataclasses.dataclass
+class PassStatistics:
+    """The statistics outputs taken from the batches Transform's passes already hold, so that
+    no row is read and decoded again for them: the analysis summarises the raw rows it
+    decodes (`pre_plan`, as `statistics` would read the analysed split), the transform the
+    rows it transformed before they are packed (`post_plan`). `pre` and `post` are what the
+    passes gave, each None where a pass could not see every row the same way (an input's
+    analysis taken from the analyzer cache, tf.Transform's general path, transformed
+    features of varying length): `write_outputs` then reads those rows as before."""
+
+    pre_plan: Optional[stats_plan.Plan]
+    post_plan: Optional[stats_plan.Plan] = None
+    pre: Optional[accumulators.SplitStats] = None
+    post: Optional[accumulators.SplitStats] = None
+
+
+def pass_statistics(examples_dirs: Sequence[str], analyze_split: str,
+                    raw_schema: schema_pb2.Schema, columns: Sequence[str],
+                    decoding: schema_pb2.Schema) -> PassStatistics:
+    """What the analysis can summarise of the rows it decodes with `decoding` (Transform's
+    raw schema): the pre-transform statistics' plan, when each feature it reads is decoded
+    as the plan's own decoder would (the same kind, and no feature seen without a kind)."""
+    plan = split_plan(examples_dirs, [analyze_split], raw_schema, columns)
+    kinds = {f.name: f.type for f in decoding.feature}
+    same = not plan.kindless and all(kinds.get(f.name) == f.kind for f in plan.features)
+    return PassStatistics(plan if same else None)
+
+
+def post_transform_plan(stored: schema_pb2.Schema, transformed: schema_pb2.Schema
+                        ) -> Optional[stats_plan.Plan]:
+    """The post-transform statistics' plan for rows as tf.Transform's converter gives them,
+    when every transformed feature has a fixed shape (a row has its values, never none, as
+    the stored shards give them back); else None."""
+    if not all(f.HasField("shape") for f in stored.feature):
+        return None
+    return stats_plan.make_plan(stored, _statistics_schema(transformed))
+
+
+def summarise(stats: accumulators.SplitStats, batch) -> None:
+    """Adds a batch of rows (decoded or transformed, large_list columns) to `stats`."""
+    stats.add(accumulators.batch_part(batch, stats.plan))
 
 
 def _sketch_order(stats: statistics_pb2.DatasetFeatureStatisticsList
@@ -131,11 +193,13 @@ def write_outputs(uris: dict[str, str], examples_dirs: Sequence[str], analyze_sp
                   given_schema: schema_pb2.Schema, raw_schema: schema_pb2.Schema,
                   columns: Sequence[str],
                   transformed_dir: str, splits: Sequence[str],
-                  transformed_schema: schema_pb2.Schema) -> dict[str, int]:
+                  transformed_schema: schema_pb2.Schema,
+                  from_passes: Optional[PassStatistics] = None) -> dict[str, int]:
     """Writes the four statistics outputs (`uris`, by STATISTICS_OUTPUTS' names): the
     schema Transform was given, the statistics of `columns` of the analysed rows with
     `raw_schema` as their statistics schema, those of every split of the transformed rows
-    and their validation against `transformed_schema`. Returns the number of anomalies of
+    and their validation against `transformed_schema`. Statistics `from_passes` gave are
+    used as they are; the others are read from the rows. Returns the number of anomalies of
     each feature that has any."""
     # tensorflow_data_validation: 1.9 s to import; the statistics themselves need none.
     import tensorflow_data_validation as tfdv
@@ -143,9 +207,11 @@ def write_outputs(uris: dict[str, str], examples_dirs: Sequence[str], analyze_sp
     fileio.makedirs(uris[PRE_TRANSFORM_SCHEMA])
     schema_file.write_schema(given_schema, fileio.join(uris[PRE_TRANSFORM_SCHEMA],
                                                      schema_file.SCHEMA_FILE))
-    write_statistics(statistics(examples_dirs, [analyze_split], raw_schema, columns),
-                     uris[PRE_TRANSFORM_STATS])
-    post = statistics([transformed_dir], list(splits), transformed_schema)
+    from_passes = from_passes or PassStatistics(None)
+    write_statistics(finished(from_passes.pre) if from_passes.pre else statistics(
+        examples_dirs, [analyze_split], raw_schema, columns), uris[PRE_TRANSFORM_STATS])
+    post = finished(from_passes.post) if from_passes.post else statistics(
+        [transformed_dir], list(splits), transformed_schema)
     write_statistics(post, uris[POST_TRANSFORM_STATS])
     anomalies = tfdv.validate_statistics(post, transformed_schema)
     fileio.makedirs(uris[POST_TRANSFORM_ANOMALIES])
