@@ -73,9 +73,8 @@ def assert_same_graph(graphs: dict) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("compression", ["gzip", "none"])
-def test_multi_processing_gives_the_in_process_graph_on_the_taxi_sample(
-        taxi_csv, compression, tmp_path):
+def test_multi_processing_gives_the_in_process_graph_on_the_taxi_sample(taxi_csv, tmp_path):
+    """Gzip shards; the million rows below are plain ones."""
     from components.example_gen import beam_job
     from components.example_gen.options import ExampleGenOptions
     from tfrecord_shards.shards import ShardingOptions
@@ -85,8 +84,8 @@ def test_multi_processing_gives_the_in_process_graph_on_the_taxi_sample(
     examples = str(tmp_path / "examples")
     # Three files a split, so the two workers transform files side by side.
     beam_job.run(ExampleGenOptions(source=taxi_csv, sharding=ShardingOptions(
-        compression=compression, num_shards=3)), examples)
-    graphs = transform_both_ways(examples, tmp_path, compression)
+        compression="gzip", num_shards=3)), examples)
+    graphs = transform_both_ways(examples, tmp_path, "gzip")
     assert_same_graph(graphs)
     for mode in ("in-process", "multi-processing"):
         assert assert_rows_in_input_order(examples, graphs[mode], str(
@@ -95,13 +94,18 @@ def test_multi_processing_gives_the_in_process_graph_on_the_taxi_sample(
 
 @pytest.mark.slow
 def test_multi_processing_gives_the_in_process_graph_on_a_million_rows(tmp_path):
+    """Plain shards, three of the train split: past the quantiles sketch's capacity, whose
+    merge depends on the order of merging, which the analysis fixes by file order."""
     from components.example_gen import beam_job
     from components.example_gen.options import ExampleGenOptions
+    from tfrecord_shards.shards import ShardingOptions
     from testsupport import data
 
     source = data.write_taxi_csv(1_000_000, str(tmp_path / "source"))
     examples = str(tmp_path / "examples")
-    beam_job.run(ExampleGenOptions(source=source), examples)
-    graphs = transform_both_ways(examples, tmp_path, "gzip")
+    beam_job.run(ExampleGenOptions(source=source, sharding=ShardingOptions(
+        compression="none")), examples)
+    assert len(glob.glob(os.path.join(examples, "Split-train", "*"))) > 1
+    graphs = transform_both_ways(examples, tmp_path, "none")
     assert graphs["in-process rows"] == 1_000_000
     assert_same_graph(graphs)

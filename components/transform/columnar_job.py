@@ -9,9 +9,10 @@ preprocessing_fn keeps tf.Transform's general path.
 2. Analyse (a Beam job, one element per file of the analyze split): decode each file's
    records to Arrow with the codec's compiled decoder, make tensors as tf.Transform's own
    adapter makes them (`inputs.py`), run the function, add each batch to the numpy accumulators
-   (`statistics.Analysis`); merge the files' and inputs' analyses. With an analyzer cache,
-   each input's analysis is kept (by `inputs.dataset_key` and the function's fingerprint)
-   and an input seen before is not read again. With `reuse_decoded` (the default), each
+   (`statistics.Analysis`); merge the files' analyses in a tree fixed by file order
+   (`merged_in_file_order`: every runner the same constants), then the inputs' in their
+   order. With an analyzer cache, each input's analysis is kept (by `inputs.dataset_key`
+   and the function's fingerprint) and an input seen before is not read again. With `reuse_decoded` (the default), each
    file's decoded batches are also written as an Arrow IPC file in the run's staging folder
    (through the file layer, so on any runner and any store), for step 4. With a statistics
    plan, each batch is also summarised for the pre-transform statistics (a SplitStats a
@@ -59,11 +60,15 @@ from components.transform.preprocessing import load_preprocessing_fn
 from components.transform.statistics import Analysis, AnalyzerSpec, merged
 
 # What the analyzer cache's entries depend on besides the function: bump when the
-# accumulators change.
-CACHE_VERSION = "columnar-1"
+# accumulators or the order of their merging change.
+CACHE_VERSION = "columnar-2"
 ANALYSIS_FILE = "columnar_analysis.pkl"
 # The tagged output of the passes' DoFns that carries a file's statistics (a SplitStats).
 STATISTICS = "statistics"
+# Files' analyses merged at once (`merged_in_file_order`): a wide schema's analysis holds a
+# quantiles sketch of up to 1.5 MB a feature (epsilon 0.001, compacted), so a group stays in
+# the tens of MB.
+MERGE_FAN_IN = 8
 
 
 class AnalyzerInputs:
@@ -185,11 +190,11 @@ def kept_copies(keep_dir: Optional[str], examples_dirs: Sequence[str], split: st
 
 
 class _AnalyzeFile(beam.DoFn):
-    """A file of the analyze split -> its `Analysis`. With `keep_dir`, the file's decoded
-    batches are also written there (`kept_copy`) for the transform to apply the graph to,
-    so that it reads Arrow and does not decode the tf.Examples again. The copy goes through
-    the file layer, beside the run's staging output, not into this worker's memory: on a
-    distributed runner the transform of a file may run on another worker."""
+    """(place, a file of the analyze split) -> (place, its `Analysis`). With `keep_dir`, the
+    file's decoded batches are also written there (`kept_copy`) for the transform to apply
+    the graph to, so that it reads Arrow and does not decode the tf.Examples again. The copy
+    goes through the file layer, beside the run's staging output, not into this worker's
+    memory: on a distributed runner the transform of a file may run on another worker."""
 
     def __init__(self, options: TransformOptions, raw_schema: schema_pb2.Schema,
                  keep_dir: Optional[str] = None, statistics_plan: Optional[Plan] = None):
@@ -200,7 +205,8 @@ class _AnalyzeFile(beam.DoFn):
         self._adapter = tensor_adapter.TensorAdapter(tensor_adapter_config(self._raw_schema))
         self._inputs = analyzer_inputs(self._options, self._raw_schema)
 
-    def process(self, path: str):
+    def process(self, element: tuple[int, str]):
+        place, path = element
         analysis = Analysis(self._inputs.specs)
         stats = file_statistics(self._statistics_plan)
         keep = kept_copy(self._keep_dir, path) if self._keep_dir else None
@@ -209,9 +215,30 @@ class _AnalyzeFile(beam.DoFn):
                 self._adapter.ToBatchTensors(batch, produce_eager_tensors=True)))
             if stats:
                 summarise(stats, batch)
-        yield analysis.to_bytes()
+        yield place, analysis.to_bytes()
         if stats:
             yield beam.pvalue.TaggedOutput(STATISTICS, stats.compact())
+
+
+def merged_in_file_order(pipeline, analyses, specs: list[AnalyzerSpec], files: int,
+                         name: str):
+    """The files' (place, analysis bytes) -> one analysis (bytes) of them all, merged in a
+    tree fixed by the number of files: groups of MERGE_FAN_IN neighbours, each merged in file
+    order, then the groups' results the same way. A quantiles sketch's merge and a float sum
+    depend on the order of merging, which a CombineFn leaves to the runner, so this gives
+    every runner (one process or many workers) the same constants in the graph."""
+    if not files:
+        return pipeline | f"NoFiles[{name}]" >> beam.Create([Analysis(specs).to_bytes()])
+    level, width, depth = analyses, files, 0
+    while width > 1:
+        level = (level | f"Group{depth}[{name}]" >> beam.GroupBy(
+                     lambda entry: entry[0] // MERGE_FAN_IN)
+                 | f"MergeGroup{depth}[{name}]" >> beam.MapTuple(
+                     lambda group, members: (group, merged(
+                         [Analysis.from_bytes(data) for _, data in sorted(members)],
+                         specs).to_bytes())))
+        width, depth = -(-width // MERGE_FAN_IN), depth + 1
+    return level | f"Merged[{name}]" >> beam.Values()
 
 
 def file_statistics(plan: Optional[Plan]) -> Optional[SplitStats]:
@@ -233,23 +260,6 @@ def read_statistics(path: str) -> Optional[SplitStats]:
     return SplitStatsCoder().decode(fileio.read_bytes(path)) if fileio.exists(path) else None
 
 
-class _MergeAnalyses(beam.CombineFn):
-    def __init__(self, specs: list[AnalyzerSpec]):
-        self._specs = specs
-
-    def create_accumulator(self):
-        return Analysis(self._specs)
-
-    def add_input(self, accumulator, element):
-        return accumulator.merge(Analysis.from_bytes(element))
-
-    def merge_accumulators(self, accumulators):
-        return merged(accumulators, self._specs)
-
-    def extract_output(self, accumulator):
-        return accumulator.to_bytes()
-
-
 def _analyse_inputs(make_pipeline, options: TransformOptions, inputs: dict[str, str],
                     raw_schema: schema_pb2.Schema, specs: list[AnalyzerSpec], temp_dir: str,
                     keep_dir: Optional[str] = None, statistics_plan: Optional[Plan] = None,
@@ -267,12 +277,11 @@ def _analyse_inputs(make_pipeline, options: TransformOptions, inputs: dict[str, 
         per_file_statistics = []
         for key, examples_dir in inputs.items():
             files = split_paths(examples_dir, options.analyze_split)
-            analysed = (pipeline | f"Files[{key}]" >> beam.Create(files)
+            analysed = (pipeline | f"Files[{key}]" >> beam.Create(list(enumerate(files)))
                         | f"Analyze[{key}]" >> beam.ParDo(_AnalyzeFile(
                             options, raw_schema, keep_dir, statistics_plan)).with_outputs(
                                 STATISTICS, main="analyses"))
-            _ = (analysed.analyses
-                 | f"Merge[{key}]" >> beam.CombineGlobally(_MergeAnalyses(specs))
+            _ = (merged_in_file_order(pipeline, analysed.analyses, specs, len(files), key)
                  | f"Keep[{key}]" >> beam.Map(lambda data, path: fileio.write_bytes(path, data),
                                               results[key]))
             per_file_statistics.append(analysed[STATISTICS])
@@ -313,7 +322,9 @@ def analyze(make_pipeline, options: TransformOptions, examples_dirs: Sequence[st
         if cache_dir:
             fileio.makedirs(fileio.dirname(cached_path(to_read[key])))
             fileio.write_bytes(cached_path(to_read[key]), analysis.to_bytes())
-    total = merged([*from_cache.values(), *read.values()], inputs_fn.specs)
+    # In the inputs' order, whichever came from the cache: the same graph either way.
+    total = merged([from_cache[d] if d in from_cache else read[dataset_key(d)]
+                    for d in examples_dirs], inputs_fn.specs)
     write_transform_graph(inputs_fn.preprocessing_fn, raw_schema, inputs_fn.specs,
                           total.values(), graph_dir, temp_dir)
     return {"analysed": [d for d in examples_dirs if d not in from_cache],
