@@ -215,7 +215,7 @@ class _AnalyzeFile(beam.DoFn):
                 self._adapter.ToBatchTensors(batch, produce_eager_tensors=True)))
             if stats:
                 summarise(stats, batch)
-        yield place, analysis.to_bytes()
+        yield place, analysis.compact().to_bytes()
         if stats:
             yield beam.pvalue.TaggedOutput(STATISTICS, stats.compact())
 
@@ -236,7 +236,7 @@ def merged_in_file_order(pipeline, analyses, specs: list[AnalyzerSpec], files: i
                  | f"MergeGroup{depth}[{name}]" >> beam.MapTuple(
                      lambda group, members: (group, merged(
                          [Analysis.from_bytes(data) for _, data in sorted(members)],
-                         specs).to_bytes())))
+                         specs).compact().to_bytes())))
         width, depth = -(-width // MERGE_FAN_IN), depth + 1
     return level | f"Merged[{name}]" >> beam.Values()
 
