@@ -12,11 +12,12 @@ preprocessing_fn keeps tf.Transform's general path.
    (`statistics.Analysis`); merge the files' analyses in a tree fixed by file order
    (`merged_in_file_order`: every runner the same constants), then the inputs' in their
    order. With an analyzer cache, each input's analysis is kept (by `inputs.dataset_key`
-   and the function's fingerprint) and an input seen before is not read again. With `reuse_decoded` (the default), each
-   file's decoded batches are also written as an Arrow IPC file in the run's staging folder
-   (through the file layer, so on any runner and any store), for step 4. With a statistics
-   plan, each batch is also summarised for the pre-transform statistics (a SplitStats a
-   file, merged by StatisticsGen's order-free `MergeSplitStats`).
+   and the function's fingerprint) and an input seen before is not read again. With
+   `reuse_decoded` (the default), each file's decoded batches are also written as an Arrow
+   IPC file in the run's staging folder (through the file layer, so on any runner and any
+   store), for step 4. With a statistics plan, each batch is also summarised for the
+   pre-transform statistics (a SplitStats a file, merged by StatisticsGen's order-free
+   `MergeSplitStats`).
 3. Trace the preprocessing_fn again with `ConstantAnalyzers` and write it with tf.Transform's
    own writer (`impl_helper.trace_and_write_v2_saved_model`): a standard TransformGraph
    (`transform_fn/` with its vocabularies as assets, `transformed_metadata/`), which the
