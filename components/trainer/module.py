@@ -126,6 +126,12 @@ def resolve_validation(fn_args: Any, options: TrainerOptions) -> Validation:
     return Validation()
 
 
+# The scaling pass's batches: few enough that Python's per-batch sums cost nothing beside the
+# reading (at 30M taxi rows, 65,536 rows a batch took 2 CPU-s less than 4,096), small enough
+# to hold (about 8 MB a batch for 15 numbers).
+STATISTICS_BATCH_ROWS = 65_536
+
+
 @dataclasses.dataclass
 class TrainingInput:
     """The input functions of one run: every replica's reader of the training or validation
@@ -185,7 +191,7 @@ class TrainingInput:
         no gradients), and it sees every row, which a sample of the first batches does not."""
         keys = [] if self.images else numeric_keys(self.schema, self.feature_keys)
         config = dataclasses.replace(self.options.input_config(
-            max(self.options.input.batch_size, 4096), False, {}), num_epochs=1)
+            max(self.options.input.batch_size, STATISTICS_BATCH_ROWS), False, {}), num_epochs=1)
         return DataStatistics.of(self._dataset(files, keys, config, holdout=holdout), keys)
 
     def rows_read(self, files, holdout: Optional[Holdout], batches: int,
