@@ -6,6 +6,7 @@ scored as before."""
 from __future__ import annotations
 
 import json
+import keyword
 import logging
 import os
 import re
@@ -195,8 +196,10 @@ def test_where_rows_cannot_pair_the_raw_records_are_scored(taxi_examples, taxi_m
 def test_signature_input_names_are_tensorflows_and_keep_apart():
     from components.trainer.options import signature_input_name
 
-    names = ["Body Mass (g)", "Delta 15 N (o/oo)__missing", "trip_miles", "_private", "a.b-c"]
+    names = ["Body Mass (g)", "Delta 15 N (o/oo)__missing", "trip_miles", "_private", "a.b-c",
+             "class", "1st", "lambda"]
     made = [signature_input_name(n) for n in names]
     assert made == ["Body_Mass__g_", "Delta_15_N__o_oo___missing", "trip_miles", "f_private",
-                    "a_b_c"]
-    assert all(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_]*", m) for m in made)
+                    "a_b_c", "f_class", "f_1st", "f_lambda"]
+    # A signature's inputs become a Python function's parameters when it is saved.
+    assert all(m.isidentifier() and not keyword.iskeyword(m) for m in made)

@@ -4,6 +4,7 @@ and `run_fn` reads back. How an image feature is read is `shard_readers.images.I
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import re
 from typing import Any, Mapping, Optional
 
@@ -29,7 +30,11 @@ def signature_input_name(feature: str) -> str:
     SavedModel signature keeps them ("Body Mass (g)" -> "Body_Mass__g_"; TensorFlow turns
     the "/" of "Delta 15 N (o/oo)" into "_" itself)."""
     name = re.sub(r"[^A-Za-z0-9_]", "_", feature)
-    return name if re.match(r"[A-Za-z0-9]", name) else "f" + name
+    # A SavedModel's signature is a Python function of these names: a keyword ("class", a
+    # common label) or a leading digit is no parameter name, and the export fails.
+    if keyword.iskeyword(name) or name[:1].isdigit():
+        return "f_" + name
+    return name if re.match(r"[A-Za-z]", name) else "f" + name
 # Image datasets carry these beside the pixels; a model must not learn from them.
 IMAGE_METADATA = ("height", "width", "channels", "format")
 # Where `tfrp data-service dispatcher` listens unless told otherwise.
