@@ -363,8 +363,11 @@ def describe_outputs(artifacts: dict[str, list]) -> str:
         if fileio.exists(path):
             parts.append(f"schema of {fileio.read_text(path).count('feature {')} features")
     if "ExampleStatistics" in artifacts:
+        # Transform's pre- and post-transform statistics have no splits (stock's layout):
+        # they are told apart by their output's folder.
         parts.append("statistics of " + ", ".join(
-            s for a in artifacts["ExampleStatistics"] for s in split_names(a)))
+            s for a in artifacts["ExampleStatistics"]
+            for s in split_names(a) or [fileio.basename(fileio.dirname(a.uri.rstrip("/")))]))
     if "ExampleAnomalies" in artifacts:
         parts.append(f"{sum(len(a) for a in anomalies(artifacts).values())} anomalies")
     if "TransformGraph" in artifacts:
