@@ -21,11 +21,13 @@ class EvaluatorOptions(JsonOptions):
     threads: int = setting(
         2, "Batches scored at once: TensorFlow runs one batch's ops on fewer cores than it "
            "has.", minimum=1, flag=False)
-    # The taxi model's layers after the Transform graph on 333k transformed rows, read and
-    # scored, median of 3 on 2 quiet cores: 0.80 s at 8,192 rows a call, 0.75 s at 16,384,
-    # 0.71 s at 32,768 (2 threads); with 1 thread 1.07, 0.92, 0.81 s; 3 threads, no better.
+    # Each call's activations are held by every thread at once. The Evaluator alone on 10M
+    # taxi eval rows (one `tfrp run` that reran only it): 32,768 rows a call peaked at
+    # 1,835 MiB in 23.9 s, 16,384 at 1,429 MiB in 23.2 s, 8,192 at 1,291 MiB in 23.7 s; on
+    # 1M rows 32,768 took 1,744 MiB and 8,192 1,305. On 333k rows, median of 3, 2 threads:
+    # 0.80 s at 8,192, 0.71 s at 32,768; 3 threads were no better.
     transformed_batch_rows: int = setting(
-        32768, "Rows a call of the score_transformed signature scores.", minimum=1,
+        8192, "Rows a call of the score_transformed signature scores.", minimum=1,
         flag=False)
     # A part's scores, the reader's batches and the metrics' working arrays: at 1M-row parts
     # the stage peaked at 2,109 MiB on 10M eval rows (1,951 on 1M), in a process holding
