@@ -8,6 +8,7 @@ dies, and the next run takes it."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import fcntl
 import json
@@ -20,7 +21,7 @@ from typing import Callable, Iterator, Optional
 from tfx.dsl.compiler import constants
 from tfx.orchestration import metadata
 from tfx.orchestration.local.local_dag_runner import LocalDagRunner
-from tfx.orchestration.portable import runtime_parameter_utils
+from tfx.orchestration.portable import launcher, runtime_parameter_utils
 
 from tfrecord_shards import fileio, tf_filesystems
 from pipeline import progress, run_summary
@@ -62,6 +63,39 @@ class _RunIdRunner(LocalDagRunner):
         runtime_parameter_utils.substitute_runtime_parameter(
             pipeline, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: self._run_id})
         return super().run_with_ir(pipeline, run_options=run_options)
+
+
+def release_free_memory() -> bool:
+    """Hands the pages glibc's allocator holds free back to the kernel (`malloc_trim`);
+    False where the C library has no such call. What a component freed otherwise stays in
+    this process's resident size, under every later component's peak."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+@contextlib.contextmanager
+def memory_released_after_each_component() -> Iterator[None]:
+    """Every component of this process's run followed by `release_free_memory`. Locally the
+    components share one process: at 30M taxi rows Transform's stage left its 1.7 GiB peak
+    resident and the Trainer and the Evaluator started above it. LocalDagRunner launches
+    each one from a loop of its own with no hook between them, so `Launcher.launch` is
+    wrapped for the run's length."""
+    launch = launcher.Launcher.launch
+
+    def launch_then_release(self, *args, **kwargs):
+        try:
+            return launch(self, *args, **kwargs)
+        finally:
+            release_free_memory()
+
+    launcher.Launcher.launch = launch_then_release
+    try:
+        yield
+    finally:
+        launcher.Launcher.launch = launch
 
 
 def lock_path(config: PipelineConfig) -> str:
@@ -139,11 +173,12 @@ def _run_locked(config: PipelineConfig, run_id: str,
     # line, so the executors see the program name alone.
     command_line, sys.argv = sys.argv, sys.argv[:1]
     try:
-        if echo is None:
-            _RunIdRunner(run_id).run(pipeline)
-        else:
-            with progress.RunProgress(config.metadata_path, echo, run_id=run_id):
+        with memory_released_after_each_component():
+            if echo is None:
                 _RunIdRunner(run_id).run(pipeline)
+            else:
+                with progress.RunProgress(config.metadata_path, echo, run_id=run_id):
+                    _RunIdRunner(run_id).run(pipeline)
     finally:
         sys.argv = command_line
     return run_summary.summarize(config.metadata_path, config.pipeline_name, run_id)
