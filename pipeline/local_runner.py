@@ -8,7 +8,6 @@ dies, and the next run takes it."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import datetime
 import fcntl
 import json
@@ -24,6 +23,7 @@ from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 from tfx.orchestration.portable import launcher, runtime_parameter_utils
 
 from tfrecord_shards import fileio, tf_filesystems
+from tfrecord_shards.memory import release_free_memory
 from pipeline import progress, run_summary
 from pipeline.configs import PipelineConfig
 from pipeline.pipeline import create_pipeline
@@ -63,17 +63,6 @@ class _RunIdRunner(LocalDagRunner):
         runtime_parameter_utils.substitute_runtime_parameter(
             pipeline, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: self._run_id})
         return super().run_with_ir(pipeline, run_options=run_options)
-
-
-def release_free_memory() -> bool:
-    """Hands the pages glibc's allocator holds free back to the kernel (`malloc_trim`);
-    False where the C library has no such call. What a component freed otherwise stays in
-    this process's resident size, under every later component's peak."""
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    if trim is None:
-        return False
-    trim(0)
-    return True
 
 
 @contextlib.contextmanager

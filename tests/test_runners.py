@@ -43,37 +43,6 @@ def taxi_unblessed_run(taxi_run, taxi_rerun):
     return local_runner.run(config.replace(min_accuracy=1.01))
 
 
-_FRAGMENTED_HEAP = """
-import sys
-sys.path.insert(0, sys.argv[1])
-from pipeline.local_runner import release_free_memory
-
-def resident_mib():
-    with open("/proc/self/status") as f:
-        return int(f.read().split("VmRSS:")[1].split()[0]) // 1024
-
-kept, freed = [], []
-for i in range(150_000):
-    (kept if i % 64 == 0 else freed).append(bytearray(4096))
-before = resident_mib()
-del freed
-after_free = resident_mib()
-assert release_free_memory()
-print(before, after_free, resident_mib())
-"""
-
-
-def test_freed_pages_go_back_to_the_kernel_when_released(tmp_path):
-    """600 MB of 4 KiB buffers, every 64th kept: freed, the holes stay resident (glibc keeps
-    them for reuse); released, they go back. Locally every component runs in one process,
-    and this is what each leaves behind."""
-    result = subprocess.run([sys.executable, "-c", _FRAGMENTED_HEAP, os.getcwd()],
-                            capture_output=True, text=True, check=True)
-    before, after_free, released = map(int, result.stdout.split())
-    assert after_free > before - 100, (before, after_free)
-    assert released < after_free - 400, (before, after_free, released)
-
-
 @pytest.mark.pipeline
 def test_memory_is_released_after_every_component_of_a_local_run(taxi_run, taxi_rerun,
                                                                   monkeypatch):

@@ -31,6 +31,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
 from tfrecord_shards import fileio, rows_done, tfrecord_io
 from tfrecord_shards.packing.arrow import RowDecoder
+from tfrecord_shards.memory import release_free_memory
 from components.statistics_gen.accumulators import SplitStats, block_part
 from components.statistics_gen.options import StatisticsGenOptions
 from components.statistics_gen.plan import Plan, plan_for, split_files, unsupported_schema
@@ -66,6 +67,8 @@ def scan(inputs: Iterable[tuple[str, list[str], Plan]], options: StatisticsGenOp
                                 block_part, part, decoder, plan)))
                             while len(in_flight) > threads + 2:
                                 _fold(in_flight.popleft(), count_rows)
+                    # The threads' freed blocks, back to the kernel a file at a time.
+                    release_free_memory()
             while in_flight:
                 _fold(in_flight.popleft(), count_rows)
         except BaseException:

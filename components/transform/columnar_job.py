@@ -46,6 +46,7 @@ from tensorflow_transform.tf_metadata import metadata_io
 from tfx_bsl.tfxio import tensor_adapter
 
 from tfrecord_shards import fileio, rows_done, shards
+from tfrecord_shards.memory import release_free_memory
 from components.statistics_gen.accumulators import SplitStats
 from components.statistics_gen.beam_job import MergeSplitStats, SplitStatsCoder
 from components.statistics_gen.options import StatisticsGenOptions
@@ -217,6 +218,7 @@ class _AnalyzeFile(beam.DoFn):
             if stats:
                 summarise(stats, batch)
         yield place, analysis.compact().to_bytes()
+        release_free_memory()
         if stats:
             yield beam.pvalue.TaggedOutput(STATISTICS, stats.compact())
 
@@ -406,6 +408,7 @@ class _TransformFile(beam.DoFn):
                 summarise(stats, transformed)
             encoder.add(transformed)
         yield from encoder.close()
+        release_free_memory()
         yield beam.pvalue.TaggedOutput(ROW_COUNTS, (self._split, encoder.rows, encoder.records))
         if stats:
             yield beam.pvalue.TaggedOutput(STATISTICS, stats.compact())
