@@ -42,6 +42,7 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 import tensorflow_transform as tft
 from tensorflow_transform import graph_context, impl_helper
+from tensorflow_transform.saved import saved_transform_io_v2
 from tensorflow_transform.tf_metadata import metadata_io
 from tfx_bsl.tfxio import tensor_adapter
 
@@ -391,7 +392,12 @@ class _TransformFile(beam.DoFn):
         self._adapter = tensor_adapter.TensorAdapter(tensor_adapter_config(self._raw_schema))
         if self._graph_dir not in _loaded:
             output = tft.TFTransformOutput(self._graph_dir)
-            _loaded[self._graph_dir] = (output.transform_features_layer(),
+            # As tf.Transform's own TransformDataset applies a graph: finalized for the
+            # adapter's tensors. Unfinalized, each call first tries a signature that does
+            # not fit, and the TypeError it catches prints every input tensor.
+            loader = saved_transform_io_v2.SavedModelLoader(output.transform_savedmodel_dir)
+            loader.finalize(list(self._adapter.TypeSpecs()), list(loader.structured_outputs))
+            _loaded[self._graph_dir] = (loader.apply_transform_model,
                                         impl_helper.make_tensor_to_arrow_converter(
                                             output.transformed_metadata.schema))
         self._layer, self._converter = _loaded[self._graph_dir]
