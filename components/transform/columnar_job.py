@@ -400,14 +400,14 @@ class _TransformFile(beam.DoFn):
             _loaded[self._graph_dir] = (loader.apply_transform_model,
                                         impl_helper.make_tensor_to_arrow_converter(
                                             output.transformed_metadata.schema))
-        self._layer, self._converter = _loaded[self._graph_dir]
+        self._apply_graph, self._converter = _loaded[self._graph_dir]
 
     def process(self, element: tuple[int, str, Optional[str]]):
         place, path, kept = element
         encoder = SplitEncoder(self._split, self._schema, self._staging, self._sharding, place)
         stats = file_statistics(self._statistics_plan)
         for batch in kept_batches(kept) if kept else record_batches(path, self._raw_schema):
-            transformed = self._converter.convert(self._layer(self._adapter.ToBatchTensors(
+            transformed = self._converter.convert(self._apply_graph(self._adapter.ToBatchTensors(
                 batch, produce_eager_tensors=True)))
             rows_done.add(batch.num_rows)
             if stats:
