@@ -319,6 +319,31 @@ def test_value_tables_merge_by_summing():
                                                                     ("c", 1)]
 
 
+def test_value_tables_merge_again_after_a_compaction():
+    """A merged state compacted (its value tables summed into one) then merged with more:
+    the summed table keeps the (value, count) columns' order. It did not, and the pipeline
+    failed on movielens ("Schema at index 1 was different"): movie and user ids, many
+    distinct values, compacted between a Beam bundle's merges."""
+    plan = stats_plan.make_plan(_schema_with_string("s"))
+    options = StatisticsGenOptions()
+
+    def stats_of(values: list[bytes]) -> accumulators.SplitStats:
+        stats = accumulators.SplitStats(plan, options)
+        column = pa.array([[v] for v in values], pa.list_(pa.large_binary()))
+        part = accumulators._FeaturePart(accumulators._presence(column))
+        part.bytes_total = sum(len(v) for v in values)
+        part.value_counts = column.flatten().value_counts()
+        stats.add(accumulators._BlockPart(len(values), {"s": part}))
+        return stats
+
+    merged = stats_of([b"a", b"b", b"a"]).merge(stats_of([b"b", b"c"])).compact()
+    merged.merge(stats_of([b"c", b"c", b"d"])).merge(stats_of([b"a", b"a"])).compact()
+    strings = merged.statistics().datasets[0].features[0].string_stats
+    assert strings.unique == 4
+    assert [(v.value, v.frequency) for v in strings.top_values] == [
+        ("a", 4), ("c", 3), ("b", 2), ("d", 1)]
+
+
 def _schema_with_string(name: str):
     from tensorflow_metadata.proto.v0 import schema_pb2
 

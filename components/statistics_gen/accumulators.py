@@ -280,8 +280,8 @@ class _FeatureStats:
             return self.pending[0]
         merged = pa.concat_tables(self.pending).group_by("value").aggregate(
             [("count", "sum")])
-        return merged.rename_columns(["count" if n == "count_sum" else n
-                                      for n in merged.column_names])
+        # The group-by puts the sum first; tables concatenate only in one column order.
+        return merged.select(["value", "count_sum"]).rename_columns(["value", "count"])
 
 
 def _add_counts(total: np.ndarray, more: np.ndarray) -> np.ndarray:
