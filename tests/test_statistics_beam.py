@@ -294,22 +294,23 @@ def test_a_million_rows_on_worker_processes(tmp_path_factory, tmp_path):
     _assert_beam_matches_scan(examples, tmp_path)
 
 
+def _string_stats(values: list[bytes]) -> accumulators.SplitStats:
+    """A one-block state of string feature `s` holding `values`, one a row."""
+    stats = accumulators.SplitStats(stats_plan.make_plan(_schema_with_string("s")),
+                                    StatisticsGenOptions())
+    column = pa.array([[v] for v in values], pa.list_(pa.large_binary()))
+    part = accumulators._FeaturePart(accumulators._presence(column))
+    part.bytes_total = sum(len(v) for v in values)
+    part.value_counts = column.flatten().value_counts()
+    stats.add(accumulators._BlockPart(len(values), {"s": part}))
+    return stats
+
+
 def test_value_tables_merge_by_summing():
     """The string side of a merge: value counts summed per value, whichever order."""
     plan = stats_plan.make_plan(_schema_with_string("s"))
     options = StatisticsGenOptions()
-
-    def stats_of(values: list[bytes]) -> accumulators.SplitStats:
-        stats = accumulators.SplitStats(plan, options)
-        column = pa.array([[v] for v in values], pa.list_(pa.large_binary()))
-        part = accumulators._FeaturePart(accumulators._presence(column))
-        flat = column.flatten()
-        part.bytes_total = sum(len(v) for v in values)
-        part.value_counts = flat.value_counts()
-        stats.add(accumulators._BlockPart(len(values), {"s": part}))
-        return stats
-
-    one, two = stats_of([b"a", b"b", b"a"]), stats_of([b"b", b"c", b"b", b"b"])
+    one, two = _string_stats([b"a", b"b", b"a"]), _string_stats([b"b", b"c", b"b", b"b"])
     forward = accumulators.SplitStats(plan, options).merge(one).merge(two).statistics()
     backward = accumulators.SplitStats(plan, options).merge(two).merge(one).statistics()
     assert forward == backward
@@ -324,20 +325,8 @@ def test_value_tables_merge_again_after_a_compaction():
     the summed table keeps the (value, count) columns' order. It did not, and the pipeline
     failed on movielens ("Schema at index 1 was different"): movie and user ids, many
     distinct values, compacted between a Beam bundle's merges."""
-    plan = stats_plan.make_plan(_schema_with_string("s"))
-    options = StatisticsGenOptions()
-
-    def stats_of(values: list[bytes]) -> accumulators.SplitStats:
-        stats = accumulators.SplitStats(plan, options)
-        column = pa.array([[v] for v in values], pa.list_(pa.large_binary()))
-        part = accumulators._FeaturePart(accumulators._presence(column))
-        part.bytes_total = sum(len(v) for v in values)
-        part.value_counts = column.flatten().value_counts()
-        stats.add(accumulators._BlockPart(len(values), {"s": part}))
-        return stats
-
-    merged = stats_of([b"a", b"b", b"a"]).merge(stats_of([b"b", b"c"])).compact()
-    merged.merge(stats_of([b"c", b"c", b"d"])).merge(stats_of([b"a", b"a"])).compact()
+    merged = _string_stats([b"a", b"b", b"a"]).merge(_string_stats([b"b", b"c"])).compact()
+    merged.merge(_string_stats([b"c", b"c", b"d"])).merge(_string_stats([b"a", b"a"])).compact()
     strings = merged.statistics().datasets[0].features[0].string_stats
     assert strings.unique == 4
     assert [(v.value, v.frequency) for v in strings.top_values] == [
