@@ -7,12 +7,20 @@ holding about 1 MiB a file. `release_free_memory` returns those pages (`malloc_t
 from __future__ import annotations
 
 import ctypes
+import functools
+from typing import Callable, Optional
+
+
+@functools.cache
+def _malloc_trim() -> Optional[Callable[[int], int]]:
+    """The C library's `malloc_trim`, looked up once; None where it has none."""
+    return getattr(ctypes.CDLL(None), "malloc_trim", None)
 
 
 def release_free_memory() -> bool:
     """Hands the pages glibc's allocator holds free back to the kernel; False where the C
     library has no `malloc_trim` (musl, macOS)."""
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    trim = _malloc_trim()
     if trim is None:
         return False
     trim(0)
