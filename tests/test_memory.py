@@ -26,7 +26,7 @@ print(before, after_free, resident_mib())
 """
 
 
-def test_freed_pages_go_back_to_the_kernel_when_released(tmp_path):
+def test_freed_pages_go_back_to_the_kernel_when_released():
     """600 MB of 4 KiB buffers, every 64th kept: freed, the holes stay resident (glibc keeps
     them for reuse); released, they go back. Locally every component runs in one process,
     and this is what each leaves behind."""
