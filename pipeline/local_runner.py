@@ -23,7 +23,7 @@ from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 from tfx.orchestration.portable import launcher, runtime_parameter_utils
 
 from tfrecord_shards import fileio, tf_filesystems
-from tfrecord_shards.memory import release_free_memory
+from tfrecord_shards.memory import limit_arenas, release_free_memory
 from pipeline import progress, run_summary
 from pipeline.configs import PipelineConfig
 from pipeline.pipeline import create_pipeline
@@ -43,6 +43,11 @@ def local_config(config: PipelineConfig) -> PipelineConfig:
 
 
 LOCK_SUFFIX = ".lock"
+# Allocator arenas of a local run's process (`limit_arenas`). With glibc's default (8 per
+# core) the 30M taxi run kept 197 MiB more after ExampleGen than the 3M run did, and every
+# later stage started that much higher; with 2 each stage's peak stayed within 66 MiB of
+# the 3M run's, at the same speed.
+LOCAL_RUN_ARENAS = 2
 
 
 class AlreadyRunning(RuntimeError):
@@ -161,6 +166,7 @@ def _run_locked(config: PipelineConfig, run_id: str,
     # `--verbosity=run` and stops the Evaluator; the pipeline takes nothing from the command
     # line, so the executors see the program name alone.
     command_line, sys.argv = sys.argv, sys.argv[:1]
+    limit_arenas(LOCAL_RUN_ARENAS)
     try:
         with memory_released_after_each_component():
             if echo is None:

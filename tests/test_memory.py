@@ -35,3 +35,54 @@ def test_freed_pages_go_back_to_the_kernel_when_released():
     before, after_free, released = map(int, result.stdout.split())
     assert after_free > before - 100, (before, after_free)
     assert released < after_free - 400, (before, after_free, released)
+
+
+_THREADS_ALLOCATING = """
+import ctypes, os, sys, tempfile, threading
+sys.path.insert(0, sys.argv[1])
+from tfrecord_shards.memory import limit_arenas
+
+libc = ctypes.CDLL(None)
+libc.fopen.restype, libc.fopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_char_p]
+libc.malloc_info.argtypes, libc.fclose.argtypes = [ctypes.c_int, ctypes.c_void_p], [ctypes.c_void_p]
+
+def arenas():
+    with tempfile.NamedTemporaryFile("r", suffix=".xml") as report:
+        stream = libc.fopen(report.name.encode(), b"w")
+        libc.malloc_info(0, stream)
+        libc.fclose(stream)
+        return report.read().count("<heap nr=")
+
+limited = limit_arenas(int(sys.argv[2])) if sys.argv[2] != "none" else None
+together = threading.Barrier(8)
+held = []
+
+def allocate():
+    held.append(bytearray(200_000))  # from this thread's arena
+    together.wait()  # all alive at once: none takes over an arena another has let go
+
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(limited, arenas())
+"""
+
+
+def _arenas_after_eight_threads(limit: str, **env: str) -> tuple[str, int]:
+    result = subprocess.run([sys.executable, "-c", _THREADS_ALLOCATING, os.getcwd(), limit],
+                            capture_output=True, text=True, check=True,
+                            env={**os.environ, **env})
+    limited, arenas = result.stdout.split()
+    return limited, int(arenas)
+
+
+def test_threads_share_the_arenas_a_limit_allows():
+    """Eight threads allocating at once make an arena each; limited to 2, they share 2. A
+    limit the process was started with is left as it is."""
+    _, unlimited = _arenas_after_eight_threads("none")
+    assert unlimited > 4, unlimited
+    assert _arenas_after_eight_threads("2") == ("True", 2)
+    limited, arenas = _arenas_after_eight_threads("2", MALLOC_ARENA_MAX="3")
+    assert (limited, arenas) == ("False", 3)
