@@ -44,10 +44,10 @@ def local_config(config: PipelineConfig) -> PipelineConfig:
 
 LOCK_SUFFIX = ".lock"
 # Allocator arenas of a local run's process (`limit_arenas`). With glibc's default (8 per
-# core) the 30M taxi run kept 197 MiB more after ExampleGen than the 3M run did, and every
-# later stage started that much higher; with 2 each stage's peak stayed within 66 MiB of
-# the 3M run's, at the same speed.
-LOCAL_RUN_ARENAS = 2
+# core) the 30M taxi run kept 685 MiB of anonymous memory after ExampleGen against 488 MiB
+# at 3M, and every later stage started that much higher; with 4 or with 2 it kept 496. Four
+# leaves TensorFlow's threads more arenas to allocate from at once.
+LOCAL_RUN_ARENAS = 4
 
 
 class AlreadyRunning(RuntimeError):
