@@ -215,6 +215,13 @@ class PipelineConfig:
     beam_runner: str = "DirectRunner"
     # DirectRunner in worker processes (0: one per core); unset runs in this process.
     direct_num_workers: Optional[int] = None
+    # glibc's allocator arenas for a local run's process (`tfrecord_shards.memory.limit_arenas`),
+    # whose components share it. Unset: glibc's default, 8 a core. 4 kept the 30M taxi run's
+    # stages within 130 MiB of the 3M run's (+286 unset), but small runs' Transform took 0.4-0.8
+    # s longer (bench/RESULTS.md, 2026-12-02).
+    allocator_arenas: Optional[int] = setting(
+        None, "Allocator arenas of a local run's process (glibc); fewer keep a long run's "
+              "memory flatter.", minimum=1)
     dataflow_project: Optional[str] = None
     dataflow_region: Optional[str] = None
     dataflow_temp_location: Optional[str] = None

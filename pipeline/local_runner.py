@@ -43,11 +43,6 @@ def local_config(config: PipelineConfig) -> PipelineConfig:
 
 
 LOCK_SUFFIX = ".lock"
-# Allocator arenas of a local run's process (`limit_arenas`). With glibc's default (8 per
-# core) the 30M taxi run kept 685 MiB of anonymous memory after ExampleGen against 488 MiB
-# at 3M, and every later stage started that much higher; with 4 or with 2 it kept 496. Four
-# leaves TensorFlow's threads more arenas to allocate from at once.
-LOCAL_RUN_ARENAS = 4
 
 
 class AlreadyRunning(RuntimeError):
@@ -166,7 +161,8 @@ def _run_locked(config: PipelineConfig, run_id: str,
     # `--verbosity=run` and stops the Evaluator; the pipeline takes nothing from the command
     # line, so the executors see the program name alone.
     command_line, sys.argv = sys.argv, sys.argv[:1]
-    limit_arenas(LOCAL_RUN_ARENAS)
+    if config.allocator_arenas:
+        limit_arenas(config.allocator_arenas)
     try:
         with memory_released_after_each_component():
             if echo is None:

@@ -46,8 +46,8 @@ def taxi_unblessed_run(taxi_run, taxi_rerun):
 @pytest.mark.pipeline
 def test_memory_is_released_after_every_component_of_a_local_run(taxi_run, taxi_rerun,
                                                                   monkeypatch):
-    """Each component launched, cached or run, is followed by a release; the arenas are
-    limited before the first; the launcher is as TFX made it once the run is over."""
+    """Each component launched, cached or run, is followed by a release; the arenas, when
+    set, are limited before the first; the launcher is as TFX made it once the run is over."""
     from tfx.orchestration.portable import launcher
 
     config, _ = taxi_run
@@ -59,10 +59,10 @@ def test_memory_is_released_after_every_component_of_a_local_run(taxi_run, taxi_
                         lambda count: limits.append((count, len(released))) or limit(count))
     original = launcher.Launcher.launch
     # A bound no model reaches: nothing is pushed, so the later tests' production is as was.
-    summary = local_runner.run(config.replace(min_accuracy=1.02))
+    summary = local_runner.run(config.replace(min_accuracy=1.02, allocator_arenas=4))
     assert summary.components["Evaluator"] == "ran" and not summary.blessed
     assert len(released) == len(summary.components) > 5
-    assert limits == [(local_runner.LOCAL_RUN_ARENAS, 0)]
+    assert limits == [(4, 0)]
     assert launcher.Launcher.launch is original
 
 
