@@ -40,8 +40,9 @@ def release_free_memory() -> bool:
 def limit_arenas(count: int) -> bool:
     """Lets glibc's allocator make at most `count` arenas from now on (threads then share
     them), unless the process was started with a limit of its own (`MALLOC_ARENA_MAX`, or
-    `arena_max` in `GLIBC_TUNABLES`). False where the C library has no `mallopt` or a limit
-    was given."""
+    `arena_max` in `GLIBC_TUNABLES`). glibc fixes its limit once, when it first makes more
+    than 8 arenas, so this is called early, before a stage's threads start. False where the
+    C library has no `mallopt` or a limit was given."""
     if "MALLOC_ARENA_MAX" in os.environ or "arena_max" in os.environ.get("GLIBC_TUNABLES", ""):
         return False
     mallopt = _libc_function("mallopt")
