@@ -193,6 +193,61 @@ def test_where_rows_cannot_pair_the_raw_records_are_scored(taxi_examples, taxi_m
                    for r in caplog.records), reason
 
 
+@pytest.mark.slow
+def test_a_compiled_signature_gives_the_raw_records_metrics(taxi_examples, taxi_models,
+                                                            tmp_path, caplog):
+    """With every split large enough to compile (jit_compile_rows=1), both models' layers
+    are scored compiled by XLA, and the metrics and blessing are those of the raw records,
+    as the uncompiled signature's are."""
+    config = taxi_config(binary_taxi_metrics())
+    with caplog.at_level(logging.INFO):
+        runs = evaluate_both(tmp_path, taxi_examples, taxi_models, config,
+                             transformed_dir(taxi_models), EvaluatorOptions(jit_compile_rows=1))
+    compiled = [r.getMessage() for r in caplog.records if "compiled by XLA" in r.getMessage()]
+    assert len(compiled) == 2, compiled  # the candidate and the baseline
+    check = serving_check(runs["transformed"][0])
+    assert check["refusal"] is None and check["largest_difference"] <= SERVING_TOLERANCE
+    raw, transformed = metric_table(runs["raw"][0]), metric_table(runs["transformed"][0])
+    assert sorted(raw) == sorted(transformed) and len(raw) > 10
+    far = {key: (raw[key], transformed[key]) for key in raw
+           if not np.allclose(raw[key], transformed[key], atol=1e-6, rtol=0, equal_nan=True)}
+    assert not far, far
+    assert blessing_facts(runs["raw"][1]) == blessing_facts(runs["transformed"][1])
+
+
+def test_a_signature_xla_cannot_compile_is_scored_as_it_is(caplog):
+    """String hashing has no XLA kernel: the signature is then called as it is, and the
+    log says so; a numeric one is compiled and scores the same."""
+    from components.evaluator.transformed import scoring_function
+
+    class Layers(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 1], tf.string),
+                                      tf.TensorSpec([None, 1], tf.float32)])
+        def hashed(self, company, fare):
+            bucket = tf.strings.to_hash_bucket_fast(company, 7)
+            return {"probability": tf.sigmoid(tf.cast(bucket, tf.float32) * fare)}
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 1], tf.float32)])
+        def numeric(self, fare):
+            return {"probability": tf.sigmoid(tf.sin(fare) * 3.0 + fare)}
+
+    layers = Layers()
+    inputs = {"company": tf.constant([[b"Flash Cab"], [b"Taxi Affiliation"], [b""]]),
+              "fare": tf.constant([[4.5], [12.25], [-1.0]])}
+    with caplog.at_level(logging.INFO):
+        hashed = scoring_function(layers.hashed.get_concrete_function(), inputs, True, "m1")
+        numeric = scoring_function(layers.numeric.get_concrete_function(),
+                                   {"fare": inputs["fare"]}, True, "m2")
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("m1 is scored without XLA" in m for m in messages), messages
+    assert any("m2 is scored compiled by XLA" in m for m in messages), messages
+    assert np.array_equal(hashed(inputs)["probability"].numpy(),
+                          layers.hashed(**inputs)["probability"].numpy())
+    longer = {"fare": tf.constant([[0.5], [2.0], [30.0], [7.0], [-3.5]])}
+    np.testing.assert_allclose(numeric(longer)["probability"].numpy(),
+                               layers.numeric(**longer)["probability"].numpy(), atol=1e-6)
+
+
 def test_signature_input_names_are_tensorflows_and_keep_apart():
     from components.trainer.options import signature_input_name
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import logging
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -155,13 +155,19 @@ def score_transformed(scorers: Sequence[ModelScorer], split: TransformedSplit,
         return Scored(len(next(iter(scores.values()))), scores,
                       {s.spec.name: {} for s in scorers}, None)
 
+    compile_ = bool(options.jit_compile_rows) and split.rows >= options.jit_compile_rows
+    functions: list = []
     rows = collected = 0
     try:
         for batch in numpy_reader.iter_batches(split.files, split.schema,
                                                options.transformed_batch_rows, features=wanted):
-            pending.append(([pool.submit(signature, **{name: tf.constant(batch[feature])
-                                                       for name, feature in names.items()})
-                             for signature, names in zip(signatures, inputs)],
+            tensors = [{name: tf.constant(batch[feature]) for name, feature in names.items()}
+                       for names in inputs]
+            if not functions:
+                functions = [scoring_function(signature, given, compile_, scorer.path)
+                             for signature, given, scorer in zip(signatures, tensors, scorers)]
+            pending.append(([pool.submit(function, given)
+                             for function, given in zip(functions, tensors)],
                             {name: batch[name] for name in labels}))
             rows += len(batch[wanted[0]])
             rows_done.add(len(batch[wanted[0]]))
@@ -179,6 +185,29 @@ def score_transformed(scorers: Sequence[ModelScorer], split: TransformedSplit,
     if rows != split.rows:
         raise ValueError(f"{len(split.files)} transformed shards held {rows:,} rows; their "
                          f"manifest says {split.rows:,}")
+
+
+def scoring_function(signature, inputs: dict, compile_: bool, path: str
+                     ) -> Callable[[dict], dict]:
+    """`signature` as a function of a dict of input tensors; with `compile_`, compiled by
+    XLA when XLA compiles it on `inputs` (the first batch), else as it is, which is logged
+    (string ops, such as a Hashing layer's, have no XLA kernel)."""
+    def plain(given: dict) -> dict:
+        return signature(**given)
+
+    if not compile_:
+        return plain
+    compiled = tf.function(plain, jit_compile=True)
+    try:
+        compiled(inputs)
+    except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
+        logging.info("Evaluator: %s of the model at %s is scored without XLA, which cannot "
+                     "compile it: %s", TRANSFORMED_SIGNATURE, path,
+                     str(error).strip().splitlines()[0])
+        return plain
+    logging.info("Evaluator: %s of the model at %s is scored compiled by XLA",
+                 TRANSFORMED_SIGNATURE, path)
+    return compiled
 
 
 def check_serving(scorers: Sequence[ModelScorer], data_files: Sequence[str], scored: Scored,
