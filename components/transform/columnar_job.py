@@ -56,7 +56,7 @@ from components.transform import analyzers
 from components.transform.feature_stats import summarise
 from components.transform.encoding import ROW_COUNTS, SplitEncoder
 from components.transform.inputs import (
-    analysis_key, dataset_key, kept_batches, record_batches, split_paths,
+    RawTensorAdapter, analysis_key, dataset_key, kept_batches, record_batches, split_paths,
     tensor_adapter_config)
 from components.transform.options import TransformOptions
 from components.transform.preprocessing import load_preprocessing_fn
@@ -205,7 +205,7 @@ class _AnalyzeFile(beam.DoFn):
         self._keep_dir, self._statistics_plan = keep_dir, statistics_plan
 
     def setup(self):
-        self._adapter = tensor_adapter.TensorAdapter(tensor_adapter_config(self._raw_schema))
+        self._adapter = RawTensorAdapter(self._raw_schema)
         self._inputs = analyzer_inputs(self._options, self._raw_schema)
 
     def process(self, element: tuple[int, str]):
@@ -214,8 +214,7 @@ class _AnalyzeFile(beam.DoFn):
         stats = file_statistics(self._statistics_plan)
         keep = kept_copy(self._keep_dir, path) if self._keep_dir else None
         for batch in record_batches(path, self._raw_schema, keep):
-            analysis.add(batch.num_rows, self._inputs(
-                self._adapter.ToBatchTensors(batch, produce_eager_tensors=True)))
+            analysis.add(batch.num_rows, self._inputs(self._adapter.to_tensors(batch)))
             if stats:
                 summarise(stats, batch)
         yield place, analysis.compact().to_bytes()
@@ -389,14 +388,14 @@ class _TransformFile(beam.DoFn):
         self._statistics_plan = statistics_plan
 
     def setup(self):
-        self._adapter = tensor_adapter.TensorAdapter(tensor_adapter_config(self._raw_schema))
+        self._adapter = RawTensorAdapter(self._raw_schema)
         if self._graph_dir not in _loaded:
             output = tft.TFTransformOutput(self._graph_dir)
             # As tf.Transform's own TransformDataset applies a graph: finalized for the
             # adapter's tensors. Unfinalized, each call first tries a signature that does
             # not fit, and the TypeError it catches prints every input tensor.
             loader = saved_transform_io_v2.SavedModelLoader(output.transform_savedmodel_dir)
-            loader.finalize(list(self._adapter.TypeSpecs()), list(loader.structured_outputs))
+            loader.finalize(list(self._adapter.type_specs()), list(loader.structured_outputs))
             _loaded[self._graph_dir] = (loader.apply_transform_model,
                                         impl_helper.make_tensor_to_arrow_converter(
                                             output.transformed_metadata.schema))
@@ -407,8 +406,8 @@ class _TransformFile(beam.DoFn):
         encoder = SplitEncoder(self._split, self._schema, self._staging, self._sharding, place)
         stats = file_statistics(self._statistics_plan)
         for batch in kept_batches(kept) if kept else record_batches(path, self._raw_schema):
-            transformed = self._converter.convert(self._apply_graph(self._adapter.ToBatchTensors(
-                batch, produce_eager_tensors=True)))
+            transformed = self._converter.convert(self._apply_graph(
+                self._adapter.to_tensors(batch)))
             rows_done.add(batch.num_rows)
             if stats:
                 summarise(stats, transformed)
