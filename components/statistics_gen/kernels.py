@@ -1,7 +1,7 @@
 """StatisticsGen's compiled loops (numba), each a pass over one block's arrays: the records'
 features and list kinds for schema inference (`unlisted_feature`), a column's moments and
-list lengths, and the sorting that orders a block's numbers for the quantiles sketch (float
-bit patterns as sortable keys, an 11-bit radix sort).
+list lengths, and the sorting that orders a block's wide-ranging integers for the quantiles
+sketch (an 11-bit radix sort; numpy sorts floats faster).
 
 Numba compiles them on first use and caches the machine code beside this file;
 `pipeline/jit_cache.py` fills that cache at install time.
@@ -156,32 +156,6 @@ def int_range(values):
         low = min(low, value)
         high = max(high, value)
     return low, high
-
-
-@_jit
-def float_keys(bits):
-    """float32 bit patterns -> uint64 keys that sort as the floats do, NaNs left out."""
-    keys = np.empty(len(bits), np.uint64)
-    count = 0
-    for raw in bits:
-        if (raw & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
-            continue  # NaN
-        key = np.uint64(raw)
-        keys[count] = key ^ np.uint64(0xFFFFFFFF) if key >> np.uint64(31) else \
-            key | np.uint64(0x80000000)
-        count += 1
-    return keys[:count]
-
-
-@_jit
-def float_bits(keys):
-    """`float_keys` undone: sorted keys -> float32 bit patterns."""
-    bits = np.empty(len(keys), np.uint32)
-    for i in range(len(keys)):
-        key = keys[i]
-        bits[i] = np.uint32(key ^ np.uint64(0x80000000) if key >> np.uint64(31)
-                            else key ^ np.uint64(0xFFFFFFFF))
-    return bits
 
 
 @_jit

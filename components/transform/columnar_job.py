@@ -64,7 +64,7 @@ from components.transform.statistics import Analysis, AnalyzerSpec, merged
 
 # What the analyzer cache's entries depend on besides the function: bump when the
 # accumulators or the order of their merging change.
-CACHE_VERSION = "columnar-2"
+CACHE_VERSION = "columnar-3"
 ANALYSIS_FILE = "columnar_analysis.pkl"
 # The tagged output of the passes' DoFns that carries a file's statistics (a SplitStats).
 STATISTICS = "statistics"
