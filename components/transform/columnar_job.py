@@ -26,7 +26,8 @@ preprocessing_fn keeps tf.Transform's general path.
    applied to decoded batches of about 64k rows (of the analysed split, the batches step 2
    kept, read back instead of decoded again), its outputs converted to Arrow by
    tf.Transform's converter, then packed and written by the same encoder and sharding
-   writer as the general path; with a statistics plan, the converted rows are summarised
+   writer as the general path, on a thread of its own (`EncodingThread`) while the next
+   batch is transformed; with a statistics plan, the converted rows are summarised
    for the post-transform statistics as in step 2.
 """
 from __future__ import annotations
@@ -54,7 +55,7 @@ from components.statistics_gen.options import StatisticsGenOptions
 from components.statistics_gen.plan import Plan
 from components.transform import analyzers
 from components.transform.feature_stats import summarise
-from components.transform.encoding import ROW_COUNTS, SplitEncoder
+from components.transform.encoding import ROW_COUNTS, EncodingThread, SplitEncoder
 from components.transform.inputs import (
     RawTensorAdapter, analysis_key, dataset_key, kept_batches, record_batches, split_paths,
     tensor_adapter_config)
@@ -405,14 +406,16 @@ class _TransformFile(beam.DoFn):
         place, path, kept = element
         encoder = SplitEncoder(self._split, self._schema, self._staging, self._sharding, place)
         stats = file_statistics(self._statistics_plan)
-        for batch in kept_batches(kept) if kept else record_batches(path, self._raw_schema):
-            transformed = self._converter.convert(self._apply_graph(
-                self._adapter.to_tensors(batch)))
-            rows_done.add(batch.num_rows)
-            if stats:
-                summarise(stats, transformed)
-            encoder.add(transformed)
-        yield from encoder.close()
+        with EncodingThread(encoder) as encoding:
+            for batch in kept_batches(kept) if kept else record_batches(path, self._raw_schema):
+                transformed = self._converter.convert(self._apply_graph(
+                    self._adapter.to_tensors(batch)))
+                rows_done.add(batch.num_rows)
+                if stats:
+                    summarise(stats, transformed)
+                encoding.add(transformed)
+            chunks = encoding.close()
+        yield from chunks
         release_free_memory()
         yield beam.pvalue.TaggedOutput(ROW_COUNTS, (self._split, encoder.rows, encoder.records))
         if stats:

@@ -9,6 +9,9 @@ files, so the transformed split lists its rows in the order of the input split
 """
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Optional
+
 import pyarrow as pa
 from tensorflow_metadata.proto.v0 import schema_pb2
 
@@ -63,3 +66,36 @@ class SplitEncoder:
             self.records += 1
             self._pending, self._pending_rows = [], 0
         return self._writer.close()
+
+
+class EncodingThread:
+    """A SplitEncoder fed on a thread of its own, one batch behind its caller: the columnar
+    transform's main thread, the pass's bottleneck, applies the graph to the next batch
+    while the last one is packed and gzipped (Arrow, numpy and zlib let go of the GIL for
+    most of that). One batch is in flight at a time; an encoding error is raised by the next
+    `add` or by `close`. A context manager: leaving it waits for the batch in flight."""
+
+    def __init__(self, encoder: SplitEncoder):
+        self.encoder = encoder
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="encode")
+        self._in_flight: Optional[Future] = None
+
+    def __enter__(self) -> "EncodingThread":
+        return self
+
+    def __exit__(self, *failure) -> None:
+        self._pool.shutdown(wait=True)
+
+    def add(self, batch) -> None:
+        self._wait()
+        self._in_flight = self._pool.submit(self.encoder.add, batch)
+
+    def close(self) -> list[shards.Chunk]:
+        """Waits for the batch in flight, then closes the encoder: its chunks, in order."""
+        self._wait()
+        return self.encoder.close()
+
+    def _wait(self) -> None:
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            in_flight.result()
