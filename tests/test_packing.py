@@ -304,3 +304,26 @@ def test_packing_refuses_a_fixed_feature_of_the_wrong_length():
     table = pa.table({"point": pa.array([[1.0, 2.0], [3.0]], pa.list_(pa.float32()))})
     with pytest.raises(ValueError, match="'point' is fixed at 2 value.*row 1 .* has 1"):
         pack(table, schema, 4)
+
+
+def test_fixed_features_in_sliced_list_chunks_pack_as_their_scalars_do():
+    """A transformed batch gives every fixed feature as a large_list column, a row's values
+    each, often in several chunks sliced from larger ones (the rows one batch carries over
+    to the next). Their values are taken straight from the lists: the blocks must be those
+    the same rows give as scalar columns, which go through `to_example_column`."""
+    schema = text_format.Parse(ROW_SCHEMA_WITH_A_FIXED_STRING, schema_pb2.Schema())
+    scalars = PACKED_TABLE.select(["hour", "kind", "tags"])
+
+    def one_a_row(column: pa.Array) -> pa.LargeListArray:
+        return pa.LargeListArray.from_arrays(pa.array(np.arange(len(column) + 1)), column)
+
+    lists = pa.Table.from_arrays(
+        [one_a_row(PACKED_TABLE["hour"].combine_chunks()),
+         one_a_row(PACKED_TABLE["kind"].combine_chunks().cast(pa.large_binary())),
+         PACKED_TABLE["tags"].combine_chunks()], ["hour", "kind", "tags"])
+    whole = lists.to_batches()[0]
+    chunked = pa.Table.from_batches([whole.slice(0, 3), whole.slice(3, 4),
+                                     whole.slice(7)])
+    assert chunked["hour"].num_chunks == 3
+    for version in (packing.layout.DICTIONARY_STRINGS, packing.layout.PLAIN_STRINGS):
+        assert pack(chunked, schema, 4, version) == pack(scalars, schema, 4, version)

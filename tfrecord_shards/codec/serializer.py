@@ -102,6 +102,11 @@ def to_example_column(array, kind: str, is_list: bool):
     return pa.ListArray.from_arrays(pa.array(offsets), values)
 
 
+def cast_values(values, kind: str):
+    """A flat Arrow array of a column's values in the type the encoder takes for `kind`."""
+    return _cast_values(values, kind, arrow_value_type(kind))
+
+
 def _cast_values(values, kind: str, target):
     # pyarrow(.compute): 0.5 s to import; TIME_TAG's readers (components/transform) need none
     import pyarrow as pa
