@@ -7,10 +7,10 @@ again in a fresh container. `make install` and the image build run
 `python -m pipeline.jit_cache`.
 
 It runs the real jobs (ExampleGen's Beam job, then StatisticsGen's) on small tables holding
-each column kind the sources give (whole and fractional numbers, text, each with gaps, and
-lists), so the loops are compiled for the argument types real runs pass them. numba keys
-its cache by the source file and the CPU: an edited module or another kind of CPU compiles
-once more, on first use, as before.
+each column kind the sources give (whole numbers narrow and wide, fractional ones, text,
+with gaps, and lists), so the loops are compiled for the argument types real runs pass
+them. numba keys its cache by the source file and the CPU: an edited module or another kind
+of CPU compiles once more, on first use, as before.
 """
 from __future__ import annotations
 
@@ -26,14 +26,16 @@ _ROWS = 60
 
 
 def _csv_text() -> str:
-    lines = ["count,ratio,name,flag"]
+    # `seconds` spans more values than StatisticsGen counts one by one, so they are sorted.
+    lines = ["count,ratio,name,flag,seconds"]
     for row in range(_ROWS):
         gap = row % 3 == 0
         lines.append(",".join([
             "" if gap else str(row - 20),
             "" if gap else f"{row / 7:.4f}",
             "" if gap else f"name {row % 5}",
-            str(row % 2)]))
+            str(row % 2),
+            str(1_400_000_000 + row * 86_400)]))
     return "\n".join(lines) + "\n"
 
 
