@@ -82,16 +82,15 @@ def to_example_column(array, kind: str, is_list: bool):
 
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
-    target = arrow_value_type(kind)
     # tf.Example decoders give lists even for scalars; keep the data's own layout.
     if is_list or pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or \
             pa.types.is_fixed_size_list(array.type):
         if pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
             array = array.cast(pa.list_(array.type.value_type))
-        values = _cast_values(array.values, kind, target)
+        values = cast_values(array.values, kind)
         return pa.ListArray.from_arrays(array.offsets, values, mask=array.is_null()) \
             if array.null_count else pa.ListArray.from_arrays(array.offsets, values)
-    values = _cast_values(array, kind, target)
+    values = cast_values(array, kind)
     offsets = np.arange(len(values) + 1, dtype=np.int32)
     if values.null_count:
         valid = np.asarray(values.is_valid())
@@ -104,14 +103,11 @@ def to_example_column(array, kind: str, is_list: bool):
 
 def cast_values(values, kind: str):
     """A flat Arrow array of a column's values in the type the encoder takes for `kind`."""
-    return _cast_values(values, kind, arrow_value_type(kind))
-
-
-def _cast_values(values, kind: str, target):
     # pyarrow(.compute): 0.5 s to import; TIME_TAG's readers (components/transform) need none
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    target = arrow_value_type(kind)
     if pa.types.is_dictionary(values.type):
         values = values.dictionary_decode()
     if kind == BOOL and pa.types.is_boolean(values.type):

@@ -103,6 +103,8 @@ def _fixed_values(column, feature: PackedFeature):
         if len(chunk) and (np.diff(offsets) != feature.fixed_size).any():
             return None
         parts.append(chunk.values.slice(offsets[0], offsets[-1] - offsets[0]))
+    if not parts:
+        return None
     values = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
     return serializer.cast_values(values, _KINDS[feature.type])
 
