@@ -57,7 +57,7 @@ def main(rows: int, work_root: str = "tfrp_runs/bench") -> dict:
             batch = pa.RecordBatch.from_arrays(batch.columns, names)
             total += batch.num_rows
             profile.add_batch(batch, kinds)
-            for _ in encode.encode_batch(options, "profile", batch, profile, split_names,
+            for _ in encode.encode_batch(options, "profile", batch, profile.columns, split_names,
                                          weights, key_columns):
                 pass
         yield pa.RecordBatch.from_arrays([pa.array([total])], ["rows"])

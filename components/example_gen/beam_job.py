@@ -5,6 +5,9 @@ Beam elements are files, record-batch chunks and shard plans, never single rows:
   files -> profile (pass 1) -> merged profile (side input) -> schema
   files -> read typed batches, hash splits on arrays, encode columnar, append to chunks
   chunks -> shard plan -> shards (copy + compress) -> manifest
+A format that types its columns as it reads (CSV) takes both passes in one read:
+  files -> read, profile and encode with the file's own types -> merged profile -> schema
+  files whose types the merged profile widened -> encode again with the merged types
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ class Progress:
     def profiled_file(self) -> None:
         self.profiled.update(1)
 
-    def encoded_rows(self, rows: int, total: int) -> None:
+    def encoded_rows(self, rows: int, total: Optional[int]) -> None:
         if self.encoded.total != total:
             self.encoded.total = total
             self.encoded.refresh()
@@ -45,6 +48,9 @@ class Progress:
 
     def close(self) -> None:
         self.profiled.close()
+        if self.encoded.total is None:  # one read a file: the rows were not known before
+            self.encoded.total = self.encoded.n
+            self.encoded.refresh()
         self.encoded.close()
 
 
@@ -74,6 +80,40 @@ class _EncodeFile(beam.DoFn):
         yield chunks, result
 
 
+class _EncodeFileInferring(beam.DoFn):
+    """Both passes for one file in one read (`encode.encode_file_inferring`): one
+    (file, (chunks, counts), its profile) element."""
+
+    def __init__(self, options: ExampleGenOptions, fmt: str, staging: str):
+        self._options, self._fmt, self._staging = options, fmt, staging
+
+    def process(self, indexed_path):
+        file_index, path, split = indexed_path
+        progress = Progress.current
+        chunks, result, profile = encode.encode_file_inferring(
+            self._options, self._fmt, self._staging, file_index, path, split=split,
+            on_rows=(lambda rows: progress.encoded_rows(rows, None)) if progress else None)
+        if progress:
+            progress.profiled_file()
+        yield indexed_path, (chunks, result), profile
+
+
+class _EncodeAgainIfWidened(beam.DoFn):
+    """A file's (chunks, counts) as `_EncodeFileInferring` made them when its profile has
+    the merged profile's columns and kinds, in order; else the file encoded again with the
+    merged profile's (`encode.encode_file`)."""
+
+    def __init__(self, options: ExampleGenOptions, fmt: str, staging: str):
+        self._encode_file = _EncodeFile(options, fmt, staging)
+
+    def process(self, element, profile: FileProfile):
+        indexed_path, encoded, own_profile = element
+        if list(own_profile.columns.items()) == list(profile.columns.items()):
+            yield encoded
+        else:
+            yield from self._encode_file.process(indexed_path, profile)
+
+
 def build_pipeline(pipeline: beam.Pipeline, options: ExampleGenOptions, fmt: str,
                    files: list[str], staging: str, hidden_files: Sequence[str] = (),
                    layout_files: Sequence[str] = (),
@@ -83,13 +123,24 @@ def build_pipeline(pipeline: beam.Pipeline, options: ExampleGenOptions, fmt: str
     splits = file_splits or [None] * len(files)
     indexed_files = pipeline | "Files" >> beam.Create(
         [(i, path, split) for i, (path, split) in enumerate(zip(files, splits))])
-    profile = (
-        indexed_files
-        | "Profile" >> beam.Map(_profile, fmt)
-        | "MergeProfiles" >> beam.CombineGlobally(encode.merge_profiles)
-    )
-    encoded = indexed_files | "Encode" >> beam.ParDo(
-        _EncodeFile(options, fmt, staging), profile=beam.pvalue.AsSingleton(profile))
+    if registry.FORMATS[fmt].read_inferring:
+        # One read a file: each file encoded with the types it infers as it is read, then
+        # encoded again with the merged profile's only where those differ (another file's
+        # values widened a column, or it lacks a column others have).
+        inferred = indexed_files | "EncodeInferring" >> beam.ParDo(
+            _EncodeFileInferring(options, fmt, staging))
+        profile = (inferred | "Profiles" >> beam.MapTuple(lambda _, encoded, profile: profile)
+                   | "MergeProfiles" >> beam.CombineGlobally(encode.merge_profiles))
+        encoded = inferred | "EncodeAgainIfWidened" >> beam.ParDo(
+            _EncodeAgainIfWidened(options, fmt, staging), profile=beam.pvalue.AsSingleton(profile))
+    else:
+        profile = (
+            indexed_files
+            | "Profile" >> beam.Map(_profile, fmt)
+            | "MergeProfiles" >> beam.CombineGlobally(encode.merge_profiles)
+        )
+        encoded = indexed_files | "Encode" >> beam.ParDo(
+            _EncodeFile(options, fmt, staging), profile=beam.pvalue.AsSingleton(profile))
     written = (encoded | "Chunks" >> beam.FlatMap(lambda file: file[0])
                | "WriteShards" >> beam_shards.WriteShards(staging, options.sharding))
     results = encoded | "Results" >> beam.Map(lambda file: file[1])

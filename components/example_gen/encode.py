@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -17,7 +17,8 @@ from tfrecord_shards.codec import schema_file, serializer
 from components.example_gen import splits as splitting
 from components.example_gen.options import ExampleGenOptions
 from components.example_gen.sources import locate, registry
-from components.example_gen.sources.base import BadRecord, FileProfile, SourceError
+from components.example_gen.sources.base import (
+    RESTART, BadRecord, FileProfile, SourceError, arrow_kinds)
 from components.example_gen.sources.image_source import IMAGE_FEATURE
 
 QUARANTINE_FILE = "bad_records-{file_index:05d}.jsonl"
@@ -48,7 +49,79 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
     """Pass 2 for one file: typed batches -> split/partition -> tf.Example chunk files under
     `staging`. Returns the chunks and the file's row counts; `on_rows` hears of rows read.
     `split`: the split of a pre-split input's file, which takes all its rows."""
-    split_names, weights, key_columns = split_plan(options, profile.columns)
+    return _encode_items(options, staging, file_index, path,
+                         registry.read_file(path, fmt, profile.columns), profile.columns,
+                         on_rows, split)
+
+
+def encode_file_inferring(options: ExampleGenOptions, fmt: str, staging: str,
+                          file_index: int, path: str,
+                          on_rows: Optional[Callable[[int], None]] = None,
+                          split: Optional[str] = None
+                          ) -> tuple[list[shards.Chunk], FileResult, FileProfile]:
+    """Both passes for one file in one read, for a format that types its columns as it
+    reads (`SourceFormat.read_inferring`): the chunks and counts `encode_file` gives with
+    the file's own profile, and that profile. Where the reader widens a column it begins
+    the file again, and the chunks of the attempt before go with the staging folder. A
+    caller whose merged profile differs from the file's encodes it again (`encode_file`)."""
+    items = registry.read_inferring(path, fmt)
+    while True:
+        attempt = None
+        try:
+            attempt = _Attempt(items)
+            chunks, result = _encode_items(options, staging, file_index, path, attempt,
+                                           attempt.kinds, on_rows, split)
+        except _Restarted:
+            if on_rows and attempt and attempt.profile.rows:
+                on_rows(-attempt.profile.rows)  # those rows are read again
+            continue
+        return chunks, result, attempt.profile
+
+
+class _Restarted(Exception):
+    """The reader began the file again: the attempt's output is void."""
+
+
+class _Attempt:
+    """One read of a file by a `read_inferring` reader: its items up to the reader's
+    RESTART (`_Restarted`), each batch profiled as it passes; `kinds`, those of the first
+    batch, which every batch of a read shares, known before the first item is taken."""
+
+    def __init__(self, items: Iterator):
+        self._items = items
+        self.profile = FileProfile()
+        self.kinds: dict = {}
+        self._ahead: list = []  # the bad records before the first batch, and that batch
+        for item in self._next_items():
+            self._ahead.append(item)
+            if not isinstance(item, BadRecord):
+                self.kinds = arrow_kinds(item)
+                break
+
+    def _next_items(self) -> Iterator:
+        for item in self._items:
+            if item is RESTART:
+                raise _Restarted()
+            yield item
+
+    def __iter__(self) -> Iterator:
+        for item in self._ahead:
+            yield self._profiled(item)
+        for item in self._next_items():
+            yield self._profiled(item)
+
+    def _profiled(self, item):
+        if not isinstance(item, BadRecord):
+            self.profile.add_batch(item, self.kinds)
+        return item
+
+
+def _encode_items(options: ExampleGenOptions, staging: str, file_index: int, path: str,
+                  items: Iterable, columns: dict, on_rows: Optional[Callable[[int], None]],
+                  split: Optional[str]) -> tuple[list[shards.Chunk], FileResult]:
+    """`items` (a file's typed batches and bad records) encoded with `columns` (name ->
+    (kind, is_list)) into chunks under `staging`; the chunks and the file's row counts."""
+    split_names, weights, key_columns = split_plan(options, columns)
     if split is not None:
         weights = [int(name == split) for name in split_names]
     hooks.reached(hooks.TASK_STARTED, staging=staging, task=file_index, stage="encode")
@@ -66,7 +139,7 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
     pending: list = []
     with ThreadPoolExecutor(1) as encoder:
         try:
-            for item in registry.read_file(path, fmt, profile.columns):
+            for item in items:
                 if isinstance(item, BadRecord):
                     if options.on_bad_record == "fail":
                         raise BadRecordError(item.describe())
@@ -92,7 +165,7 @@ def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: 
                 unlabelled += dropped
                 if not item.num_rows:
                     continue
-                pending.append(encoder.submit(encode_batch, options, path, item, profile,
+                pending.append(encoder.submit(encode_batch, options, path, item, columns,
                                               split_names, weights, key_columns))
                 while len(pending) > 1:
                     write_groups(writer, pending.pop(0).result())
@@ -138,7 +211,7 @@ def write_groups(writer: shards.ChunkWriter, groups) -> None:
 
 
 def encode_batch(options: ExampleGenOptions, path: str, batch: pa.RecordBatch,
-                 profile: FileProfile, split_names, weights, key_columns) -> list:
+                 columns: dict, split_names, weights, key_columns) -> list:
     """[(partition, split, serialized examples)] for one record batch, all on arrays."""
     if sum(weights) == max(weights):  # one split takes every row: a pre-split input
         split_of_row = np.full(batch.num_rows, weights.index(max(weights)), dtype=np.int64)
@@ -164,7 +237,7 @@ def encode_batch(options: ExampleGenOptions, path: str, batch: pa.RecordBatch,
     order = np.argsort(group_of_row, kind="stable")
     groups, starts = np.unique(group_of_row[order], return_index=True)
     records = serializer.encode_examples_array(
-        serializer.to_example_batch(batch, profile.columns), order)
+        serializer.to_example_batch(batch, columns), order)
     out = []
     for group, start, end in zip(groups, starts, list(starts[1:]) + [len(order)]):
         partition, split = divmod(int(group), len(split_names))

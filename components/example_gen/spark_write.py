@@ -111,7 +111,7 @@ class _PartitionEncoder:
             unlabelled += dropped
             if batch.num_rows:
                 encode.write_groups(writer, encode.encode_batch(
-                    options, source, batch, profile, split_names, weights, key_columns))
+                    options, source, batch, profile.columns, split_names, weights, key_columns))
         chunks = writer.close()
         hooks.reached(hooks.TASK_WROTE, staging=self._staging, task=task,
                       stage="write_examples")

@@ -2,8 +2,9 @@
 
 Each reader is used twice. The profiling pass sees every batch to settle column kinds (a CSV
 column that holds ints and then "n/a" is bytes), presence and small string domains; the
-encoding pass reads again with those kinds fixed. Both passes stream in record batches, so
-memory does not grow with the file.
+encoding pass reads again with those kinds fixed. A reader that types its columns as it
+reads (`SourceFormat.read_inferring`) lets ExampleGen take both in one read. Both passes
+stream in record batches, so memory does not grow with the file.
 """
 from __future__ import annotations
 
@@ -86,6 +87,14 @@ class BadRecord:
         return f"{self.file}: {self.location}: {self.reason}"
 
 
+class Restart:
+    """A `read_inferring` reader's mark that it begins the file again, with wider types:
+    what it gave before is void."""
+
+
+RESTART = Restart()
+
+
 @dataclasses.dataclass
 class FileProfile:
     """What the profiling pass learned about one file (or several, once merged)."""
@@ -143,6 +152,10 @@ class SourceFormat:
     read: Reader
     profile: Callable[[str], tuple["FileProfile", int]]
     folder_marker: Optional[str] = None
+    # `read_inferring(path)`, for a format that types its columns as it reads: batches typed
+    # throughout, bad records, and a mark where it begins again with wider types (CSV's
+    # `csv_source.read_inferring`). ExampleGen then profiles and encodes in one pass.
+    read_inferring: Optional[Callable[[str], Iterator]] = None
 
 
 def profile_batches(path: str, read: Reader,

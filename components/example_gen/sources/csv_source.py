@@ -12,7 +12,7 @@ import contextlib
 import logging
 import re
 import sys
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,8 +21,8 @@ import pyarrow.csv as pacsv
 from tfrecord_shards import fileio
 from tfrecord_shards.codec import serializer
 from components.example_gen.sources.base import (
-    BadRecord, FileProfile, Item, SourceError, SourceFormat, TimeParseError, open_input,
-    parse_times)
+    RESTART, BadRecord, FileProfile, Item, Restart, SourceError, SourceFormat, TimeParseError,
+    arrow_kinds, open_input, parse_times)
 
 CSV_BLOCK_BYTES = 4 << 20
 _TRUE_WORDS = ["true", "True", "TRUE"]
@@ -176,25 +176,38 @@ def _row_of(path: str, header: list[str], name: str, value: str) -> str:
 
 
 def profile_csv(path: str) -> tuple[FileProfile, int]:
-    """Profiles a CSV with Arrow's own converter, so both passes parse cells identically.
+    """Profiles a CSV with Arrow's own converter, so both passes parse cells identically
+    (`read_inferring`: each widening costs one more read; clean files are read once)."""
+    profile, bad = FileProfile(), 0
+    for item in read_inferring(path, numbered=False):
+        if item is RESTART:
+            profile, bad = FileProfile(), 0
+        elif isinstance(item, BadRecord):
+            bad += 1
+        else:
+            profile.add_batch(item, arrow_kinds(item))
+    return profile, bad
 
-    Arrow infers types from the first block; when a later block holds a value the inferred
-    type rejects, that column is widened (to the rejected cell's kind at least) and the file
-    is profiled again. A column Arrow reads as dates or times is read again as text parsed by
-    `parse_times`, which the encoding pass uses too. Clean files are read once; each
-    widening costs one more read.
-    """
+
+def read_inferring(path: str, numbered: bool = True) -> Iterator[Union[Item, Restart]]:
+    """Streams a CSV with a header row, each column typed as Arrow infers it from the first
+    block: the profile and the encoding in one read, for a file whose types hold throughout.
+
+    When a later block holds a value the inferred type rejects, that column is widened (to
+    the rejected cell's kind at least), RESTART is yielded and the file is read again from
+    its start: what came before RESTART is void. A column Arrow reads as dates or times is
+    read again as text parsed by `parse_times`, which `read_csv` uses too. `numbered` gives
+    bad rows their row number (Arrow reads single-threaded then)."""
     header = _csv_header(path, warn=True)
+    if not header:
+        return
     types: dict = {}
     times: list[str] = []
     while True:
-        profile, bad = FileProfile(), 0
-        if not header:
-            return profile, bad
         try:
-            for item in _read_csv_typed(path, header, types, times, numbered=False):
+            for item in _read_csv_typed(path, header, types, times, numbered=numbered):
                 if isinstance(item, BadRecord):
-                    bad += 1
+                    yield item
                     continue
                 inferred = [n for n, t in zip(item.schema.names, item.schema.types)
                             if n not in times and (pa.types.is_timestamp(t) or
@@ -207,9 +220,8 @@ def profile_csv(path: str) -> tuple[FileProfile, int]:
                     raise _Retype(clocks, pa.binary())
                 for name, arrow_type in zip(item.schema.names, item.schema.types):
                     types.setdefault(name, arrow_type)
-                profile.add_batch(item, {n: serializer.arrow_kind(t) for n, t in
-                                         zip(item.schema.names, item.schema.types)})
-            return profile, bad
+                yield item
+            return
         except _Retype as found:
             if found.arrow_type == pa.string():  # dates and times: parsed by parse_times
                 times += found.names
@@ -224,6 +236,7 @@ def profile_csv(path: str) -> tuple[FileProfile, int]:
                                        _next_kind(current))
             types[name] = _CSV_ARROW_TYPES[widened] if widened not in (
                 serializer.NULL, serializer.TIME) else pa.binary()
+        yield RESTART
 
 
 class _Retype(Exception):
@@ -314,4 +327,5 @@ def _with_times(batch: pa.RecordBatch, times: list[str]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, batch.schema.names)
 
 
-FORMAT = SourceFormat("csv", (".csv", ".tsv"), read_csv, profile_csv)
+FORMAT = SourceFormat("csv", (".csv", ".tsv"), read_csv, profile_csv,
+                      read_inferring=read_inferring)

@@ -29,6 +29,15 @@ def read_file(path: str, fmt: str, kinds: dict) -> Iterator[Item]:
         raise _unreadable(path, e) from e
 
 
+def read_inferring(path: str, fmt: str) -> Iterator:
+    """Both passes in one read, for a format with `read_inferring` (its batches, bad
+    records and RESTART marks)."""
+    try:
+        yield from FORMATS[fmt].read_inferring(path)
+    except (OSError, UnicodeDecodeError) as e:
+        raise _unreadable(path, e) from e
+
+
 def _unreadable(path: str, error: Exception) -> SourceError:
     """A file the readers cannot go on with: a damaged compressed stream (pyarrow reports
     zlib's error as OSError, with no offset into the file) or text that is not UTF-8 where
