@@ -17,8 +17,6 @@ from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
 from components.example_gen.sources import csv_source, registry
 
-pytestmark = pytest.mark.slow
-
 
 def _folder_bytes(folder: str) -> dict[str, bytes]:
     found = {}
