@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from tfrecord_shards import fileio, tfrecord_io
-from tfrecord_shards.codec import parser
-from components.statistics_gen import accumulators, plan, stats_job
+from tfrecord_shards.codec import parser, wire
+from components.statistics_gen import accumulators, kernels, plan, stats_job
 from components.statistics_gen.options import StatisticsGenOptions
 
 pytestmark = pytest.mark.slow
@@ -483,6 +483,37 @@ def test_thinned_points_keep_every_rank_within_a_run(taxi_csv):
             for probe in np.quantile(ordered, np.linspace(0, 1, 101)):
                 exact = np.searchsorted(ordered, probe, side="right")
                 assert abs(exact - weights[points <= probe].sum()) < run, (name, probe)
+
+
+def test_whole_number_floats_are_counted_to_the_points_their_sort_gives(taxi_csv):
+    """Float columns of whole numbers in a narrow span (a transform's 0/1 `__missing` flags,
+    hours stored as floats) are counted instead of sorted, and reach the sketch as the same
+    points and weights; any other float column (cents, a NaN, an infinity) is sorted."""
+    import pyarrow.csv as pacsv
+
+    table = pacsv.read_csv(taxi_csv)
+    hours = table.column("trip_start_hour").to_numpy().astype(np.float32)
+    fares = table.column("fare").fill_null(0).to_numpy().astype(np.float32)
+    flags = (fares == 0).astype(np.float32)
+    # Quarter hours: more distinct values than the sketch takes points, thinned from counts.
+    quarters = (table.column("trip_start_timestamp").to_numpy() // 900 % 50_000
+               ).astype(np.float32)
+    assert len(np.unique(quarters)) > accumulators._SUMMARY_POINTS
+    columns = {"hours": (hours, True), "flags": (flags, True),
+               "negative": (hours - 12, True), "quarter hours": (quarters, True),
+               "fares": (fares, False),
+               "with a NaN": (np.append(hours, np.nan).astype(np.float32), False),
+               "with an infinity": (np.append(hours, np.inf).astype(np.float32), False)}
+    for name, (values, counted) in columns.items():
+        moments = kernels.moments(wire.frozen(values))
+        nans, low, high, finite_low, finite_high = moments[:5]
+        assert accumulators._whole_numbers(values, nans, low, high, finite_low,
+                                           finite_high) == counted, name
+        part = accumulators._numeric(values)
+        points, weights = accumulators._thin(np.sort(values)[:part.count])
+        assert part.points.dtype == points.dtype and part.weights.dtype == weights.dtype
+        assert part.points.tolist() == points.tolist(), name
+        assert part.weights.tolist() == weights.tolist(), name
 
 
 def test_a_damaged_shard_is_named_with_its_offset(taxi_examples, tmp_path):

@@ -93,9 +93,11 @@ def _thin(ordered: np.ndarray, counts: Optional[np.ndarray] = None
     of each of `_SUMMARY_POINTS` runs of equally many ranks (so any rank is off by less than
     a run)."""
     if counts is None:
-        starts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
-        if len(starts) < _SUMMARY_POINTS:
-            starts = np.concatenate([[0], starts])
+        steps = ordered[1:] != ordered[:-1]
+        # Counted before they are found: listing the steps of a column of mostly distinct
+        # values cost more than its sort.
+        if np.count_nonzero(steps) < _SUMMARY_POINTS:
+            starts = np.concatenate([[0], np.flatnonzero(steps) + 1])
             return ordered[starts].astype(np.float64), \
                 np.diff(np.append(starts, len(ordered))).astype(np.float64)
         total = len(ordered)
@@ -111,6 +113,15 @@ def _thin(ordered: np.ndarray, counts: Optional[np.ndarray] = None
     return ordered[middles].astype(np.float64), np.diff(edges).astype(np.float64)
 
 
+def _whole_numbers(values: np.ndarray, nans: int, low: float, high: float,
+                   finite_low: float, finite_high: float) -> bool:
+    """Whether float `values` are all finite whole numbers spanning few enough values to be
+    counted rather than sorted."""
+    return not nans and low == finite_low and high == finite_high and \
+        high - low < max(_INT_SORT_RANGE, len(values)) and \
+        np.array_equal(values, np.rint(values))
+
+
 def _numeric(values: np.ndarray) -> Optional[_NumericPart]:
     if not len(values):
         return None
@@ -118,7 +129,15 @@ def _numeric(values: np.ndarray) -> Optional[_NumericPart]:
         kernels.moments(wire.frozen(values))
     points = weights = None
     if count:
-        if values.dtype == np.float32:
+        if values.dtype == np.float32 and _whole_numbers(values, nans, low, high, finite_low,
+                                                         finite_high):
+            # Flags and small counts stored as floats (a transform's `__missing` 0/1 column):
+            # counting them took 0.4 ms for 181k values, where numpy's sort of a column of
+            # few distinct values took 2.0 ms. The same points and weights as the sort's.
+            tally = np.bincount((values - np.float32(low)).astype(np.int64))
+            present = np.flatnonzero(tally)
+            points, weights = _thin(present + low, tally[present])
+        elif values.dtype == np.float32:
             # numpy sorts float32 with SIMD: 0.3 ms for 34.5k values, against 0.85 for the
             # radix sort of their bit patterns. NaNs sort last; `count` leaves them out.
             points, weights = _thin(np.sort(values)[:int(count)])
