@@ -504,3 +504,80 @@ def test_quoted_line_breaks_at_block_boundaries_come_out_whole_from_spark(spark,
     rows = list(example_rows.iter_rows(str(tmp_path / "out")))
     assert sorted(r["id"] for r in rows) == sorted(texts)
     assert {r["id"]: r["text"].decode() for r in rows} == texts
+
+
+def _examples_bytes(folder) -> dict[str, bytes]:
+    """The schema and every shard of an ExampleGen output, by path inside it."""
+    names = ["schema.pbtxt"] + [os.path.relpath(p, folder)
+                                for p in glob.glob(os.path.join(folder, "Split-*", "*"))]
+    found = {}
+    for name in names:
+        with open(os.path.join(folder, name), "rb") as f:
+            found[name] = f.read()
+    return found
+
+
+def _spark_jobs(spark, run) -> int:
+    """How many Spark jobs `run()` started."""
+    import uuid
+
+    context = spark.sparkContext
+    group = f"examplegen-{uuid.uuid4().hex}"
+    context.setJobGroup(group, "ExampleGen in a test")
+    try:
+        run()
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+    return len(context.statusTracker().getJobIdsForGroup(group))
+
+
+@pytest.mark.parametrize("widened", [False, True])
+def test_the_spark_engine_reads_a_csv_file_once_and_writes_what_beam_writes(
+        spark, taxi_csv, tmp_path, monkeypatch, widened):
+    """The Spark engine profiles and encodes a CSV file in the same task, as the Beam job
+    does: one Spark job fewer than the two passes (a profile job, an encode job), the same
+    shards and schema as the Beam job and as the two passes. Widened: the first file holds
+    the sample three times (more than one 4 MiB read block), its tips whole dollars but in
+    the last copy, so its task begins it again; the second file's fares are whole dollars,
+    so the merged profile's float fares have it encoded again (a job of its own)."""
+    import csv
+    import dataclasses
+
+    from components.example_gen.sources import registry
+
+    with open(taxi_csv, encoding="utf-8", newline="") as f:
+        header, *rows = list(csv.reader(f))
+    source = tmp_path / "source"
+    source.mkdir()
+    if widened:
+        tips, fare = header.index("tips"), header.index("fare")
+
+        def whole(row, column):
+            return row[:column] + [str(round(float(row[column])))] + row[column + 1:] \
+                if row[column] else row
+
+        parts = ([whole(row, tips) for row in rows] * 2 + rows,
+                 [whole(row, fare) for row in rows[:3000]])
+    else:
+        parts = (rows,)
+    for index, part in enumerate(parts):
+        with open(source / f"part-{index}.csv", "w", encoding="utf-8", newline="") as f:
+            csv.writer(f, lineterminator="\n").writerows([header] + part)
+    if widened:
+        assert os.path.getsize(source / "part-0.csv") > 4 << 20
+    options = ExampleGenOptions(source=str(source), engine="spark")
+    one_read_jobs = _spark_jobs(spark, lambda: spark_job.run(
+        options, str(tmp_path / "one_read"), spark=spark))
+    with monkeypatch.context() as patch:
+        patch.setitem(registry.FORMATS, "csv",
+                      dataclasses.replace(registry.FORMATS["csv"], read_inferring=None))
+        two_pass_jobs = _spark_jobs(spark, lambda: spark_job.run(
+            options, str(tmp_path / "two_pass"), spark=spark))
+    beam_job.run(dataclasses.replace(options, engine="beam"), str(tmp_path / "beam"))
+    one_read = _examples_bytes(tmp_path / "one_read")
+    assert one_read == _examples_bytes(tmp_path / "two_pass") == \
+        _examples_bytes(tmp_path / "beam")
+    assert sum(n.startswith("Split-train") for n in one_read) >= 1
+    manifest = shards.read_manifest(str(tmp_path / "one_read"))
+    assert manifest["rows_written"] == manifest["rows_in"] == sum(len(p) for p in parts)
+    assert one_read_jobs == two_pass_jobs - (0 if widened else 1)

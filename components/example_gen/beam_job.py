@@ -108,7 +108,7 @@ class _EncodeAgainIfWidened(beam.DoFn):
 
     def process(self, element, profile: FileProfile):
         indexed_path, encoded, own_profile = element
-        if list(own_profile.columns.items()) == list(profile.columns.items()):
+        if not encode.encoded_with_other_types(own_profile, profile):
             yield encoded
         else:
             yield from self._encode_file.process(indexed_path, profile)

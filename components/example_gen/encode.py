@@ -254,6 +254,13 @@ def check_columns(profile: FileProfile, options: ExampleGenOptions) -> None:
                              f"columns: {sorted(profile.columns)}")
 
 
+def encoded_with_other_types(own: FileProfile, merged: FileProfile) -> bool:
+    """Whether a file encoded with its own profile (`encode_file_inferring`) must be
+    encoded again with the merged one: another file widened a column, or has a column this
+    one lacks, or the columns come in another order."""
+    return list(own.columns.items()) != list(merged.columns.items())
+
+
 def merge_profiles(profiles) -> FileProfile:
     merged = FileProfile()
     for profile in profiles:

@@ -3,7 +3,10 @@
 One task per source file profiles it (pass 1); the driver merges the small profiles; one task
 per file encodes it into chunk files (`example_gen.encode.encode_file`, the function Beam's
 DoFn calls); the driver plans shards; one task per shard writes it; the driver writes the
-schema and manifest and commits. The output is the one the Beam job writes.
+schema and manifest and commits. A format that types its columns as it reads (CSV) takes
+both passes in one read, as in the Beam job: one task per file profiles and encodes it
+(`encode.encode_file_inferring`), and only a file whose types the merged profile widened is
+encoded again. The output is the one the Beam job writes.
 """
 from __future__ import annotations
 
@@ -26,17 +29,14 @@ def run(options: ExampleGenOptions, output_dir: str, spark=None) -> dict:
     fmt, files, file_splits = locate.input_files(inputs, options.format)
     shards.check_output_dir(output_dir)
     spark = spark or spark_session.get_session(options.spark_master, options.spark_conf)
-    context = spark.sparkContext
     indexed = [(i, path, split) for i, (path, split) in enumerate(zip(files, file_splits))]
     try:
         # As the Beam job: a source file changed since the run's fingerprint, or during the
         # read, stops the run before its commit.
         with shards.staged_output(output_dir) as staging, unchanged_source(options):
-            profiles = context.parallelize(indexed, len(indexed)).map(
-                _ProfileFile(fmt)).collect()
-            profile = encode.merge_profiles(profiles)
-            encoded = context.parallelize(indexed, len(indexed)).map(
-                _EncodeFile(options, fmt, staging, profile)).collect()
+            encode_files = _encode_in_one_read if registry.FORMATS[fmt].read_inferring \
+                else _encode_in_two_passes
+            profile, encoded = encode_files(spark.sparkContext, options, fmt, staging, indexed)
             chunks = [chunk for file_chunks, _ in encoded for chunk in file_chunks]
             written = write_shards(spark, shards.plan_shards(chunks, options.sharding),
                                    staging, options.sharding)
@@ -51,6 +51,33 @@ def run(options: ExampleGenOptions, output_dir: str, spark=None) -> dict:
     logging.info("ExampleGen (Spark) wrote %d rows (%d quarantined) to %s",
                  manifest["rows_written"], manifest["rows_quarantined"], output_dir)
     return manifest
+
+
+def _encode_in_two_passes(context, options: ExampleGenOptions, fmt: str, staging: str,
+                          indexed: list) -> tuple[FileProfile, list]:
+    """(the merged profile, each file's (chunks, counts)): every file profiled, then
+    encoded with the merged profile's types."""
+    profile = encode.merge_profiles(context.parallelize(indexed, len(indexed)).map(
+        _ProfileFile(fmt)).collect())
+    return profile, context.parallelize(indexed, len(indexed)).map(
+        _EncodeFile(options, fmt, staging, profile)).collect()
+
+
+def _encode_in_one_read(context, options: ExampleGenOptions, fmt: str, staging: str,
+                        indexed: list) -> tuple[FileProfile, list]:
+    """As `_encode_in_two_passes`, each file profiled and encoded in the same read, and
+    encoded again only where the merged profile's types differ from its own."""
+    inferred = context.parallelize(indexed, len(indexed)).map(
+        _EncodeFileInferring(options, fmt, staging)).collect()
+    profile = encode.merge_profiles(own for _, own in inferred)
+    widened = [file for file, (_, own) in zip(indexed, inferred)
+               if encode.encoded_with_other_types(own, profile)]
+    again = {}
+    if widened:
+        again = dict(zip([file_index for file_index, _, _ in widened], context.parallelize(
+            widened, len(widened)).map(_EncodeFile(options, fmt, staging, profile)).collect()))
+    return profile, [again.get(file_index, encoded)
+                     for (file_index, _, _), (encoded, _) in zip(indexed, inferred)]
 
 
 class _ProfileFile:
@@ -71,3 +98,16 @@ class _EncodeFile:
         file_index, path, split = indexed_path
         return encode.encode_file(self._options, self._fmt, self._staging, file_index, path,
                                   self._profile, split=split)
+
+
+class _EncodeFileInferring:
+    """One file's ((chunks, counts), its own profile), in one read."""
+
+    def __init__(self, options: ExampleGenOptions, fmt: str, staging: str):
+        self._options, self._fmt, self._staging = options, fmt, staging
+
+    def __call__(self, indexed_path):
+        file_index, path, split = indexed_path
+        chunks, result, profile = encode.encode_file_inferring(
+            self._options, self._fmt, self._staging, file_index, path, split=split)
+        return (chunks, result), profile
