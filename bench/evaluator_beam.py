@@ -4,6 +4,7 @@ fresh process (imports included), timed from outside.
 
     python -m bench.evaluator_beam prepare ROOT
     python -m bench.evaluator_beam run ROOT taxi|million [BEAM_ARG ...]
+    python -m bench.evaluator_beam pipeline-run RUN raw|transformed [BEAM_ARG ...]
 
 `prepare` makes, once: the bundled taxi sample (15,002 trips) through our ExampleGen (its
 eval split: a third of them, one gzip shard); 1M taxi-like rows (testsupport/data.py's fixed
@@ -12,6 +13,12 @@ sample and two models trained on it as the pipeline trains them (150 and 10 step
 evaluates one of the eval splits with the candidate against the baseline: the metrics of
 tests/test_evaluator_beam.py, overall and on four slicing specs, with thresholds; with no
 Beam args (in process) or with the ones given.
+
+`pipeline-run` evaluates the eval split of a kept `bench pipeline` run (`--keep-runs`: its
+ExampleGen's and Transform's outputs and its Trainer's model) with the candidate alone and
+no slices (a raw slicing column would send both paths to the raw records): `raw` on the raw
+records through serving_default, `transformed` on Transform's split through
+score_transformed, checked on the first raw rows.
 """
 from __future__ import annotations
 
@@ -145,8 +152,75 @@ def run(root: str, examples: str, beam_args: list[str]) -> None:
         shutil.rmtree(out)
 
 
+def run_pipeline_output(run_dir: str, scored: str, beam_args: list[str]) -> None:
+    import glob
+    import shutil
+    import tempfile
+
+    import tensorflow_model_analysis as tfma
+    from tfx.dsl.components.base import base_beam_executor
+    from tfx.types import artifact_utils, standard_artifacts
+    from tfx.utils import json_utils, proto_utils
+
+    from components.evaluator import executor
+    from components.transform import taxi
+
+    def artifact(kind, uri: str, artifact_id: int, **properties):
+        made = kind()
+        made.uri, made.id = uri, artifact_id
+        for name, value in properties.items():
+            setattr(made, name, value)
+        return made
+
+    def only(pattern: str) -> str:
+        (found,) = glob.glob(os.path.join(run_dir, "pipelines", "*", pattern))
+        return found
+
+    config = eval_config()
+    del config.model_specs[1:]
+    config.model_specs[0].ClearField("is_baseline")
+    del config.slicing_specs[:]
+    config.slicing_specs.append(tfma.SlicingSpec())
+    config.metrics_specs[0].metrics[0].threshold.ClearField("change_threshold")
+    out = tempfile.mkdtemp(prefix="evaluator-bench-")
+    try:
+        inputs = {"examples": [artifact(standard_artifacts.Examples,
+                                        only("ShardedExampleGen/examples/*"), 1,
+                                        split_names=artifact_utils.encode_split_names(
+                                            ["train", "eval"]))],
+                  "model": [artifact(standard_artifacts.Model, only("Trainer/model/*"), 2)]}
+        if scored == "transformed":
+            inputs["transformed_examples"] = [artifact(
+                standard_artifacts.Examples, only("ShardedTransform/transformed_examples/*"),
+                3)]
+        evaluation = artifact(standard_artifacts.ModelEvaluation,
+                              os.path.join(out, "evaluation"), 4)
+        blessing = artifact(standard_artifacts.ModelBlessing, os.path.join(out, "blessing"), 5)
+        context = base_beam_executor.BaseBeamExecutor.Context(
+            beam_pipeline_args=beam_args + ["--sdk_container_image=unused"] if beam_args
+            else None, tmp_dir=os.path.join(out, "tmp"), unique_id="1")
+        started = time.perf_counter()
+        executor.Executor(context).Do(
+            inputs, {"evaluation": [evaluation], "blessing": [blessing]},
+            {"eval_config": proto_utils.proto_to_json(config),
+             "example_splits": json_utils.dumps(None), "current_component_id": "Evaluator"})
+        seconds = time.perf_counter() - started
+        checked = os.path.exists(os.path.join(evaluation.uri, "serving_check.json"))
+        (overall,) = [m for m in tfma.load_metrics(evaluation.uri) if not m.slice_key.
+                      single_slice_keys]
+        auc = [item.value.double_value.value for item in overall.metric_keys_and_values
+               if item.key.name == "auc"]
+        print(f"executor {seconds:.2f} s; {os.listdir(blessing.uri)}; serving check "
+              f"{'written' if checked else 'none'}; auc {auc[0]:.6f} ({taxi.TAXI_LABEL})",
+              file=sys.stderr)
+    finally:
+        shutil.rmtree(out)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "prepare":
         prepare(sys.argv[2])
+    elif sys.argv[1] == "pipeline-run":
+        run_pipeline_output(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:
         run(sys.argv[2], sys.argv[3], sys.argv[4:])

@@ -2,7 +2,8 @@
 in-process path (evaluate.evaluate): which runner takes which; shard statistics that merge in
 any order and grouping; and, on the taxi models of tests/test_evaluator.py, the DirectRunner's
 multi_processing mode (two worker processes) giving every metric of every slice within 1e-6
-of the in-process run, and the same blessing, on gzip and plain shards and on 1M rows.
+of the in-process run, and the same blessing, on gzip and plain shards and on 1M rows, and
+on Transform's eval split (a file a worker, checked against serving_default once).
 
 "Within 1e-6": |beam - in-process| <= 1e-6 + 1e-6 * |in-process| (np.isclose's rule), that is
 absolute for values below 1 and relative above: Keras's metric variables (the compiled loss,
@@ -10,8 +11,10 @@ binary cross-entropy) are float32 sums, added shard by shard here and at once in
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -180,15 +183,17 @@ def test_a_keras_metric_whose_state_does_not_add_up_is_refused_in_one_line():
 
 
 # --- on the taxi models: Beam's multi_processing against in process ------------------------------
-def run_executor(folder, examples: str, config, models: dict, beam_args=None):
-    """Our executor as TFX runs it, with the pipeline's Beam args (None: none)."""
+def run_executor(folder, examples: str, config, models: dict, beam_args=None,
+                 transformed: str | None = None):
+    """Our executor as TFX runs it, with the pipeline's Beam args (None: none) and
+    Transform's output of `examples` when given."""
     from tfx.dsl.components.base import base_beam_executor
     from test_evaluator import run_evaluator
 
     context = base_beam_executor.BaseBeamExecutor.Context(
         beam_pipeline_args=beam_args, tmp_dir=str(folder) + "-tmp", unique_id="1")
     return run_evaluator(lambda: executor.Executor(context), folder, examples, config,
-                         models["candidate"], models["baseline"])
+                         models["candidate"], models["baseline"], transformed=transformed)
 
 
 def assert_same_tables(beam_uri: str, local_uri: str) -> dict:
@@ -296,3 +301,109 @@ def test_multi_processing_matches_in_process_on_a_million_rows(tmp_path_factory)
              if not where and 'name: "example_count" model_name: "candidate"' in key]
     assert count and count[0] > 990_000
     assert blessing_facts(beam_blessing) == blessing_facts(local_blessing)
+
+
+# --- Transform's eval split on Beam --------------------------------------------------------------
+def eval_split_in_files(source: str, folder: str, files: int) -> str:
+    """A copy of Transform's output `source` whose eval rows are cut, in order, into `files`
+    gzip shards, each packed anew by the product's packer (the manifest to match): Beam's
+    units of work."""
+    import pyarrow as pa
+
+    from shard_readers import numpy_reader
+    from tfrecord_shards import shards
+    from tfrecord_shards.codec import schema_file
+    from tfrecord_shards.packing import PackedLayout
+    from tfrecord_shards.packing.write import pack_batch
+
+    shutil.copytree(source, folder)
+    manifest = shards.read_manifest(folder)
+    entry = manifest["splits"]["eval"]
+    schema = schema_file.load_schema(folder)
+    paths = [os.path.join(folder, shard["path"]) for shard in entry["shards"]]
+    parts = list(numpy_reader.iter_batches(paths, schema, batch_size=entry["rows"]))
+    assert len(parts) == 1
+    columns = {}
+    for name, values in parts[0].items():
+        values = np.asarray(values).reshape(entry["rows"], -1)
+        columns[name] = pa.ListArray.from_arrays(
+            pa.array(np.arange(entry["rows"] + 1, dtype=np.int32) * values.shape[1]),
+            pa.array(values.reshape(-1)))
+    table = pa.table(columns)
+    for path in paths:
+        os.remove(path)
+    cuts = np.linspace(0, entry["rows"], files + 1).astype(int)
+    entry["shards"] = []
+    for i, (start, end) in enumerate(zip(cuts[:-1], cuts[1:])):
+        name = f"Split-eval/part-{i:05d}-of-{files:05d}.tfrecord.gz"
+        with tf.io.TFRecordWriter(os.path.join(folder, name), "GZIP") as writer:
+            records = 0
+            for record in pack_batch(table.slice(start, end - start),
+                                     PackedLayout.from_schema(schema)):
+                writer.write(record)
+                records += 1
+        # As the writer counts them: a shard's rows are its packed records.
+        entry["shards"].append({"path": name, "rows": records,
+                                "bytes": os.path.getsize(os.path.join(folder, name)),
+                                "partition": ""})
+    shards.write_manifest(folder, manifest)
+    return folder
+
+
+@pytest.mark.slow
+def test_multi_processing_scores_transformed_split_as_in_process(taxi_examples, taxi_models,
+                                                                 tmp_path, caplog):
+    """Transform's eval split in three shards, scored through score_transformed by two
+    worker processes: every metric within 1e-6 of the in-process run on the same split, the
+    same blessing, and serving_default checked on the same first rows."""
+    from test_evaluator import blessing_facts
+    from test_evaluator_transformed import passing_config, serving_check, transformed_dir
+    from tfrecord_shards import shards
+
+    split = eval_split_in_files(transformed_dir(taxi_models), str(tmp_path / "three"), 3)
+    config = passing_config()
+    local_uri, local_blessing = run_executor(tmp_path / "local", taxi_examples, config,
+                                             taxi_models, transformed=split)
+    with caplog.at_level(logging.INFO):
+        beam_uri, beam_blessing = run_executor(tmp_path / "beam", taxi_examples, config,
+                                               taxi_models, MULTI_PROCESSING, transformed=split)
+    (line,) = [r.getMessage() for r in caplog.records
+               if r.getMessage().startswith("Evaluator on Beam")]
+    assert "3 file(s) of Transform's split through score_transformed" in line, line
+    assert "raw records" not in line, line
+    assert_same_tables(beam_uri, local_uri)
+    assert blessing_facts(beam_blessing) == blessing_facts(local_blessing)
+    assert blessing_facts(beam_blessing)[0] == ["BLESSED"]
+    # Written only where the transformed split was scored.
+    local_check, beam_check = serving_check(local_uri), serving_check(beam_uri)
+    assert beam_check is not None and beam_check["refusal"] is None
+    eval_split = shards.read_manifest(split)["splits"]["eval"]
+    assert len(eval_split["shards"]) == 3
+    # Fewer rows than the check takes: it reads all three files.
+    assert beam_check["rows"] == local_check["rows"] == eval_split["rows"] < 4096
+    assert beam_check["largest_difference"] <= beam_check["tolerance"]
+
+
+@pytest.mark.slow
+def test_on_beam_rows_that_do_not_pair_are_not_blessed_with_one_line(
+        taxi_examples, taxi_models, tmp_path, caplog):
+    """Transform's eval rows reversed: on two worker processes, as in process, the check
+    against serving_default withholds the blessing the raw records give, in one line."""
+    from test_evaluator import blessing_facts
+    from test_evaluator_transformed import (passing_config, reversed_eval_rows, serving_check,
+                                            transformed_dir)
+
+    tampered = reversed_eval_rows(transformed_dir(taxi_models), str(tmp_path / "tampered"))
+    config = passing_config()
+    _, raw_blessing = run_executor(tmp_path / "raw", taxi_examples, config, taxi_models,
+                                   MULTI_PROCESSING)
+    with caplog.at_level(logging.ERROR):
+        uri, blessing = run_executor(tmp_path / "beam", taxi_examples, config, taxi_models,
+                                     MULTI_PROCESSING, transformed=tampered)
+    assert blessing_facts(raw_blessing)[0] == ["BLESSED"]
+    assert blessing_facts(blessing)[0] == ["NOT_BLESSED"]
+    check = serving_check(uri)
+    assert check["largest_difference"] > check["tolerance"]
+    refusals = [r.getMessage() for r in caplog.records if "not blessed" in r.getMessage()]
+    assert len(refusals) == 1 and "\n" not in refusals[0]
+    assert check["refusal"] in refusals[0] and "serving_default" in refusals[0]

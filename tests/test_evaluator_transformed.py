@@ -119,19 +119,15 @@ def test_a_plain_transformed_split_scores_as_the_gzip_one(taxi_examples, taxi_mo
     assert blessing_facts(runs["gzip"][1]) == blessing_facts(runs["plain"][1])
 
 
-@pytest.mark.slow
-def test_rows_that_do_not_pair_are_not_blessed_with_one_line(taxi_examples, taxi_models,
-                                                             tmp_path, caplog):
-    """Transform's eval rows in reverse order (each packed block's rows reversed, every
-    feature alike, so each row stays whole): the rows no longer pair with the raw ones, so
-    serving_default disagrees with the transformed split, and the model that the raw
-    records bless is not blessed."""
+def reversed_eval_rows(source: str, folder: str) -> str:
+    """A copy of Transform's output `source` in `folder` whose eval rows come in reverse
+    order (each packed block's rows reversed, every feature alike, so each row stays whole),
+    so that they no longer pair with the raw rows."""
     from tfrecord_shards.packing.layout import ROWS_KEY
 
-    tampered = str(tmp_path / "tampered")
-    shutil.copytree(transformed_dir(taxi_models), tampered)
-    for shard in shards.read_manifest(tampered)["splits"]["eval"]["shards"]:
-        path = os.path.join(tampered, shard["path"])
+    shutil.copytree(source, folder)
+    for shard in shards.read_manifest(folder)["splits"]["eval"]["shards"]:
+        path = os.path.join(folder, shard["path"])
         blocks = [tf.train.Example.FromString(r.numpy())
                   for r in tf.data.TFRecordDataset(path, "GZIP")]
         with tf.io.TFRecordWriter(path, "GZIP") as writer:
@@ -143,6 +139,17 @@ def test_rows_that_do_not_pair_are_not_blessed_with_one_line(taxi_examples, taxi
                         assert len(values) >= rows > 1, name  # one value a row
                         values[:rows] = list(values[:rows])[::-1]
                 writer.write(block.SerializeToString())
+    return folder
+
+
+@pytest.mark.slow
+def test_rows_that_do_not_pair_are_not_blessed_with_one_line(taxi_examples, taxi_models,
+                                                             tmp_path, caplog):
+    """Transform's eval rows in reverse order (each packed block's rows reversed, every
+    feature alike, so each row stays whole): the rows no longer pair with the raw ones, so
+    serving_default disagrees with the transformed split, and the model that the raw
+    records bless is not blessed."""
+    tampered = reversed_eval_rows(transformed_dir(taxi_models), str(tmp_path / "tampered"))
     with caplog.at_level(logging.ERROR):
         runs = evaluate_both(tmp_path, taxi_examples, taxi_models, passing_config(), tampered)
     assert blessing_facts(runs["raw"][1])[0] == ["BLESSED"]

@@ -2,22 +2,33 @@
 processes (Dataflow, Flink, Spark, the DirectRunner's multi_processing mode); `runs_on_beam`
 says when. One element a shard file of the eval split:
 
-1. `ScoreShard` scores the shard with today's code (`scoring.score_files` on that one file),
-   the models loaded once a worker process through Beam's `Shared` handle, slices its rows
-   (`slices.slice_rows`) and emits each slice's sufficient statistics
-   (`slices.slice_statistics`: prediction histograms and confusion counts, sums of errors,
-   labels and predictions, Keras metrics' variables);
-2. `MergeStatistics`, a CombineFn per slice, adds them up (`slice_stats.merge_statistics`:
+1. `PlanScoring`, once, decides what is scored as the in-process path does
+   (`transformed.unusable`): Transform's eval split, a file an element, when its rows pair
+   with the raw ones and the models can score it; else the raw records, a file an element.
+   `Reshuffle` spreads the elements over the workers.
+2. `ScoreShard` scores a file with today's code (`transformed.score_transformed` on a
+   transformed file, in parts; `scoring.score_files` on a raw one), the models loaded once a
+   worker process through Beam's `Shared` handle, slices its rows (`slices.slice_rows`) and
+   emits each slice's sufficient statistics (`slices.slice_statistics`: prediction
+   histograms and confusion counts, sums of errors, labels and predictions, Keras metrics'
+   variables);
+3. `CheckServing`, once, beside the scoring: when the transformed split is scored, the first
+   `serving_check_rows` raw records through serving_default against the same rows of it
+   (`transformed.check_serving_first_rows`), the check that keeps the blessing on the
+   served signature;
+4. `MergeStatistics`, a CombineFn per slice, adds them up (`slice_stats.merge_statistics`:
    sums, so in any order and grouping);
-3. `Finish`, once, computes each slice's metrics from them (`slices.metrics_from_statistics`,
+5. `Finish`, once, computes each slice's metrics from them (`slices.metrics_from_statistics`,
    the code the in-process path runs) and validates and writes the ModelEvaluation as
-   `evaluate.evaluate` does (`output.validate`, `output.write_evaluation`).
+   `evaluate.evaluate` does (`output.validate`, `output.write_evaluation`), not blessing a
+   model the check refused.
 
 A Keras metric whose variables are not sums over the rows is refused in one line naming it
 (`keras_metrics.KerasRunner.check_additive`). Imports no TFX.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import tempfile
@@ -37,6 +48,10 @@ from components.evaluator import evaluate, keras_metrics, kinds, output, scoring
 from components.evaluator.config import check_config, metric_keys, slicing_columns
 from components.evaluator.slices import metrics_of_merged, sliced_statistics
 from components.evaluator.options import EvaluatorOptions
+from components.evaluator.transformed import (
+    ServingCheck, TransformedSplit, check_rows, check_serving_first_rows, score_transformed,
+    unusable)
+from components.trainer.options import TRANSFORMED_SIGNATURE
 
 # Runners that run in this process unless told otherwise (`--direct_running_mode`).
 LOCAL_RUNNERS = ("direct", "directrunner", "bundlebaseddirectrunner", "switchingdirectrunner")
@@ -63,7 +78,8 @@ def run(eval_config: Any, data_files: Sequence[str], model_paths: dict[str, str]
         output_uri: str, schema: Any = None, options: EvaluatorOptions = EvaluatorOptions(),
         make_pipeline: Optional[Callable[[], beam.Pipeline]] = None,
         beam_pipeline_args: Optional[Sequence[str]] = None,
-        temp_dir: Optional[str] = None) -> evaluate.EvalResult:
+        temp_dir: Optional[str] = None,
+        transformed: Optional[TransformedSplit] = None) -> evaluate.EvalResult:
     """`evaluate.evaluate` as a Beam pipeline (`make_pipeline`, or one of
     `beam_pipeline_args`): the same arguments, outputs and result. `temp_dir` holds a small
     summary the pipeline leaves for this process (a folder its workers can write: the
@@ -81,26 +97,28 @@ def run(eval_config: Any, data_files: Sequence[str], model_paths: dict[str, str]
     if temp_dir is None:
         temp_dir = local_temp = tempfile.mkdtemp(prefix="evaluator-")
     summary_path = fileio.join(temp_dir, f"{SUMMARY_PREFIX}{uuid.uuid4().hex}.json")
-    job = Job(eval_config, dict(model_paths), schema, options)
+    job = Job(eval_config, dict(model_paths), schema, options, data_files, transformed)
     models = shared.Shared()
     make_pipeline = make_pipeline or (lambda: beam.Pipeline(
         argv=[str(arg) for arg in beam_pipeline_args or []]))
     try:
         with make_pipeline() as pipeline:
-            scored = (pipeline
-                      | "Shards" >> beam.Create(data_files)
+            once = pipeline | "Once" >> beam.Create([None])
+            scored = (once
+                      | "Plan" >> beam.ParDo(PlanScoring(job, models))
+                      | "Spread" >> beam.Reshuffle()
                       | "Score" >> beam.ParDo(ScoreShard(job, models)).with_outputs(
                           ScoreShard.ROWS, main="slices"))
+            checks = once | "CheckServing" >> beam.ParDo(CheckServing(job, models))
             merged = (scored.slices
                       | "Merge" >> beam.CombinePerKey(MergeStatistics())
                       | "Values" >> beam.Values())
-            rows = scored[ScoreShard.ROWS] | "Rows" >> beam.CombineGlobally(sum)
-            _ = (pipeline
-                 | "Once" >> beam.Create([None])
-                 | "Finish" >> beam.ParDo(Finish(job, models, output_uri, data_files,
-                                                 summary_path),
+            counts = scored[ScoreShard.ROWS] | "Rows" >> beam.CombinePerKey(added_counts)
+            _ = (once
+                 | "Finish" >> beam.ParDo(Finish(job, models, output_uri, summary_path),
                                           slices=beam.pvalue.AsList(merged),
-                                          rows=beam.pvalue.AsSingleton(rows)))
+                                          counts=beam.pvalue.AsDict(counts),
+                                          checks=beam.pvalue.AsList(checks)))
         summary = fileio.read_json(summary_path)
         if summary is None:
             raise RuntimeError(f"the Evaluator's Beam pipeline ended without its summary "
@@ -111,10 +129,14 @@ def run(eval_config: Any, data_files: Sequence[str], model_paths: dict[str, str]
             fileio.rmtree(local_temp)
     validation = read_validation(output_uri)
     seconds = time.perf_counter() - started
-    logging.info("Evaluator on Beam: %d rows, %d slices, %d model(s), %d file(s) in %.1f s",
-                 summary["rows"], summary["slices"], len(model_paths), len(data_files),
-                 seconds)
-    return evaluate.EvalResult(validation, summary["rows"], summary["slices"], seconds)
+    check = ServingCheck(**summary["serving_check"]) if summary.get("serving_check") else None
+    if check is not None and check.refusal:
+        logging.error("Evaluator: %s", check.refusal)
+    scored = "; ".join(f"{files} file(s) {SCORED_WORDS[kind]}"
+                       for kind, (files, _) in sorted(summary["scored"].items()))
+    logging.info("Evaluator on Beam: %d rows, %d slices, %d model(s): %s, in %.1f s",
+                 summary["rows"], summary["slices"], len(model_paths), scored, seconds)
+    return evaluate.EvalResult(validation, summary["rows"], summary["slices"], seconds, check)
 
 
 def read_validation(output_uri: str) -> Any:
@@ -126,12 +148,15 @@ def read_validation(output_uri: str) -> Any:
 
 class Job:
     """What every step needs: the eval config (TFMA's defaults applied), the models, the
-    schema and options. Pickled into the steps; `tag` names its models in a worker."""
+    schema, options and the files to score (raw, and Transform's of the same rows when
+    given). Pickled into the steps; `tag` names its models in a worker."""
 
     def __init__(self, eval_config: Any, model_paths: dict[str, str], schema: Any,
-                 options: EvaluatorOptions):
+                 options: EvaluatorOptions, data_files: Sequence[str],
+                 transformed: Optional[TransformedSplit] = None):
         self.eval_config, self.model_paths = eval_config, model_paths
         self.schema, self.options = schema, options
+        self.data_files, self.transformed = list(data_files), transformed
         digest = hashlib.sha256(eval_config.SerializeToString(deterministic=True))
         for name in sorted(model_paths):
             digest.update(f"\0{name}\0{model_paths[name]}".encode())
@@ -158,6 +183,10 @@ class Models:
         self.raw_names = sorted(
             {s.spec.label_key for s in self.scorers if not s.label_transformed} |
             {c for c in columns if not any(c in s.transformed_outputs for s in self.scorers)})
+        # The same decision on every worker: the same models, config and split.
+        self.why_not_transformed = unusable(self.scorers, self.raw_names, columns,
+                                            job.transformed) \
+            if job.options.score_transformed else "score_transformed is off"
         self.lock = threading.Lock()
 
 
@@ -171,25 +200,65 @@ class _ModelsStep(beam.DoFn):
         self._models = self._shared.acquire(lambda: Models(job), tag=job.tag)
 
 
+# The kinds of file `PlanScoring` hands `ScoreShard`.
+RAW, TRANSFORMED = "raw", "transformed"
+SCORED_WORDS = {RAW: "of raw records through serving_default",
+                TRANSFORMED: f"of Transform's split through {TRANSFORMED_SIGNATURE}"}
+
+
+class PlanScoring(_ModelsStep):
+    """Once: the files to score, as (RAW, raw file) or (TRANSFORMED, a file of Transform's
+    split as a split of its own)."""
+
+    def process(self, _: Any) -> Iterator[tuple]:
+        job, models = self._job, self._models
+        if models.why_not_transformed:
+            if job.transformed is not None:
+                logging.info("Evaluator: scoring the raw records: %s",
+                             models.why_not_transformed)
+            yield from ((RAW, path) for path in job.data_files)
+            return
+        logging.info("Evaluator: scoring %d transformed rows through %s, a file an element",
+                     job.transformed.rows, TRANSFORMED_SIGNATURE)
+        yield from ((TRANSFORMED, part) for part in job.transformed.per_file())
+
+
 class ScoreShard(_ModelsStep):
-    """Scores one shard file; emits (slice id, (slice key, statistics)) a slice of its rows,
-    and its row count to ROWS."""
+    """Scores one file; emits (slice id, (slice key, statistics)) a slice of its rows, and
+    (its kind, (1 file, its rows)) to ROWS."""
 
     ROWS = "rows"
 
-    def process(self, path: str) -> Iterator[Any]:
+    def process(self, element: tuple) -> Iterator[Any]:
         job, models = self._job, self._models
-        scored = scoring.score_files(models.scorers, [path], models.raw_names, job.schema,
-                                      job.options)
-        yield beam.pvalue.TaggedOutput(self.ROWS, scored.rows)
-        if not scored.rows:
-            return
-        with models.lock:
-            found = [(slice_id(slice_key), (slice_key, statistics))
-                     for slice_key, statistics in sliced_statistics(
-                         job.eval_config, scored, models.scorers, models.keys,
-                         models.instances, models.runners)]
-        yield from found
+        kind, work = element
+        # A transformed file is scored in parts (`part_rows`), each reduced as it comes, so
+        # its scores are never all in memory; a raw file at once, as in process.
+        parts = score_transformed(models.scorers, work, job.options) if kind == TRANSFORMED \
+            else [scoring.score_files(models.scorers, [work], models.raw_names, job.schema,
+                                      job.options)]
+        rows = 0
+        for scored in parts:
+            rows += scored.rows
+            if not scored.rows:
+                continue
+            with models.lock:
+                found = sliced_statistics(job.eval_config, scored, models.scorers,
+                                          models.keys, models.instances, models.runners)
+            yield from ((slice_id(slice_key), (slice_key, statistics))
+                        for slice_key, statistics in found)
+        yield beam.pvalue.TaggedOutput(self.ROWS, (kind, (1, rows)))
+
+
+class CheckServing(_ModelsStep):
+    """Once, when Transform's split is scored: serving_default on the first raw rows against
+    the same rows of it (a ServingCheck); nothing otherwise."""
+
+    def process(self, _: Any) -> Iterator[ServingCheck]:
+        job, models = self._job, self._models
+        if not models.why_not_transformed:
+            yield check_serving_first_rows(models.scorers, job.transformed, job.data_files,
+                                           job.options)
 
 
 def slice_id(slice_key: tuple) -> bytes:
@@ -220,25 +289,42 @@ class MergeStatistics(beam.CombineFn):
 
 class Finish(_ModelsStep):
     """Once: every slice's metrics from its merged statistics, validated and written as
-    `evaluate.evaluate` writes them; the rows and slices counted to the summary file."""
+    `evaluate.evaluate` writes them (not blessed where the serving check refused); the rows,
+    slices, files and check to the summary file."""
 
-    def __init__(self, job: Job, models: shared.Shared, output_uri: str,
-                 data_files: Sequence[str], summary_path: str):
+    def __init__(self, job: Job, models: shared.Shared, output_uri: str, summary_path: str):
         super().__init__(job, models)
-        self._output_uri, self._data_files = output_uri, list(data_files)
-        self._summary_path = summary_path
+        self._output_uri, self._summary_path = output_uri, summary_path
 
-    def process(self, _: Any, slices: list, rows: int) -> None:
+    def process(self, _: Any, slices: list, counts: dict, checks: list) -> None:
         job, models = self._job, self._models
+        check = checks[0] if checks else None
+        rows = sum(scored_rows for _, scored_rows in counts.values())
         if not rows:
-            raise ValueError(f"no examples to evaluate in {', '.join(self._data_files)}")
+            files = job.transformed.files if check else job.data_files
+            raise ValueError(f"no examples to evaluate in {', '.join(files)}")
+        if check is not None:
+            check_rows(rows, job.transformed)
         with models.lock:
             sliced_metrics = metrics_of_merged(slices, models.scorers, models.keys,
                                                models.instances, models.runners,
                                                job.eval_config)
         validation = output.validate(sliced_metrics, job.eval_config)
+        if check is not None and check.refusal:
+            validation.validation_ok = False  # logged by `run`, in the launching process
         output.write_evaluation(self._output_uri, job.eval_config, sliced_metrics,
-                                  validation, dict(job.model_paths), self._data_files)
+                                  validation, dict(job.model_paths), job.data_files, check)
         fileio.makedirs(fileio.dirname(self._summary_path))
-        fileio.write_json(self._summary_path, {"rows": int(rows),
-                                               "slices": len(sliced_metrics)})
+        fileio.write_json(self._summary_path, {
+            "rows": int(rows), "slices": len(sliced_metrics),
+            "scored": {kind: [int(files), int(scored_rows)]
+                       for kind, (files, scored_rows) in counts.items()},
+            "serving_check": dataclasses.asdict(check) if check else None})
+
+
+def added_counts(counts) -> tuple[int, int]:
+    """(files, rows) of many (files, rows): a CombinePerKey's function, so any grouping."""
+    files = rows = 0
+    for more_files, more_rows in counts:
+        files, rows = files + more_files, rows + more_rows
+    return files, rows

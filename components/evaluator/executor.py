@@ -90,18 +90,19 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                 data_files += split_files(uri)
         output_uri = artifact_utils.get_single_uri(output_dict[keys.EVALUATION_KEY])
         tf_filesystems.register_for(output_uri, *model_paths.values(), *data_files)
+        transformed_split = _transformed_split(input_dict, splits)
         if beam_job.runs_on_beam(self._beam_pipeline_args):
-            logging.info("Evaluator: a Beam pipeline on the runner of %s, scoring the raw "
-                         "records (Transform's split is scored in process only)",
+            logging.info("Evaluator: a Beam pipeline on the runner of %s",
                          self._beam_pipeline_args)
             result = beam_job.run(eval_config, data_files, model_paths, output_uri,
                                   schema=schema, options=options,
                                   make_pipeline=self._make_beam_pipeline,
-                                  temp_dir=self._beam_temp_dir())
+                                  temp_dir=self._beam_temp_dir(),
+                                  transformed=transformed_split)
         else:
             result = evaluate.evaluate(eval_config, data_files, model_paths, output_uri,
                                        schema=schema, options=options,
-                                       transformed=_transformed_split(input_dict, splits))
+                                       transformed=transformed_split)
         logging.info("Evaluation complete. Results written to %s.", output_uri)
 
         if not run_validation:

@@ -53,6 +53,15 @@ class TransformedSplit:
     schema: Any  # schema_pb2.Schema stored beside them
     rows: int
     graph_digest: Optional[str] = None  # of the TransformGraph that made them
+    # Whether `files` are the whole split, which must then hold `rows` rows; a file of it
+    # (`per_file`) keeps the split's `rows`, which decide how it is scored.
+    whole: bool = True
+
+    def per_file(self) -> list["TransformedSplit"]:
+        """Each file on its own, in order: a Beam job's units of work, whose rows the job
+        adds up and checks against `rows` (a manifest counts a shard's packed records, not
+        its rows)."""
+        return [dataclasses.replace(self, files=[path], whole=False) for path in self.files]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +191,12 @@ def score_transformed(scorers: Sequence[ModelScorer], split: TransformedSplit,
             yield part()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+    if split.whole:
+        check_rows(rows, split)
+
+
+def check_rows(rows: int, split: TransformedSplit) -> None:
+    """Raises unless `rows` (those scored) are the rows the split's manifest lists."""
     if rows != split.rows:
         raise ValueError(f"{len(split.files)} transformed shards held {rows:,} rows; their "
                          f"manifest says {split.rows:,}")
@@ -208,6 +223,22 @@ def scoring_function(signature, inputs: dict, compile_: bool, path: str
     logging.info("Evaluator: %s of the model at %s is scored compiled by XLA",
                  TRANSFORMED_SIGNATURE, path)
     return compiled
+
+
+def check_serving_first_rows(scorers: Sequence[ModelScorer], split: TransformedSplit,
+                             data_files: Sequence[str], options: EvaluatorOptions
+                             ) -> ServingCheck:
+    """`check_serving` for a caller that does not hold the split's first rows scored (the
+    Beam job, whose workers score the split a file each): the first
+    `options.serving_check_rows` rows of `split` (or all) scored here, then checked."""
+    parts = score_transformed(scorers, split, dataclasses.replace(options, part_rows=1))
+    try:
+        first = next(parts, None)
+    finally:
+        parts.close()
+    if first is None:
+        return ServingCheck(0, 0.0, None)
+    return check_serving(scorers, data_files, first, options)
 
 
 def check_serving(scorers: Sequence[ModelScorer], data_files: Sequence[str], scored: Scored,
