@@ -425,20 +425,25 @@ def _file_list(files: Union[str, Sequence[str]]) -> list[str]:
 
 def iter_batches(files: Union[str, Sequence[str]], schema: Optional[schema_pb2.Schema] = None,
                  batch_size: int = 1024, features: Optional[Sequence[str]] = None,
-                 shuffle_buffer: int = 0, seed: Optional[int] = None) -> Iterator[dict]:
+                 shuffle_buffer: int = 0, seed: Optional[int] = None,
+                 records: Optional[tuple[int, int]] = None) -> Iterator[dict]:
     """Batches of `batch_size` rows (the last may be short) from `files`, rows carried from
     one file into the next.
 
     `schema` defaults to the schema.pbtxt stored beside the shards. `shuffle_buffer` > 1
     shuffles records (whole blocks of packed data) through a buffer of that many, seeded by
     `seed`; otherwise records come in file order. `files` may also be one folder of shards
-    (`example_rows.record_files`)."""
+    (`example_rows.record_files`). `records` (first, end): only those records of the one
+    file given, read from the stored index's entry that holds the first."""
     files = _file_list(files)
     schema = _schema_of(files, schema)
     columns = _columns(schema, features)
-    records = (_Record(path, offset, data) for path in files
-               for offset, data in _file_records(path))
-    return _batches_of(records, RowDecoder(schema, [c.name for c in columns]), columns,
+    if records is not None and len(files) != 1:
+        raise ValueError(f"a range of records is of one file, not {len(files)}")
+    first, end = records or (0, None)
+    read = (_Record(path, offset, data) for path in files
+            for offset, data in _file_records(path, first, end))
+    return _batches_of(read, RowDecoder(schema, [c.name for c in columns]), columns,
                        batch_size, shuffle_buffer, seed)
 
 

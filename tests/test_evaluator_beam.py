@@ -11,6 +11,7 @@ binary cross-entropy) are float32 sums, added shard by shard here and at once in
 from __future__ import annotations
 
 import glob
+import gzip
 import logging
 import os
 import random
@@ -24,7 +25,7 @@ import tensorflow_model_analysis as tfma
 from components.transform import taxi
 from components.evaluator import beam_job, evaluate, executor, keras_metrics, kinds, slice_stats
 from components.evaluator.config import metric_keys
-from components.evaluator.options import UnsupportedSetting
+from components.evaluator.options import EvaluatorOptions, UnsupportedSetting
 from components.evaluator.scores import Scores
 
 ATOL = RTOL = 1e-6
@@ -184,16 +185,17 @@ def test_a_keras_metric_whose_state_does_not_add_up_is_refused_in_one_line():
 
 # --- on the taxi models: Beam's multi_processing against in process ------------------------------
 def run_executor(folder, examples: str, config, models: dict, beam_args=None,
-                 transformed: str | None = None):
-    """Our executor as TFX runs it, with the pipeline's Beam args (None: none) and
-    Transform's output of `examples` when given."""
+                 transformed: str | None = None, options: EvaluatorOptions | None = None):
+    """Our executor as TFX runs it, with the pipeline's Beam args (None: none), and
+    Transform's output of `examples` and the Evaluator's options when given."""
     from tfx.dsl.components.base import base_beam_executor
     from test_evaluator import run_evaluator
 
     context = base_beam_executor.BaseBeamExecutor.Context(
         beam_pipeline_args=beam_args, tmp_dir=str(folder) + "-tmp", unique_id="1")
     return run_evaluator(lambda: executor.Executor(context), folder, examples, config,
-                         models["candidate"], models["baseline"], transformed=transformed)
+                         models["candidate"], models["baseline"], transformed=transformed,
+                         options=options)
 
 
 def assert_same_tables(beam_uri: str, local_uri: str) -> dict:
@@ -304,16 +306,16 @@ def test_multi_processing_matches_in_process_on_a_million_rows(tmp_path_factory)
 
 
 # --- Transform's eval split on Beam --------------------------------------------------------------
-def eval_split_in_files(source: str, folder: str, files: int) -> str:
+def eval_split_in_files(source: str, folder: str, files: int, block_rows: int) -> str:
     """A copy of Transform's output `source` whose eval rows are cut, in order, into `files`
-    gzip shards, each packed anew by the product's packer (the manifest to match): Beam's
-    units of work."""
+    gzip shards, each packed anew by the product's packer in blocks of `block_rows` (the
+    schema and manifest to match; only the eval split is read from it)."""
     import pyarrow as pa
 
     from shard_readers import numpy_reader
-    from tfrecord_shards import shards
+    from tfrecord_shards import shards, tfrecord_io
     from tfrecord_shards.codec import schema_file
-    from tfrecord_shards.packing import PackedLayout
+    from tfrecord_shards.packing import PackedLayout, annotate
     from tfrecord_shards.packing.write import pack_batch
 
     shutil.copytree(source, folder)
@@ -332,18 +334,24 @@ def eval_split_in_files(source: str, folder: str, files: int) -> str:
     table = pa.table(columns)
     for path in paths:
         os.remove(path)
+    schema = annotate(schema, block_rows)
+    schema_file.write_schema(schema, os.path.join(folder, schema_file.SCHEMA_FILE))
     cuts = np.linspace(0, entry["rows"], files + 1).astype(int)
     entry["shards"] = []
     for i, (start, end) in enumerate(zip(cuts[:-1], cuts[1:])):
         name = f"Split-eval/part-{i:05d}-of-{files:05d}.tfrecord.gz"
-        with tf.io.TFRecordWriter(os.path.join(folder, name), "GZIP") as writer:
-            records = 0
-            for record in pack_batch(table.slice(start, end - start),
-                                     PackedLayout.from_schema(schema)):
-                writer.write(record)
-                records += 1
+        records = pack_batch(table.slice(start, end - start), PackedLayout.from_schema(schema))
+        framed, ends = tfrecord_io.frame_records(records)
+        bounds = [0] + ends.tolist()
+        members = []
+        # A gzip member a block, listed as our writer lists them, so a piece that starts
+        # inside the shard is read from its member.
+        with open(os.path.join(folder, name), "wb") as f:
+            for number in range(len(records)):
+                members.append([f.tell(), 1])
+                f.write(gzip.compress(framed.tobytes()[bounds[number]:bounds[number + 1]], 1))
         # As the writer counts them: a shard's rows are its packed records.
-        entry["shards"].append({"path": name, "rows": records,
+        entry["shards"].append({"path": name, "rows": len(records), "gzip_members": members,
                                 "bytes": os.path.getsize(os.path.join(folder, name)),
                                 "partition": ""})
     shards.write_manifest(folder, manifest)
@@ -353,23 +361,27 @@ def eval_split_in_files(source: str, folder: str, files: int) -> str:
 @pytest.mark.slow
 def test_multi_processing_scores_transformed_split_as_in_process(taxi_examples, taxi_models,
                                                                  tmp_path, caplog):
-    """Transform's eval split in three shards, scored through score_transformed by two
-    worker processes: every metric within 1e-6 of the in-process run on the same split, the
-    same blessing, and serving_default checked on the same first rows."""
+    """Transform's eval split in three shards of 64-row blocks, scored through
+    score_transformed by two worker processes in pieces of two blocks (each read from its
+    shard's member index): every metric within 1e-6 of the in-process run on the same split,
+    the same blessing, and serving_default checked on the same first rows."""
     from test_evaluator import blessing_facts
     from test_evaluator_transformed import passing_config, serving_check, transformed_dir
     from tfrecord_shards import shards
 
-    split = eval_split_in_files(transformed_dir(taxi_models), str(tmp_path / "three"), 3)
+    split = eval_split_in_files(transformed_dir(taxi_models), str(tmp_path / "three"), 3, 64)
     config = passing_config()
+    options = EvaluatorOptions(part_rows=128)
     local_uri, local_blessing = run_executor(tmp_path / "local", taxi_examples, config,
-                                             taxi_models, transformed=split)
+                                             taxi_models, transformed=split, options=options)
     with caplog.at_level(logging.INFO):
         beam_uri, beam_blessing = run_executor(tmp_path / "beam", taxi_examples, config,
-                                               taxi_models, MULTI_PROCESSING, transformed=split)
+                                               taxi_models, MULTI_PROCESSING, transformed=split,
+                                               options=options)
     (line,) = [r.getMessage() for r in caplog.records
                if r.getMessage().startswith("Evaluator on Beam")]
-    assert "3 file(s) of Transform's split through score_transformed" in line, line
+    # 220 rows a shard: blocks of 64, 64, 64 and 28 rows, two blocks a piece.
+    assert "6 piece(s) of Transform's split through score_transformed" in line, line
     assert "raw records" not in line, line
     assert_same_tables(beam_uri, local_uri)
     assert blessing_facts(beam_blessing) == blessing_facts(local_blessing)

@@ -1,17 +1,18 @@
 """The fast Evaluator as a Beam pipeline, for runners that spread work over machines or
 processes (Dataflow, Flink, Spark, the DirectRunner's multi_processing mode); `runs_on_beam`
-says when. One element a shard file of the eval split:
+says when. One element a piece of the eval split:
 
 1. `PlanScoring`, once, decides what is scored as the in-process path does
-   (`transformed.unusable`): Transform's eval split, a file an element, when its rows pair
-   with the raw ones and the models can score it; else the raw records, a file an element.
-   `Reshuffle` spreads the elements over the workers.
-2. `ScoreShard` scores a file with today's code (`transformed.score_transformed` on a
-   transformed file, in parts; `scoring.score_files` on a raw one), the models loaded once a
-   worker process through Beam's `Shared` handle, slices its rows (`slices.slice_rows`) and
-   emits each slice's sufficient statistics (`slices.slice_statistics`: prediction
-   histograms and confusion counts, sums of errors, labels and predictions, Keras metrics'
-   variables);
+   (`transformed.unusable`): Transform's eval split, in pieces of about `part_rows` rows
+   (whole packed records of one shard, read from its stored index, so a large shard spreads
+   too), when its rows pair with the raw ones and the models can score it; else the raw
+   records, a shard file an element. `Reshuffle` spreads the elements over the workers.
+2. `ScoreShard` scores an element with today's code (`transformed.score_transformed` on a
+   piece, its functions made and compiled once a worker; `scoring.score_files` on a raw
+   file), the models loaded once a worker process through Beam's `Shared` handle, slices
+   its rows (`slices.slice_rows`) and emits each slice's sufficient statistics
+   (`slices.slice_statistics`: prediction histograms and confusion counts, sums of errors,
+   labels and predictions, Keras metrics' variables);
 3. `CheckServing`, once, beside the scoring: when the transformed split is scored, the first
    `serving_check_rows` raw records through serving_default against the same rows of it
    (`transformed.check_serving_first_rows`), the check that keeps the blessing on the
@@ -132,8 +133,8 @@ def run(eval_config: Any, data_files: Sequence[str], model_paths: dict[str, str]
     check = ServingCheck(**summary["serving_check"]) if summary.get("serving_check") else None
     if check is not None and check.refusal:
         logging.error("Evaluator: %s", check.refusal)
-    scored = "; ".join(f"{files} file(s) {SCORED_WORDS[kind]}"
-                       for kind, (files, _) in sorted(summary["scored"].items()))
+    scored = "; ".join(f"{elements} {SCORED_WORDS[kind]}"
+                       for kind, (elements, _) in sorted(summary["scored"].items()))
     logging.info("Evaluator on Beam: %d rows, %d slices, %d model(s): %s, in %.1f s",
                  summary["rows"], summary["slices"], len(model_paths), scored, seconds)
     return evaluate.EvalResult(validation, summary["rows"], summary["slices"], seconds, check)
@@ -187,6 +188,8 @@ class Models:
         self.why_not_transformed = unusable(self.scorers, self.raw_names, columns,
                                             job.transformed) \
             if job.options.score_transformed else "score_transformed is off"
+        # The score_transformed functions, made (and compiled) once for every piece.
+        self.scoring_functions: dict = {}
         self.lock = threading.Lock()
 
 
@@ -202,13 +205,13 @@ class _ModelsStep(beam.DoFn):
 
 # The kinds of file `PlanScoring` hands `ScoreShard`.
 RAW, TRANSFORMED = "raw", "transformed"
-SCORED_WORDS = {RAW: "of raw records through serving_default",
-                TRANSFORMED: f"of Transform's split through {TRANSFORMED_SIGNATURE}"}
+SCORED_WORDS = {RAW: "file(s) of raw records through serving_default",
+                TRANSFORMED: f"piece(s) of Transform's split through {TRANSFORMED_SIGNATURE}"}
 
 
 class PlanScoring(_ModelsStep):
-    """Once: the files to score, as (RAW, raw file) or (TRANSFORMED, a file of Transform's
-    split as a split of its own)."""
+    """Once: what to score, as (RAW, a raw file) or (TRANSFORMED, a piece of Transform's
+    split: about `part_rows` rows of one file, `TransformedSplit.pieces`)."""
 
     def process(self, _: Any) -> Iterator[tuple]:
         job, models = self._job, self._models
@@ -218,14 +221,15 @@ class PlanScoring(_ModelsStep):
                              models.why_not_transformed)
             yield from ((RAW, path) for path in job.data_files)
             return
-        logging.info("Evaluator: scoring %d transformed rows through %s, a file an element",
-                     job.transformed.rows, TRANSFORMED_SIGNATURE)
-        yield from ((TRANSFORMED, part) for part in job.transformed.per_file())
+        pieces = job.transformed.pieces(job.options.part_rows)
+        logging.info("Evaluator: scoring %d transformed rows through %s, in %d pieces",
+                     job.transformed.rows, TRANSFORMED_SIGNATURE, len(pieces))
+        yield from ((TRANSFORMED, piece) for piece in pieces)
 
 
 class ScoreShard(_ModelsStep):
-    """Scores one file; emits (slice id, (slice key, statistics)) a slice of its rows, and
-    (its kind, (1 file, its rows)) to ROWS."""
+    """Scores one element (a raw shard, or a piece of Transform's split); emits (slice id,
+    (slice key, statistics)) a slice of its rows, and (its kind, (1, its rows)) to ROWS."""
 
     ROWS = "rows"
 
@@ -234,7 +238,8 @@ class ScoreShard(_ModelsStep):
         kind, work = element
         # A transformed file is scored in parts (`part_rows`), each reduced as it comes, so
         # its scores are never all in memory; a raw file at once, as in process.
-        parts = score_transformed(models.scorers, work, job.options) if kind == TRANSFORMED \
+        parts = score_transformed(models.scorers, work, job.options,
+                                  models.scoring_functions) if kind == TRANSFORMED \
             else [scoring.score_files(models.scorers, [work], models.raw_names, job.schema,
                                       job.options)]
         rows = 0
@@ -317,14 +322,15 @@ class Finish(_ModelsStep):
         fileio.makedirs(fileio.dirname(self._summary_path))
         fileio.write_json(self._summary_path, {
             "rows": int(rows), "slices": len(sliced_metrics),
-            "scored": {kind: [int(files), int(scored_rows)]
-                       for kind, (files, scored_rows) in counts.items()},
+            "scored": {kind: [int(elements), int(scored_rows)]
+                       for kind, (elements, scored_rows) in counts.items()},
             "serving_check": dataclasses.asdict(check) if check else None})
 
 
 def added_counts(counts) -> tuple[int, int]:
-    """(files, rows) of many (files, rows): a CombinePerKey's function, so any grouping."""
-    files = rows = 0
-    for more_files, more_rows in counts:
-        files, rows = files + more_files, rows + more_rows
-    return files, rows
+    """(elements, rows) of many (elements, rows): a CombinePerKey's function, so any
+    grouping."""
+    elements = rows = 0
+    for more_elements, more_rows in counts:
+        elements, rows = elements + more_elements, rows + more_rows
+    return elements, rows

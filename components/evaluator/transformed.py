@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from shard_readers import numpy_reader
-from tfrecord_shards import fileio, rows_done, shards
+from tfrecord_shards import fileio, packing, rows_done, shards
 from tfrecord_shards.codec import schema_file
 from tfrecord_shards.manifest import ROW_ORDER_INPUT
 from components.evaluator.options import EvaluatorOptions
@@ -53,15 +53,24 @@ class TransformedSplit:
     schema: Any  # schema_pb2.Schema stored beside them
     rows: int
     graph_digest: Optional[str] = None  # of the TransformGraph that made them
-    # Whether `files` are the whole split, which must then hold `rows` rows; a file of it
-    # (`per_file`) keeps the split's `rows`, which decide how it is scored.
+    file_records: tuple[int, ...] = ()  # each file's records (packed blocks), as listed
+    # Whether `files` are the whole split, which must then hold `rows` rows; a piece of it
+    # (`pieces`) keeps the split's `rows`, which decide how it is scored.
     whole: bool = True
+    records: Optional[tuple[int, int]] = None  # a piece's [first, end) of its one file
 
-    def per_file(self) -> list["TransformedSplit"]:
-        """Each file on its own, in order: a Beam job's units of work, whose rows the job
-        adds up and checks against `rows` (a manifest counts a shard's packed records, not
-        its rows)."""
-        return [dataclasses.replace(self, files=[path], whole=False) for path in self.files]
+    def pieces(self, rows: int) -> list["TransformedSplit"]:
+        """The split cut, in order, into pieces of about `rows` rows (whole records of one
+        file each; a file whose records the manifest does not count, whole): a Beam job's
+        units of work, whose rows the job adds up and checks against `rows`."""
+        per_record = packing.packed_rows(self.schema) or 1
+        step = max(1, rows // per_record)
+        if len(self.file_records) != len(self.files):
+            return [dataclasses.replace(self, files=[path], whole=False) for path in self.files]
+        return [dataclasses.replace(self, files=[path], whole=False,
+                                    records=(first, min(first + step, count)))
+                for path, count in zip(self.files, self.file_records)
+                for first in range(0, count, step)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,15 +99,17 @@ def transformed_split(transformed_dir: Optional[str], examples_dir: str,
     if inputs != [fileio.absolute(examples_dir)]:
         return None, "the transformed examples were made from other examples"
     files: list[str] = []
+    records: list[int] = []
     rows = 0
     for split in splits:
         mine, theirs = manifest["splits"].get(split), raw["splits"].get(split)
         if mine is None or theirs is None or mine["rows"] != theirs["rows"]:
             return None, f"split {split!r} has other rows after Transform"
         files += [fileio.join(transformed_dir, s["path"]) for s in mine["shards"]]
+        records += [s["rows"] for s in mine["shards"]]  # a shard's "rows" are its records
         rows += mine["rows"]
     return TransformedSplit(files, schema_file.load_schema(transformed_dir), rows,
-                            manifest.get("transform_graph_digest")), ""
+                            manifest.get("transform_graph_digest"), tuple(records)), ""
 
 
 def unusable(scorers: Sequence[ModelScorer], raw_names: Sequence[str],
@@ -130,11 +141,13 @@ def unusable(scorers: Sequence[ModelScorer], raw_names: Sequence[str],
 
 
 def score_transformed(scorers: Sequence[ModelScorer], split: TransformedSplit,
-                      options: EvaluatorOptions) -> Iterator[Scored]:
+                      options: EvaluatorOptions, made: Optional[dict] = None
+                      ) -> Iterator[Scored]:
     """Every model's predictions on every row of the transformed split, with its label, in
     parts of at least `options.part_rows` rows (the last may be short), so that the caller
     holds one part at a time. Batches are scored by `threads` workers while this thread
-    reads on, and taken in the order they were read."""
+    reads on, and taken in the order they were read. `made` keeps the scoring functions
+    between calls (a Beam worker's pieces of a split), so each is compiled once."""
     signatures = [scorer.model.signatures[TRANSFORMED_SIGNATURE] for scorer in scorers]
     feature_of = {signature_input_name(f.name): f.name for f in split.schema.feature}
     inputs = [{name: feature_of[name] for name in s.structured_input_signature[1]}
@@ -169,12 +182,17 @@ def score_transformed(scorers: Sequence[ModelScorer], split: TransformedSplit,
     rows = collected = 0
     try:
         for batch in numpy_reader.iter_batches(split.files, split.schema,
-                                               options.transformed_batch_rows, features=wanted):
+                                               options.transformed_batch_rows, features=wanted,
+                                               records=split.records):
             tensors = [{name: tf.constant(batch[feature]) for name, feature in names.items()}
                        for names in inputs]
             if not functions:
-                functions = [scoring_function(signature, given, compile_, scorer.path)
-                             for signature, given, scorer in zip(signatures, tensors, scorers)]
+                made = {} if made is None else made
+                for signature, given, scorer in zip(signatures, tensors, scorers):
+                    if (scorer.path, compile_) not in made:
+                        made[scorer.path, compile_] = scoring_function(signature, given,
+                                                                       compile_, scorer.path)
+                functions = [made[scorer.path, compile_] for scorer in scorers]
             pending.append(([pool.submit(function, given)
                              for function, given in zip(functions, tensors)],
                             {name: batch[name] for name in labels}))
