@@ -38,8 +38,7 @@ from tfrecord_shards.packing.layout import LENGTHS_SUFFIX, ROWS_KEY
 # thousands of them decoded before its first batch.
 _ROWS_PER_DECODE = 65_536
 _BYTES_PER_DECODE = 32 << 20
-_NUMPY_TYPES = {schema_pb2.INT: np.int64, schema_pb2.FLOAT: np.float32,
-                schema_pb2.BYTES: object}
+_NUMPY_TYPES = {schema_pb2.INT: np.int64, schema_pb2.FLOAT: np.float32, schema_pb2.BYTES: object}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -433,16 +432,12 @@ def iter_batches(files: Union[str, Sequence[str]], schema: Optional[schema_pb2.S
     `schema` defaults to the schema.pbtxt stored beside the shards. `shuffle_buffer` > 1
     shuffles records (whole blocks of packed data) through a buffer of that many, seeded by
     `seed`; otherwise records come in file order. `files` may also be one folder of shards
-    (`example_rows.record_files`). `records` (first, end): only those records of the one
-    file given, read from the stored index's entry that holds the first."""
+    (`example_rows.record_files`). `records`: only records [first, end) of each file."""
     files = _file_list(files)
     schema = _schema_of(files, schema)
     columns = _columns(schema, features)
-    if records is not None and len(files) != 1:
-        raise ValueError(f"a range of records is of one file, not {len(files)}")
-    first, end = records or (0, None)
     read = (_Record(path, offset, data) for path in files
-            for offset, data in _file_records(path, first, end))
+            for offset, data in _file_records(path, *(records or (0, None))))
     return _batches_of(read, RowDecoder(schema, [c.name for c in columns]), columns,
                        batch_size, shuffle_buffer, seed)
 
