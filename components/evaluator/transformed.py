@@ -54,22 +54,23 @@ class TransformedSplit:
     rows: int
     graph_digest: Optional[str] = None  # of the TransformGraph that made them
     file_records: tuple[int, ...] = ()  # each file's records (packed blocks), as listed
-    # Whether `files` are the whole split, which must then hold `rows` rows; a piece of it
-    # (`pieces`) keeps the split's `rows`, which decide how it is scored.
-    whole: bool = True
-    records: Optional[tuple[int, int]] = None  # a piece's [first, end) of its one file
+    # A piece's [first, end) of its one file (`pieces`); it keeps the split's `rows`, which
+    # decide how it is scored.
+    records: Optional[tuple[int, int]] = None
+
+    @property
+    def whole(self) -> bool:
+        """Whether this is the whole split, which must then hold `rows` rows."""
+        return self.records is None
 
     def pieces(self, rows: int) -> list["TransformedSplit"]:
-        """The split cut, in order, into pieces of about `rows` rows (whole records of one
-        file each; a file whose records the manifest does not count, whole): a Beam job's
-        units of work, whose rows the job adds up and checks against `rows`."""
+        """The split cut, in order, into pieces of about `rows` rows, whole records of one
+        file each: a Beam job's units of work, whose rows the job adds up and checks against
+        `rows`."""
         per_record = packing.packed_rows(self.schema) or 1
         step = max(1, rows // per_record)
-        if len(self.file_records) != len(self.files):
-            return [dataclasses.replace(self, files=[path], whole=False) for path in self.files]
-        return [dataclasses.replace(self, files=[path], whole=False,
-                                    records=(first, min(first + step, count)))
-                for path, count in zip(self.files, self.file_records)
+        return [dataclasses.replace(self, files=[path], records=(first, min(first + step, count)))
+                for path, count in zip(self.files, self.file_records, strict=True)
                 for first in range(0, count, step)]
 
 
