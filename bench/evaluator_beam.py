@@ -108,46 +108,59 @@ def eval_config():
                            metrics_specs=[tfma.MetricsSpec(metrics=metrics)])
 
 
-def run(root: str, examples: str, beam_args: list[str]) -> None:
-    import shutil
-    import tempfile
+def artifact(kind, uri: str, artifact_id: int, **properties):
+    made = kind()
+    made.uri, made.id = uri, artifact_id
+    for name, value in properties.items():
+        setattr(made, name, value)
+    return made
 
+
+def run_executor(inputs: dict, config, out: str, beam_args: list[str]):
+    """Our Evaluator's executor on `inputs` (TFX artifacts by key) with `config`, writing
+    under `out`, with `beam_args` (none: in process), as TFX runs it: (seconds, the
+    evaluation artifact, the blessing artifact)."""
     from tfx.dsl.components.base import base_beam_executor
-    from tfx.types import artifact_utils, standard_artifacts
+    from tfx.types import standard_artifacts
     from tfx.utils import json_utils, proto_utils
 
     from components.evaluator import executor
 
-    def artifact(kind, uri: str, artifact_id: int, **properties):
-        made = kind()
-        made.uri, made.id = uri, artifact_id
-        for name, value in properties.items():
-            setattr(made, name, value)
-        return made
+    evaluation = artifact(standard_artifacts.ModelEvaluation, os.path.join(out, "evaluation"), 4)
+    blessing = artifact(standard_artifacts.ModelBlessing, os.path.join(out, "blessing"), 5)
+    context = base_beam_executor.BaseBeamExecutor.Context(
+        beam_pipeline_args=beam_args + ["--sdk_container_image=unused"] if beam_args else None,
+        tmp_dir=os.path.join(out, "tmp"), unique_id="1")
+    started = time.perf_counter()
+    executor.Executor(context).Do(
+        inputs, {"evaluation": [evaluation], "blessing": [blessing]},
+        {"eval_config": proto_utils.proto_to_json(config),
+         "example_splits": json_utils.dumps(None), "current_component_id": "Evaluator"})
+    return time.perf_counter() - started, evaluation, blessing
+
+
+def examples_artifact(uri: str):
+    from tfx.types import artifact_utils, standard_artifacts
+
+    return artifact(standard_artifacts.Examples, uri, 1,
+                    split_names=artifact_utils.encode_split_names(["train", "eval"]))
+
+
+def run(root: str, examples: str, beam_args: list[str]) -> None:
+    import shutil
+    import tempfile
+
+    from tfx.types import standard_artifacts
 
     out = tempfile.mkdtemp(prefix="evaluator-bench-", dir=root)
     try:
-        inputs = {"examples": [artifact(standard_artifacts.Examples,
-                                        os.path.join(root, examples), 1,
-                                        split_names=artifact_utils.encode_split_names(
-                                            ["train", "eval"]))],
+        inputs = {"examples": [examples_artifact(os.path.join(root, examples))],
                   "model": [artifact(standard_artifacts.Model,
                                      os.path.join(root, "candidate"), 2)],
                   "baseline_model": [artifact(standard_artifacts.Model,
                                               os.path.join(root, "baseline"), 3)]}
-        evaluation = artifact(standard_artifacts.ModelEvaluation,
-                              os.path.join(out, "evaluation"), 4)
-        blessing = artifact(standard_artifacts.ModelBlessing, os.path.join(out, "blessing"), 5)
-        context = base_beam_executor.BaseBeamExecutor.Context(
-            beam_pipeline_args=beam_args + ["--sdk_container_image=unused"],
-            tmp_dir=os.path.join(out, "tmp"), unique_id="1")
-        started = time.perf_counter()
-        executor.Executor(context).Do(
-            inputs, {"evaluation": [evaluation], "blessing": [blessing]},
-            {"eval_config": proto_utils.proto_to_json(eval_config()),
-             "example_splits": json_utils.dumps(None), "current_component_id": "Evaluator"})
-        print(f"executor {time.perf_counter() - started:.2f} s; "
-              f"{os.listdir(blessing.uri)}", file=sys.stderr)
+        seconds, _, blessing = run_executor(inputs, eval_config(), out, beam_args)
+        print(f"executor {seconds:.2f} s; {os.listdir(blessing.uri)}", file=sys.stderr)
     finally:
         shutil.rmtree(out)
 
@@ -158,19 +171,9 @@ def run_pipeline_output(run_dir: str, scored: str, beam_args: list[str]) -> None
     import tempfile
 
     import tensorflow_model_analysis as tfma
-    from tfx.dsl.components.base import base_beam_executor
-    from tfx.types import artifact_utils, standard_artifacts
-    from tfx.utils import json_utils, proto_utils
+    from tfx.types import standard_artifacts
 
-    from components.evaluator import executor
     from components.transform import taxi
-
-    def artifact(kind, uri: str, artifact_id: int, **properties):
-        made = kind()
-        made.uri, made.id = uri, artifact_id
-        for name, value in properties.items():
-            setattr(made, name, value)
-        return made
 
     def only(pattern: str) -> str:
         (found,) = glob.glob(os.path.join(run_dir, "pipelines", "*", pattern))
@@ -184,27 +187,13 @@ def run_pipeline_output(run_dir: str, scored: str, beam_args: list[str]) -> None
     config.metrics_specs[0].metrics[0].threshold.ClearField("change_threshold")
     out = tempfile.mkdtemp(prefix="evaluator-bench-")
     try:
-        inputs = {"examples": [artifact(standard_artifacts.Examples,
-                                        only("ShardedExampleGen/examples/*"), 1,
-                                        split_names=artifact_utils.encode_split_names(
-                                            ["train", "eval"]))],
+        inputs = {"examples": [examples_artifact(only("ShardedExampleGen/examples/*"))],
                   "model": [artifact(standard_artifacts.Model, only("Trainer/model/*"), 2)]}
         if scored == "transformed":
             inputs["transformed_examples"] = [artifact(
                 standard_artifacts.Examples, only("ShardedTransform/transformed_examples/*"),
                 3)]
-        evaluation = artifact(standard_artifacts.ModelEvaluation,
-                              os.path.join(out, "evaluation"), 4)
-        blessing = artifact(standard_artifacts.ModelBlessing, os.path.join(out, "blessing"), 5)
-        context = base_beam_executor.BaseBeamExecutor.Context(
-            beam_pipeline_args=beam_args + ["--sdk_container_image=unused"] if beam_args
-            else None, tmp_dir=os.path.join(out, "tmp"), unique_id="1")
-        started = time.perf_counter()
-        executor.Executor(context).Do(
-            inputs, {"evaluation": [evaluation], "blessing": [blessing]},
-            {"eval_config": proto_utils.proto_to_json(config),
-             "example_splits": json_utils.dumps(None), "current_component_id": "Evaluator"})
-        seconds = time.perf_counter() - started
+        seconds, evaluation, blessing = run_executor(inputs, config, out, beam_args)
         checked = os.path.exists(os.path.join(evaluation.uri, "serving_check.json"))
         (overall,) = [m for m in tfma.load_metrics(evaluation.uri) if not m.slice_key.
                       single_slice_keys]
