@@ -2,6 +2,7 @@
 batched TFRecord framing against TensorFlow's writer and reader."""
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import os
 import tempfile
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx_bsl.coders import example_coder
 
-from tfrecord_shards import tfrecord_io
+from tfrecord_shards import record_index, tfrecord_io
 from tfrecord_shards.codec import parser, serializer
 
 TYPES = {"int": (pa.int64(), tf.int64, schema_pb2.INT),
@@ -236,9 +237,17 @@ def test_block_reader_reads_through_the_object_store_route_too(tmp_path, compres
     path = str(tmp_path / "data.tfrecord")
     with (gzip.open if compression == "gzip" else open)(path, "wb") as f:
         f.write(framed.tobytes())
+    ranges = record_index.RecordIndex.build(path).ranges(70)
+    assert len(ranges) == (1 if compression == "gzip" else 5)  # gzip.open: one member
     for where in (path, "file://" + path):
         read = [block.buffer[start:end].tobytes()
                 for block in tfrecord_io.iter_record_blocks(where, block_bytes=4_096)
+                for start, end in zip(block.starts, block.ends)]
+        assert read == records
+        # Ranges of it, each read from its own bytes alone, as a Beam worker reads a piece.
+        read = [block.buffer[start:end].tobytes() for piece in ranges
+                for block in tfrecord_io.iter_record_blocks(
+                    dataclasses.replace(piece, path=where), block_bytes=4_096)
                 for start, end in zip(block.starts, block.ends)]
         assert read == records
 

@@ -279,6 +279,61 @@ def test_a_damaged_plain_record_is_named_and_the_others_still_read(wine_examples
         assert reader[neighbour] == records[neighbour]
 
 
+@pytest.fixture(scope="module", params=["gzip", "none"])
+def small_member_examples(request, tmp_path_factory) -> str:
+    """scikit-learn's wine table in 2 shards a split of 4 KiB gzip members (the smallest
+    allowed: about a dozen records each), or plain with the writer's .idx."""
+    import sklearn.datasets
+
+    folder = tmp_path_factory.mktemp(f"wine-members-{request.param}")
+    source = folder / "wine.csv"
+    sklearn.datasets.load_wine(as_frame=True).frame.reset_index().to_csv(source, index=False)
+    out = str(folder / "examples")
+    engine.run(from_flat(ExampleGenOptions, {"source": str(source), "num_shards": 2,
+                                             "compression": request.param,
+                                             "gzip_member_kib": 4}), out)
+    return out
+
+
+@pytest.mark.parametrize("records", [1, 20, 50, 10_000])
+def test_ranges_of_a_shard_read_back_its_records_in_order(small_member_examples, records):
+    """A shard cut into ranges by its stored index and each range read on its own (as a
+    Beam worker reads a piece) gives the shard's records, each once, in order; every range
+    but the last holds at least `records`, of whole members when gzip."""
+    for path in shard_files(small_member_examples):
+        index = record_index.load(path)
+        ranges = index.ranges(records)
+        if index.gzip:
+            assert len(index.offsets) > 3
+        read = [bytes(block.buffer[s:e]) for piece in ranges
+                for block in tfrecord_io.iter_record_blocks(piece, 4096)
+                for s, e in zip(block.starts.tolist(), block.ends.tolist())]
+        assert read == sequential(path)
+        assert [r.first for r in ranges] == [0] + [r.first + r.records for r in ranges[:-1]]
+        assert [r.start for r in ranges[1:]] == [r.end for r in ranges[:-1]]
+        assert ranges[-1].end == os.path.getsize(path)
+        assert all(r.records >= records for r in ranges[:-1])
+        assert set(r.start for r in ranges) <= set(index.offsets.tolist())
+        if records >= index.records:
+            assert len(ranges) == 1
+
+
+def test_a_range_whose_bytes_hold_other_records_is_an_error_naming_it(small_member_examples):
+    """A range's record count is checked against what its bytes hold: a stale index (a
+    range claiming one record more or less) is a one-line error naming the file and range,
+    never rows lost or doubled silently."""
+    import dataclasses
+
+    path = shard_files(small_member_examples)[0]
+    piece = record_index.load(path).ranges(30)[0]
+    for wrong in (piece.records - 1, piece.records + 1):
+        claimed = dataclasses.replace(piece, records=wrong)
+        with pytest.raises(tfrecord_io.CorruptRecordError,
+                           match=f"^{path}: corrupt TFRecord at byte offset 0: {path} "
+                                 f"records 0-{wrong - 1} are not the records of bytes "):
+            list(tfrecord_io.iter_record_blocks(claimed))
+
+
 def global_epochs(files, schema, epochs: int, context=None, **settings) -> list[int]:
     """Row ids ("index") of `epochs` epochs of the training input in global shuffle order;
     the dataset knows its number of batches before it is read."""

@@ -207,6 +207,30 @@ def test_the_beam_job_in_this_process_writes_what_scan_writes(taxi_shards, tmp_p
                           exact_values(taxi_shards, split), moments_rel=1e-9)
 
 
+def test_shards_cut_into_pieces_give_what_scan_gives(taxi_shards, tmp_path, caplog):
+    """Each shard summarised in pieces of about 300 records (whole gzip members, or records
+    of a plain shard by its .idx), so one large shard spreads over workers: the same
+    statistics, every row once."""
+    import logging
+
+    from components.statistics_gen import beam_job
+
+    inputs = stats_job.split_inputs(taxi_shards, SPLITS)
+    options = StatisticsGenOptions(piece_records=300)
+    with caplog.at_level(logging.INFO):
+        written = beam_job.run(inputs, str(tmp_path / "beam"), options, beam_pipeline_args=[])
+    expected = stats_job.run(taxi_shards, str(tmp_path / "scan"), SPLITS)
+    assert written == expected
+    shards = sum(len(files) for _, files, _ in inputs)
+    (line,) = [r.getMessage() for r in caplog.records if "pieces" in r.getMessage()]
+    pieces = int(line.split(" in ")[1].split()[0])
+    assert line.startswith(f"StatisticsGen: summarising {shards} shards in ")
+    assert pieces >= sum(expected.values()) // 300 * 3 // 4 > shards
+    for split in SPLITS:
+        assert_equivalent(_load(tmp_path / "beam", split), _load(tmp_path / "scan", split),
+                          exact_values(taxi_shards, split), moments_rel=1e-9)
+
+
 def test_a_split_with_no_shards_is_written_empty(taxi_shards, tmp_path):
     from components.statistics_gen import beam_job
 
@@ -224,8 +248,9 @@ def _load(statistics_uri, split: str):
 
 # --- On worker processes -------------------------------------------------------------------
 
-def _assert_beam_matches_scan(examples_uri: str, tmp_path) -> None:
-    beam = engine.run(examples_uri, str(tmp_path / "beam"), SPLITS,
+def _assert_beam_matches_scan(examples_uri: str, tmp_path,
+                              options: StatisticsGenOptions = StatisticsGenOptions()) -> None:
+    beam = engine.run(examples_uri, str(tmp_path / "beam"), SPLITS, options,
                       beam_pipeline_args=MULTI_PROCESSING)
     here = engine.run(examples_uri, str(tmp_path / "scan"), SPLITS,
                       beam_pipeline_args=["--runner=DirectRunner"])
@@ -238,8 +263,8 @@ def _assert_beam_matches_scan(examples_uri: str, tmp_path) -> None:
 @pytest.mark.slow
 def test_worker_processes_match_the_in_process_run(taxi_shards, tmp_path):
     """The taxi sample's shards, gzip and plain, summarised by two DirectRunner worker
-    processes."""
-    _assert_beam_matches_scan(taxi_shards, tmp_path)
+    processes in pieces of about 700 records (several a shard)."""
+    _assert_beam_matches_scan(taxi_shards, tmp_path, StatisticsGenOptions(piece_records=700))
 
 
 @pytest.mark.slow

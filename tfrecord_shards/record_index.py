@@ -25,7 +25,7 @@ import functools
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence, Union
 
 import numpy as np
 from isal import igzip_lib
@@ -63,6 +63,22 @@ class RecordIndex:
         if not self.gzip:
             return record
         return int(np.searchsorted(self.firsts, record, side="right")) - 1
+
+    def ranges(self, records: int) -> list[tfrecord_io.RecordRange]:
+        """The file cut, in order, into ranges of whole entries (records, or gzip members)
+        of at least `records` records each but the last: units of work that a worker
+        reads without the rest of the file."""
+        ranges, entry = [], 0
+        ends = self.offsets + self.lengths
+        while entry < len(self.counts):
+            last = int(np.searchsorted(self.firsts, self.firsts[entry] + records, "left")) - 1
+            last = min(max(last, entry), len(self.counts) - 1)
+            first = int(self.firsts[entry])
+            ranges.append(tfrecord_io.RecordRange(
+                self.path, int(self.offsets[entry]), int(ends[last]), first,
+                int(self.firsts[last] + self.counts[last]) - first))
+            entry = last + 1
+        return ranges
 
     # --- building ---------------------------------------------------------------------
     @classmethod
@@ -129,13 +145,30 @@ def default_index_path(path: str, gzip: bool) -> str:
     return path + suffix
 
 
-def load(path: str) -> Optional[RecordIndex]:
+def pieces(paths: Sequence[str], records: int) -> list[Union[str, tfrecord_io.RecordRange]]:
+    """Files as ranges of about `records` records (`RecordIndex.ranges`), by their stored
+    indexes: a Beam job's units of work, so that one large file spreads over its workers.
+    A file without an index stays whole, as reading it to build one costs about what
+    reading it for the work does."""
+    return [piece for path, index in zip(paths, load_all(paths))
+            for piece in (index.ranges(records) if index is not None and index.records
+                          else [path])]
+
+
+def load_all(paths: Sequence[str]) -> list[Optional[RecordIndex]]:
+    """`load` of each of `paths`, each manifest above them read once."""
+    manifests: dict = {}
+    return [load(path, manifests) for path in paths]
+
+
+def load(path: str, manifests: Optional[dict] = None) -> Optional[RecordIndex]:
     """The stored index of `path`: our manifest's gzip members, or an index file beside it
-    (one whose file size no longer matches is ignored: the data changed). None if none."""
+    (one whose file size no longer matches is ignored: the data changed). None if none.
+    `manifests`: as `tfrecord_io.manifest_shard` takes it."""
     size = fileio.size(path)
     gzip = tfrecord_io.is_gzip(path)
     if gzip:
-        members = tfrecord_io.gzip_member_index(path, size)
+        members = tfrecord_io.gzip_member_index(path, size, manifests)
         if members:
             return RecordIndex._of_members(path, size, members)
         stored = fileio.read_json(default_index_path(path, True))

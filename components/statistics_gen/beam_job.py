@@ -2,9 +2,13 @@
 Flink, Spark, the DirectRunner's `multi_processing` mode): `engine.run` takes it when
 `engine.runs_on_beam` says so. It imports no TFX, TensorFlow or TFDV.
 
-  (split, shard file) -> summarise the shard (`stats_job.scan`) -> SplitStats
+  (split, piece of a shard) -> summarise it (`stats_job.scan`) -> SplitStats
   SplitStats per split -> merged, in any order (`MergeSplitStats`) -> statistics proto
   -> `output`/Split-<name>/FeatureStats.pb, written by a worker
+
+A piece is about `piece_records` records of one shard, whole gzip members as our manifest
+lists them (or records of a plain file with a .idx), so even one large shard spreads over the
+workers; a shard without an index is one piece.
 
 The accumulators are `accumulators.SplitStats`, merged by their own `merge`: counts, extremes,
 length and value-count tables are summed exactly, moments by the parallel (Chan) update and
@@ -14,17 +18,20 @@ moments to rounding and the quantiles to the sketch's rank error (epsilon).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import pickle
 from typing import Callable, Optional, Sequence
 
 import apache_beam as beam
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
-from tfrecord_shards import fileio
+from tfrecord_shards import fileio, record_index
 from components.statistics_gen import stats_job
 from components.statistics_gen.accumulators import SplitStats
 from components.statistics_gen.options import StatisticsGenOptions
 from components.statistics_gen.plan import Plan
+
+_log = logging.getLogger(__name__)
 
 
 class SplitStatsCoder(beam.coders.Coder):
@@ -42,9 +49,10 @@ class SplitStatsCoder(beam.coders.Coder):
         return False
 
 
-class _SummariseShard(beam.DoFn):
-    """One shard file of a split -> (split, its SplitStats); a split with no shards (path
-    None) -> (split, an empty SplitStats), so that its statistics are still written."""
+class _SummarisePiece(beam.DoFn):
+    """(split, a shard file or a range of one) -> (split, its SplitStats); a split with no
+    shards (None) -> (split, an empty SplitStats), so that its statistics are still
+    written."""
 
     def __init__(self, plans: dict[str, Plan], options: StatisticsGenOptions):
         self._plans = plans
@@ -52,12 +60,12 @@ class _SummariseShard(beam.DoFn):
         self._options = dataclasses.replace(options, threads=options.threads or 1)
 
     def process(self, element):
-        split, path = element
+        split, piece = element
         plan = self._plans[split]
-        if path is None:
+        if piece is None:
             yield split, SplitStats(plan, self._options)
             return
-        stats = stats_job.scan([(split, [path], plan)], self._options)[split]
+        stats = stats_job.scan([(split, [piece], plan)], self._options)[split]
         yield split, stats.compact()
 
 
@@ -107,13 +115,16 @@ def build_pipeline(pipeline: beam.Pipeline,
     makes them) to `pipeline`, written under `output_uri`; returns the PCollection of
     (split, example count)."""
     plans = {split: plan for split, _, plan in inputs}
-    shards = [(split, path) for split, files, _ in inputs for path in files] + \
+    pieces = [(split, piece) for split, files, _ in inputs
+              for piece in record_index.pieces(files, options.piece_records)] + \
         [(split, None) for split, files, _ in inputs if not files]
+    _log.info("StatisticsGen: summarising %d shards in %d pieces of about %d records",
+              sum(len(files) for _, files, _ in inputs), len(pieces), options.piece_records)
     return (
         pipeline
-        | "Shards" >> beam.Create(shards)
-        | "Spread" >> beam.Reshuffle()  # one shard per bundle, over every worker
-        | "Summarise" >> beam.ParDo(_SummariseShard(plans, options))
+        | "Pieces" >> beam.Create(pieces)
+        | "Spread" >> beam.Reshuffle()  # one piece per bundle, over every worker
+        | "Summarise" >> beam.ParDo(_SummarisePiece(plans, options))
         .with_output_types(beam.typehints.Tuple[str, SplitStats])
         | "Merge" >> beam.CombinePerKey(MergeSplitStats())
         | "Write" >> beam.Map(_write, output_uri)

@@ -1,9 +1,9 @@
 """StatisticsGen's one entry: `run` picks where the statistics are computed, by the pipeline's
 Beam args (`runs_on_beam`): in this process (`stats_job.run`: one reading thread, decoding
 threads) on the local DirectRunner, `make run`'s default, which spares Beam's start-up;
-else as the Beam job (`beam_job`, a shard per element) on the runner the args name. The TFX
-executor and the command line (`python -m components.statistics_gen.engine`) call it. It
-imports no TFX, and Beam only when the Beam job runs.
+else as the Beam job (`beam_job`, a piece of a shard per element) on the runner the args
+name. The TFX executor and the command line (`python -m components.statistics_gen.engine`)
+call it. It imports no TFX, and Beam only when the Beam job runs.
 """
 from __future__ import annotations
 
@@ -69,11 +69,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     arguments.add_argument("examples", help="an Examples artifact folder (Split-*/ inside)")
     arguments.add_argument("output", help="the ExampleStatistics folder to write")
     arguments.add_argument("--splits", help="comma-separated (default: every Split-*/)")
+    arguments.add_argument("--piece-records", type=int, help="records a Beam element "
+                           "summarises (default: StatisticsGenOptions.piece_records)")
     given, beam_args = arguments.parse_known_args(argv)
     started = time.perf_counter()
     splits = given.splits.split(",") if given.splits else \
         stats_job.artifact_splits(given.examples)
-    written = run(given.examples, given.output, splits, beam_pipeline_args=beam_args)
+    options = StatisticsGenOptions() if given.piece_records is None else \
+        StatisticsGenOptions(piece_records=given.piece_records)
+    written = run(given.examples, given.output, splits, options, beam_pipeline_args=beam_args)
     rows = sum(written.values())
     seconds = time.perf_counter() - started
     path = "Beam job" if runs_on_beam(beam_args) else "in process"

@@ -26,6 +26,11 @@ class StatisticsGenOptions(JsonOptions):
         10, "Buckets of a numeric feature's quantiles histogram.", minimum=1, flag=False)
     epsilon: float = setting(
         0.01, "Rank error allowed in the quantile sketches.", above=0, maximum=1, flag=False)
+    piece_records: int = setting(
+        1 << 20, "Records one Beam element summarises on the Beam path (whole gzip members, "
+                 "or records of a plain file with a .idx index), so that a large shard "
+                 "spreads over the workers; a file without an index is one element.",
+        minimum=1, flag=False)
     threads: Optional[int] = setting(
         None, "Threads decoding and summarising blocks of records (unset: one per CPU).",
         minimum=1, flag=False)

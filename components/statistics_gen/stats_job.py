@@ -25,7 +25,7 @@ import collections
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence, Union
 
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
@@ -44,14 +44,14 @@ def _cpus() -> int:
         (os.cpu_count() or 1)
 
 
-def scan(inputs: Iterable[tuple[str, list[str], Plan]], options: StatisticsGenOptions,
-         count_rows: bool = True) -> dict[str, SplitStats]:
-    """{split: its statistics} of (split, record files, plan) inputs. The main thread reads
-    the files (inflating and unframing release the GIL) and folds the block summaries in
-    order; `options.threads` threads decode and summarise the blocks. With `count_rows`,
-    the rows summarised are this process's rows done (`rows_done`, the live line's count);
-    a component scanning rows it counts another way (Transform's statistics of the rows it
-    transforms) says False."""
+def scan(inputs: Iterable[tuple[str, Sequence[Union[str, tfrecord_io.RecordRange]], Plan]],
+         options: StatisticsGenOptions, count_rows: bool = True) -> dict[str, SplitStats]:
+    """{split: its statistics} of (split, record files or ranges of them, plan) inputs. The
+    main thread reads the files (inflating and unframing release the GIL) and folds the
+    block summaries in order; `options.threads` threads decode and summarise the blocks.
+    With `count_rows`, the rows summarised are this process's rows done (`rows_done`, the
+    live line's count); a component scanning rows it counts another way (Transform's
+    statistics of the rows it transforms) says False."""
     threads = options.threads or _cpus()
     results: dict[str, SplitStats] = {}
     in_flight: collections.deque = collections.deque()
@@ -60,8 +60,8 @@ def scan(inputs: Iterable[tuple[str, list[str], Plan]], options: StatisticsGenOp
             for split, files, plan in inputs:
                 stats = results[split] = SplitStats(plan, options)
                 decoder = RowDecoder(plan.schema)
-                for path in files:
-                    for block in tfrecord_io.iter_record_blocks(path):
+                for file in files:
+                    for block in tfrecord_io.iter_record_blocks(file):
                         for part in block.parts(decoder.records_per_decode):
                             in_flight.append((stats, pool.submit(
                                 block_part, part, decoder, plan)))

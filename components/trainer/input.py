@@ -284,7 +284,8 @@ def _rows_read(files: Sequence[str], all_files: Sequence[str], file_patterns,
     otherwise."""
     if packed:
         return split_rows(file_patterns) if list(files) == list(all_files) else None
-    counted = [tfrecord_io.manifest_shard(f) for f in files]
+    manifests: dict = {}
+    counted = [tfrecord_io.manifest_shard(f, manifests=manifests) for f in files]
     return sum(s["rows"] for s in counted) if counted and all(counted) else None
 
 
