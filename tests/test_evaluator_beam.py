@@ -223,16 +223,26 @@ from test_evaluator import taxi_models  # noqa: E402,F401 - the module's fixture
 
 
 @pytest.mark.slow
-def test_multi_processing_matches_in_process_on_taxi(taxi_examples, taxi_models, tmp_path):
+def test_multi_processing_matches_in_process_on_taxi(taxi_examples, taxi_models, tmp_path,
+                                                     caplog):
     """Every metric of both models and their diffs, on every slice, within 1e-6, and the same
-    blessing and failed thresholds, with two worker processes."""
+    blessing and failed thresholds, with two worker processes scoring the raw records in
+    pieces of whole gzip members (about 128 records asked: a member each), by the manifest."""
     from test_evaluator import blessing_facts, failures
 
     config = binary_taxi_config()
+    options = EvaluatorOptions(part_rows=128)
     local_uri, local_blessing = run_executor(tmp_path / "local", taxi_examples, config,
-                                             taxi_models)
-    beam_uri, beam_blessing = run_executor(tmp_path / "beam", taxi_examples, config,
-                                           taxi_models, MULTI_PROCESSING)
+                                             taxi_models, options=options)
+    with caplog.at_level(logging.INFO):
+        beam_uri, beam_blessing = run_executor(tmp_path / "beam", taxi_examples, config,
+                                               taxi_models, MULTI_PROCESSING, options=options)
+    (line,) = [r.getMessage() for r in caplog.records
+               if r.getMessage().startswith("Evaluator on Beam")]
+    shards = glob.glob(os.path.join(taxi_examples, "Split-eval", "*"))
+    pieces = int(line.split("model(s): ")[1].split()[0])
+    assert line.split("model(s): ")[1].startswith(f"{pieces} piece(s) of raw records"), line
+    assert pieces > len(shards), line
     table = assert_same_tables(beam_uri, local_uri)
     assert len({where for where, _ in table}) > 20
     assert blessing_facts(beam_blessing) == blessing_facts(local_blessing)

@@ -6,10 +6,12 @@ says when. One element a piece of the eval split:
    (`transformed.unusable`): Transform's eval split, in pieces of about `part_rows` rows
    (whole packed records of one shard, read from its stored index, so a large shard spreads
    too), when its rows pair with the raw ones and the models can score it; else the raw
-   records, a shard file an element. `Reshuffle` spreads the elements over the workers.
+   records, in pieces of about `part_rows` records of a shard (whole gzip members, by the
+   manifest's member index; a shard without an index whole). `Reshuffle` spreads the
+   elements over the workers.
 2. `ScoreShard` scores an element with today's code (`transformed.score_transformed` on a
    piece, its functions made and compiled once a worker; `scoring.score_files` on a raw
-   file), the models loaded once a worker process through Beam's `Shared` handle, slices
+   piece), the models loaded once a worker process through Beam's `Shared` handle, slices
    its rows (`slices.slice_rows`) and emits each slice's sufficient statistics
    (`slices.slice_statistics`: prediction histograms and confusion counts, sums of errors,
    labels and predictions, Keras metrics' variables);
@@ -44,7 +46,7 @@ from apache_beam.utils import shared
 from tensorflow_model_analysis.proto import validation_result_pb2
 from tensorflow_model_analysis.slicer import slicer_lib
 
-from tfrecord_shards import fileio, tfrecord_io
+from tfrecord_shards import fileio, record_index, tfrecord_io
 from components.evaluator import evaluate, keras_metrics, kinds, output, scoring, slice_stats
 from components.evaluator.config import check_config, metric_keys, slicing_columns
 from components.evaluator.slices import metrics_of_merged, sliced_statistics
@@ -205,13 +207,14 @@ class _ModelsStep(beam.DoFn):
 
 # The kinds of file `PlanScoring` hands `ScoreShard`.
 RAW, TRANSFORMED = "raw", "transformed"
-SCORED_WORDS = {RAW: "file(s) of raw records through serving_default",
+SCORED_WORDS = {RAW: "piece(s) of raw records through serving_default",
                 TRANSFORMED: f"piece(s) of Transform's split through {TRANSFORMED_SIGNATURE}"}
 
 
 class PlanScoring(_ModelsStep):
-    """Once: what to score, as (RAW, a raw file) or (TRANSFORMED, a piece of Transform's
-    split: about `part_rows` rows of one file, `TransformedSplit.pieces`)."""
+    """Once: what to score, as (RAW, a piece of a raw file: about `part_rows` records,
+    `record_index.pieces`) or (TRANSFORMED, a piece of Transform's split: about `part_rows`
+    rows of one file, `TransformedSplit.pieces`)."""
 
     def process(self, _: Any) -> Iterator[tuple]:
         job, models = self._job, self._models
@@ -219,7 +222,10 @@ class PlanScoring(_ModelsStep):
             if job.transformed is not None:
                 logging.info("Evaluator: scoring the raw records: %s",
                              models.why_not_transformed)
-            yield from ((RAW, path) for path in job.data_files)
+            pieces = record_index.pieces(job.data_files, job.options.part_rows)
+            logging.info("Evaluator: scoring %d raw files through serving_default, in %d "
+                         "pieces", len(job.data_files), len(pieces))
+            yield from ((RAW, piece) for piece in pieces)
             return
         pieces = job.transformed.pieces(job.options.part_rows)
         logging.info("Evaluator: scoring %d transformed rows through %s, in %d pieces",
@@ -228,7 +234,7 @@ class PlanScoring(_ModelsStep):
 
 
 class ScoreShard(_ModelsStep):
-    """Scores one element (a raw shard, or a piece of Transform's split); emits (slice id,
+    """Scores one element (a piece of a raw shard or of Transform's split); emits (slice id,
     (slice key, statistics)) a slice of its rows, and (its kind, (1, its rows)) to ROWS."""
 
     ROWS = "rows"
@@ -236,8 +242,9 @@ class ScoreShard(_ModelsStep):
     def process(self, element: tuple) -> Iterator[Any]:
         job, models = self._job, self._models
         kind, work = element
-        # A transformed file is scored in parts (`part_rows`), each reduced as it comes, so
-        # its scores are never all in memory; a raw file at once, as in process.
+        # A transformed piece is scored in parts (`part_rows`), each reduced as it comes, so
+        # its scores are never all in memory; a raw piece (about `part_rows` records, or a
+        # whole file without an index) at once, as in process.
         parts = score_transformed(models.scorers, work, job.options,
                                   models.scoring_functions) if kind == TRANSFORMED \
             else [scoring.score_files(models.scorers, [work], models.raw_names, job.schema,

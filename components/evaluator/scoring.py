@@ -7,7 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import logging
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
@@ -138,10 +138,11 @@ class Scored:
     raw: Any  # pyarrow Table of the raw features decoded here (label, slicing columns)
 
 
-def score_files(scorers: Sequence[ModelScorer], data_files: Sequence[str],
+def score_files(scorers: Sequence[ModelScorer],
+                data_files: Sequence[Union[str, tfrecord_io.RecordRange]],
                 raw_names: Sequence[str], schema: Any, options: EvaluatorOptions) -> Scored:
-    """Runs every model over every record of `data_files`, block by block, and decodes the
-    raw features `raw_names` the models do not output."""
+    """Runs every model over every record of `data_files` (files, or ranges of them),
+    block by block, and decodes the raw features `raw_names` the models do not output."""
     outputs: dict[str, dict[str, list]] = {s.spec.name: {} for s in scorers}
     raw_batches, raw_schema, rows = [], None, 0
     # Batches are scored by `threads` workers while this thread reads on; results are taken
@@ -202,9 +203,10 @@ def score_files(scorers: Sequence[ModelScorer], data_files: Sequence[str],
     return Scored(rows, scores, transformed, raw)
 
 
-def iter_blocks(data_files: Sequence[str]) -> Iterator[tfrecord_io.RecordBlock]:
-    for path in data_files:
-        yield from tfrecord_io.iter_record_blocks(path)
+def iter_blocks(data_files: Sequence[Union[str, tfrecord_io.RecordRange]]
+                ) -> Iterator[tfrecord_io.RecordBlock]:
+    for file in data_files:
+        yield from tfrecord_io.iter_record_blocks(file)
 
 
 def unscorable_record(scorer: ModelScorer, block: tfrecord_io.RecordBlock, window: slice,
