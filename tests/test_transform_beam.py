@@ -11,6 +11,8 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from tfrecord_shards import tfrecord_io
+
 MULTI_PROCESSING = ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
                     "--direct_num_workers=2"]
 
@@ -39,7 +41,7 @@ def graph_constants(graph_dir: str) -> dict[str, list[bytes]]:
     return {name: sorted(values) for name, values in constants.items()}
 
 
-def transform_both_ways(examples: str, out, compression: str) -> dict[str, str]:
+def transform_both_ways(examples: str, out, compression: str, **settings) -> dict[str, str]:
     from tfrecord_shards.codec import parser, schema_file
     from components.transform import beam_job
     from components.transform.options import TransformOptions
@@ -51,7 +53,7 @@ def transform_both_ways(examples: str, out, compression: str) -> dict[str, str]:
             ("multi-processing", lambda: beam.Pipeline(options=PipelineOptions(
                 MULTI_PROCESSING)))):
         options = TransformOptions(label_key="tips", task="regression",
-                                   sharding=ShardingOptions(compression=compression))
+                                   sharding=ShardingOptions(compression=compression), **settings)
         manifest = beam_job.run(
             options, examples, parser.active_schema(schema_file.load_schema(examples)),
             str(out / mode / "graph"), str(out / mode / "examples"), make_pipeline=make_pipeline)
@@ -73,8 +75,13 @@ def assert_same_graph(graphs: dict) -> None:
 
 
 @pytest.mark.slow
-def test_multi_processing_gives_the_in_process_graph_on_the_taxi_sample(taxi_csv, tmp_path):
-    """Gzip shards; the million rows below are plain ones."""
+def test_multi_processing_gives_the_in_process_graph_on_the_taxi_sample(taxi_csv, tmp_path,
+                                                                       caplog):
+    """Gzip shards, each cut into pieces of about 1,000 records (whole gzip members), so
+    the workers analyse and transform parts of one shard side by side; the million rows
+    below are plain ones, a piece a shard."""
+    import logging
+
     from components.example_gen import beam_job
     from components.example_gen.options import ExampleGenOptions
     from tfrecord_shards.shards import ShardingOptions
@@ -85,7 +92,15 @@ def test_multi_processing_gives_the_in_process_graph_on_the_taxi_sample(taxi_csv
     # Three files a split, so the two workers transform files side by side.
     beam_job.run(ExampleGenOptions(source=taxi_csv, sharding=ShardingOptions(
         compression="gzip", num_shards=3)), examples)
-    graphs = transform_both_ways(examples, tmp_path, "gzip")
+    with caplog.at_level(logging.INFO):
+        graphs = transform_both_ways(examples, tmp_path, "gzip", piece_records=1000)
+    lines = [r.getMessage() for r in caplog.records
+             if r.getMessage().startswith("Transform: analysing")]
+    assert len(lines) == 2, lines  # once a run
+    pieces = int(lines[0].split()[2])
+    train_rows = sum(1 for path in glob.glob(os.path.join(examples, "Split-train", "*"))
+                     for _ in tfrecord_io.iter_records(path))
+    assert pieces >= train_rows // 2000 > 3, lines
     assert_same_graph(graphs)
     for mode in ("in-process", "multi-processing"):
         assert assert_rows_in_input_order(examples, graphs[mode], str(

@@ -137,7 +137,7 @@ def _transform(make_pipeline, options, examples_dirs, splits, raw_schema, schema
             if columnar:
                 outputs.append(columnar_job.transformed_chunks(
                     pipeline, split, examples_dirs, raw_schema, graph_dir, kept, schema,
-                    staging, options.sharding, statistics_plan))
+                    staging, options.sharding, options.piece_records, statistics_plan))
                 continue
             sources = [_raw_source(d, split, raw_schema) for d in examples_dirs]
             raw = [pipeline | f"Read[{split}][{i}]" >> source.BeamSource()
@@ -204,7 +204,7 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
                 make_pipeline, options, examples_dirs, raw_schema, columnar, graph_staging,
                 temp_dir, kept_dir, statistics.pre_plan if statistics else None, pre_path)
             kept = columnar_job.kept_copies(kept_dir, analysis["analysed"],
-                                            options.analyze_split)
+                                            options.analyze_split, options.piece_records)
             if statistics and not analysis["from_cache"]:
                 statistics.pre = columnar_job.read_statistics(pre_path)
         else:

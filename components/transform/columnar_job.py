@@ -6,23 +6,25 @@ preprocessing_fn keeps tf.Transform's general path.
 
 1. Trace the preprocessing_fn once with `CollectAnalyzers`: a function from a batch of raw
    tensors to every analyzer's input (`AnalyzerInputs`).
-2. Analyse (a Beam job, one element per file of the analyze split): decode each file's
+2. Analyse (a Beam job, one element per piece of the analyze split: about `piece_records`
+   records of one file, `split_pieces`, so one large file spreads too): decode each piece's
    records to Arrow with the codec's compiled decoder, make tensors as tf.Transform's own
    adapter makes them (`inputs.py`), run the function, add each batch to the numpy accumulators
-   (`statistics.Analysis`); merge the files' analyses in a tree fixed by file order
+   (`statistics.Analysis`); merge the pieces' analyses in a tree fixed by their order
    (`merged_in_file_order`: every runner the same constants), then the inputs' in their
    order. With an analyzer cache, each input's analysis is kept (by `inputs.dataset_key`
    and the function's fingerprint) and an input seen before is not read again. With
-   `reuse_decoded` (the default), each file's decoded batches are also written as an Arrow
+   `reuse_decoded` (the default), each piece's decoded batches are also written as an Arrow
    IPC file in the run's staging folder (through the file layer, so on any runner and any
    store), for step 4. With a statistics plan, each batch is also summarised for the
-   pre-transform statistics (a SplitStats a file, merged by StatisticsGen's order-free
+   pre-transform statistics (a SplitStats a piece, merged by StatisticsGen's order-free
    `MergeSplitStats`).
 3. Trace the preprocessing_fn again with `ConstantAnalyzers` and write it with tf.Transform's
    own writer (`impl_helper.trace_and_write_v2_saved_model`): a standard TransformGraph
    (`transform_fn/` with its vocabularies as assets, `transformed_metadata/`), which the
    stock Trainer, TFMA and TF Serving load as they load tf.Transform's.
-4. Transform (a Beam job, one element per file of every split): the graph from step 3
+4. Transform (a Beam job, one element per piece of every split, each piece's output in its
+   place among them, so the rows keep the input's order): the graph from step 3
    applied to decoded batches of about 64k rows (of the analysed split, the batches step 2
    kept, read back instead of decoded again), its outputs converted to Arrow by
    tf.Transform's converter, then packed and written by the same encoder and sharding
@@ -35,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import apache_beam as beam
 import numpy as np
@@ -47,7 +49,7 @@ from tensorflow_transform.saved import saved_transform_io_v2
 from tensorflow_transform.tf_metadata import metadata_io
 from tfx_bsl.tfxio import tensor_adapter
 
-from tfrecord_shards import fileio, rows_done, shards
+from tfrecord_shards import fileio, record_index, rows_done, shards, tfrecord_io
 from tfrecord_shards.memory import release_free_memory
 from components.statistics_gen.accumulators import SplitStats
 from components.statistics_gen.beam_job import MergeSplitStats, SplitStatsCoder
@@ -65,7 +67,7 @@ from components.transform.statistics import Analysis, AnalyzerSpec, merged
 
 # What the analyzer cache's entries depend on besides the function: bump when the
 # accumulators or the order of their merging change.
-CACHE_VERSION = "columnar-3"
+CACHE_VERSION = "columnar-4"
 ANALYSIS_FILE = "columnar_analysis.pkl"
 # The tagged output of the passes' DoFns that carries a file's statistics (a SplitStats).
 STATISTICS = "statistics"
@@ -178,27 +180,40 @@ def columnar_inputs(options: TransformOptions, raw_schema: schema_pb2.Schema
         return None
 
 
-def kept_copy(keep_dir: str, path: str) -> str:
-    """Where the analysis keeps the decoded batches of the file `path`, in `keep_dir`."""
-    return fileio.join(keep_dir, hashlib.sha256(path.encode()).hexdigest()[:24] + ".arrow")
+Piece = Union[str, tfrecord_io.RecordRange]  # a file, or a range of one
 
 
-def kept_copies(keep_dir: Optional[str], examples_dirs: Sequence[str], split: str
-                ) -> dict[str, str]:
-    """{file of `split` of each of `examples_dirs`: its decoded copy in `keep_dir`}, for the
-    inputs whose analysis kept them there; none without `keep_dir`."""
+def split_pieces(examples_dirs: Sequence[str], split: str, piece_records: int) -> list[Piece]:
+    """The files of `split` of each of `examples_dirs`, in order, cut into pieces of about
+    `piece_records` records (`record_index.pieces`): the passes' units of work, the same
+    pieces every time for the same files and setting."""
+    return record_index.pieces([path for d in examples_dirs for path in split_paths(d, split)],
+                               piece_records)
+
+
+def kept_copy(keep_dir: str, piece: Piece) -> str:
+    """Where the analysis keeps the decoded batches of `piece`, in `keep_dir`."""
+    name = piece if isinstance(piece, str) else f"{piece.path}@{piece.start}-{piece.end}"
+    return fileio.join(keep_dir, hashlib.sha256(name.encode()).hexdigest()[:24] + ".arrow")
+
+
+def kept_copies(keep_dir: Optional[str], examples_dirs: Sequence[str], split: str,
+                piece_records: int) -> dict[Piece, str]:
+    """{piece of `split` of each of `examples_dirs`: its decoded copy in `keep_dir`}, for
+    the inputs whose analysis kept them there; none without `keep_dir`."""
     if not keep_dir:
         return {}
-    return {path: kept_copy(keep_dir, path) for d in examples_dirs
-            for path in split_paths(d, split)}
+    return {piece: kept_copy(keep_dir, piece)
+            for piece in split_pieces(examples_dirs, split, piece_records)}
 
 
 class _AnalyzeFile(beam.DoFn):
-    """(place, a file of the analyze split) -> (place, its `Analysis`). With `keep_dir`, the
-    file's decoded batches are also written there (`kept_copy`) for the transform to apply
-    the graph to, so that it reads Arrow and does not decode the tf.Examples again. The copy
-    goes through the file layer, beside the run's staging output, not into this worker's
-    memory: on a distributed runner the transform of a file may run on another worker."""
+    """(place, a piece of the analyze split) -> (place, its `Analysis`). With `keep_dir`,
+    the piece's decoded batches are also written there (`kept_copy`) for the transform to
+    apply the graph to, so that it reads Arrow and does not decode the tf.Examples again.
+    The copy goes through the file layer, beside the run's staging output, not into this
+    worker's memory: on a distributed runner the transform of a piece may run on another
+    worker."""
 
     def __init__(self, options: TransformOptions, raw_schema: schema_pb2.Schema,
                  keep_dir: Optional[str] = None, statistics_plan: Optional[Plan] = None):
@@ -209,12 +224,12 @@ class _AnalyzeFile(beam.DoFn):
         self._adapter = RawTensorAdapter(self._raw_schema)
         self._inputs = analyzer_inputs(self._options, self._raw_schema)
 
-    def process(self, element: tuple[int, str]):
-        place, path = element
+    def process(self, element: tuple[int, Piece]):
+        place, piece = element
         analysis = Analysis(self._inputs.specs)
         stats = file_statistics(self._statistics_plan)
-        keep = kept_copy(self._keep_dir, path) if self._keep_dir else None
-        for batch in record_batches(path, self._raw_schema, keep):
+        keep = kept_copy(self._keep_dir, piece) if self._keep_dir else None
+        for batch in record_batches(piece, self._raw_schema, keep):
             analysis.add(batch.num_rows, self._inputs(self._adapter.to_tensors(batch)))
             if stats:
                 summarise(stats, batch)
@@ -226,11 +241,12 @@ class _AnalyzeFile(beam.DoFn):
 
 def merged_in_file_order(pipeline, analyses, specs: list[AnalyzerSpec], files: int,
                          name: str):
-    """The files' (place, analysis bytes) -> one analysis (bytes) of them all, merged in a
-    tree fixed by the number of files: groups of MERGE_FAN_IN neighbours, each merged in file
-    order, then the groups' results the same way. A quantiles sketch's merge and a float sum
-    depend on the order of merging, which a CombineFn leaves to the runner, so this gives
-    every runner (one process or many workers) the same constants in the graph."""
+    """The pieces' (place, analysis bytes) -> one analysis (bytes) of them all, merged in a
+    tree fixed by the number of pieces (`files`): groups of MERGE_FAN_IN neighbours, each
+    merged in file order, then the groups' results the same way. A quantiles sketch's merge
+    and a float sum depend on the order of merging, which a CombineFn leaves to the runner,
+    so this gives every runner (one process or many workers) the same constants in the
+    graph."""
     if not files:
         return pipeline | f"NoFiles[{name}]" >> beam.Create([Analysis(specs).to_bytes()])
     level, width, depth = analyses, files, 0
@@ -280,7 +296,9 @@ def _analyse_inputs(make_pipeline, options: TransformOptions, inputs: dict[str, 
     with make_pipeline() as pipeline:
         per_file_statistics = []
         for key, examples_dir in inputs.items():
-            files = split_paths(examples_dir, options.analyze_split)
+            files = split_pieces([examples_dir], options.analyze_split, options.piece_records)
+            logging.info("Transform: analysing %d pieces of %s's %s split", len(files),
+                         examples_dir, options.analyze_split)
             analysed = (pipeline | f"Files[{key}]" >> beam.Create(list(enumerate(files)))
                         | f"Analyze[{key}]" >> beam.ParDo(_AnalyzeFile(
                             options, raw_schema, keep_dir, statistics_plan)).with_outputs(
@@ -374,10 +392,10 @@ def write_transform_graph(preprocessing_fn: Callable[[dict], dict],
 
 
 class _TransformFile(beam.DoFn):
-    """A file of one split -> its rows transformed (as the general path's TransformDataset
-    transforms them) and encoded into chunks of their own, ordered by the file's place among
-    the split's files, so the split keeps the input's row order. An element is (that place,
-    the file, the copy of its decoded batches the analysis kept, or None): a kept copy is
+    """A piece of one split -> its rows transformed (as the general path's TransformDataset
+    transforms them) and encoded into chunks of their own, ordered by the piece's place among
+    the split's pieces, so the split keeps the input's row order. An element is (that place,
+    the piece, the copy of its decoded batches the analysis kept, or None): a kept copy is
     read instead of the file. The tagged output ROW_COUNTS has (split, rows, records)."""
 
     def __init__(self, raw_schema: schema_pb2.Schema, graph_dir: str, split: str,
@@ -402,7 +420,7 @@ class _TransformFile(beam.DoFn):
                                             output.transformed_metadata.schema))
         self._apply_graph, self._converter = _loaded[self._graph_dir]
 
-    def process(self, element: tuple[int, str, Optional[str]]):
+    def process(self, element: tuple[int, Piece, Optional[str]]):
         place, path, kept = element
         encoder = SplitEncoder(self._split, self._schema, self._staging, self._sharding, place)
         stats = file_statistics(self._statistics_plan)
@@ -429,16 +447,16 @@ def release(graph_dir: str) -> None:
 
 def transformed_chunks(pipeline, split: str, examples_dirs: Sequence[str],
                        raw_schema: schema_pb2.Schema, graph_dir: str,
-                       kept: Optional[dict[str, str]], schema: schema_pb2.Schema, staging: str,
-                       sharding: shards.ShardingOptions,
+                       kept: Optional[dict[Piece, str]], schema: schema_pb2.Schema,
+                       staging: str, sharding: shards.ShardingOptions, piece_records: int,
                        statistics_plan: Optional[Plan] = None):
     """One split's rows of every input, transformed and encoded: a PCollection of chunks
     (main output "chunks") and of (split, rows, records) counts (ROW_COUNTS); with
-    `statistics_plan`, each file's statistics of its transformed rows (STATISTICS). A file
-    with a copy in `kept` ({file: its decoded copy}) is read from the copy."""
+    `statistics_plan`, each piece's statistics of its transformed rows (STATISTICS). A piece
+    with a copy in `kept` ({piece: its decoded copy}) is read from the copy."""
     kept = kept or {}
-    files = [(place, path, kept.get(path)) for place, path in enumerate(
-        path for d in examples_dirs for path in split_paths(d, split))]
+    files = [(place, piece, kept.get(piece)) for place, piece in enumerate(
+        split_pieces(examples_dirs, split, piece_records))]
     return (pipeline | f"Files[{split}]" >> beam.Create(files)
             | f"Transform[{split}]" >> beam.ParDo(_TransformFile(
                 raw_schema, graph_dir, split, schema, staging, sharding,

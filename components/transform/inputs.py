@@ -9,7 +9,7 @@ import json
 import queue
 import threading
 import uuid
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Union
 
 from tensorflow_metadata.proto.v0 import schema_pb2
 
@@ -56,6 +56,7 @@ def analysis_key(options, raw_schema: schema_pb2.Schema) -> str:
         "analyze_split": options.analyze_split, "analysis": options.analysis,
         "preprocessing_fn": options.preprocessing_fn, "module_file": module,
         "label_key": options.label_key, "task": options.task,
+        "piece_records": options.piece_records,
         "image_storage": options.image_storage, "image_shape": options.image_shape,
         "schema": hashlib.sha256(_analysed_schema(raw_schema).SerializeToString(
             deterministic=True)).hexdigest(),
@@ -192,10 +193,11 @@ def _values(values):
                              tf.constant(np.diff(ends)))
 
 
-def record_batches(path: str, raw_schema: schema_pb2.Schema,
+def record_batches(path: Union[str, tfrecord_io.RecordRange], raw_schema: schema_pb2.Schema,
                    keep: Optional[str] = None) -> Iterator:
-    """A file's tf.Examples as Arrow record batches of at most BATCH_ROWS rows, decoded by the
-    codec's compiled decoder in a thread of their own, a batch or two ahead of the caller:
+    """A file's (or a range of one's) tf.Examples as Arrow record batches of at most
+    BATCH_ROWS rows, decoded by the codec's compiled decoder in a thread of their own, a
+    batch or two ahead of the caller:
     inflating, unframing and decoding release the GIL, as the caller's TensorFlow graph
     does, so the two share the cores. With `keep` (a path or URI), that thread also writes
     the batches there as an Arrow IPC stream (`ArrowCopy`), for `kept_batches` to give back

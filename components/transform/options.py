@@ -54,6 +54,14 @@ class TransformOptions(JsonOptions):
     # instead of reading and decoding the analysed split's tf.Examples a second time; they
     # are deleted once the transform is done. Off: the analysed split is decoded twice.
     reuse_decoded: bool = True
+    # The columnar path's unit of work on the Beam job: about this many records of one input
+    # shard (whole gzip members, or records of a plain shard by its .idx; a shard without an
+    # index is one unit), so even one large shard spreads over a runner's workers. The
+    # analysis merges the pieces' statistics in a tree fixed by their order, so every runner
+    # gives the same constants for the same setting. The default keeps a default 128 MB shard
+    # of taxi-like rows (about 1.9M) whole: each piece costs the local run a start of its
+    # reading pipeline (about 0.3 s for one more piece at 3M rows, in bench/RESULTS.md).
+    piece_records: int = setting(1 << 21, minimum=1)
     sharding: ShardingOptions = dataclasses.field(default_factory=ShardingOptions)
 
     def __post_init__(self) -> None:
