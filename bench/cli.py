@@ -237,14 +237,20 @@ def bench_faults(rows, train_rows, only, work_dir, as_json) -> None:
               help="A standalone cluster's spark://HOST:PORT (default: start a local one of "
                    "two workers for the run).")
 @click.option("--work-dir", default="tfrp_runs/bench", show_default=True)
+@click.option("--beam-workers", type=int, default=None,
+              help="Run the Beam side on this many DirectRunner worker processes (default: "
+                   "in process).")
+@click.option("--piece-bytes", type=int, default=None,
+              help="ExampleGen's piece_bytes for both sides (default: its own).")
 @click.option("--json", "as_json", is_flag=True)
-def bench_scale(rows, spark_master, work_dir, as_json) -> None:
+def bench_scale(rows, spark_master, work_dir, beam_workers, piece_bytes, as_json) -> None:
     """ExampleGen on Beam and on a Spark standalone cluster at N/10 and N rows, each a whole
     process: throughput, the peak memory of the driver's and each executor's process tree,
     and the growth from N/10 to N."""
     from bench import scale as bench_lib
 
-    result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), spark_master, log=_log)
+    result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), spark_master, log=_log,
+                                     beam_workers=beam_workers, piece_bytes=piece_bytes)
     _show(result, bench_lib.table(result), as_json)
 
 

@@ -4,7 +4,12 @@ stay flat? The same seeded taxi-like CSV (`testsupport.data`) at N/10 and N rows
 local one of two workers started here), each a whole process. While it runs, the resident
 memory of its process trees is sampled every 0.2 s (psutil): the `tfrp` process and what it
 starts (Beam's workers; for Spark, the driver's JVM), and each executor JVM with its Python
-workers. Rows in and out come from the manifest."""
+workers. Rows in and out come from the manifest.
+
+`--beam-workers N` runs the Beam side on the DirectRunner's N worker processes instead of in
+process, and `--piece-bytes B` is ExampleGen's setting of that name for both sides: Spark and
+Beam's worker processes read the one large CSV in byte ranges of B (`csv_ranges`); a B above
+the file's size reads it whole, one task, as before ranges."""
 from __future__ import annotations
 
 import os
@@ -58,7 +63,8 @@ def _run(command: list[str], executors: Callable[[], list[int]]) -> dict:
 
 
 def run_benchmark(rows: int, work_dir: str, spark_master: Optional[str] = None,
-                  log: Callable[[str], None] = print) -> dict:
+                  log: Callable[[str], None] = print, beam_workers: Optional[int] = None,
+                  piece_bytes: Optional[int] = None) -> dict:
     from testsupport import data
     from tfrecord_shards import shards
     from local_cluster.spark import LocalCluster
@@ -73,11 +79,14 @@ def run_benchmark(rows: int, work_dir: str, spark_master: Optional[str] = None,
             flag for key, value in cluster.conf.items()
             for flag in ("--spark-conf", f"{key}={value}")]
         executors = cluster.executor_pids if cluster else list
+        pieces = ["--piece-bytes", str(piece_bytes)] if piece_bytes else []
+        beam = ["--direct_running_mode=multi_processing",
+                f"--direct_num_workers={beam_workers}"] if beam_workers else []
         for size in (rows // 10, rows):
             source = data.write_taxi_csv(size, os.path.join(work_dir, f"scale-{size}"))
-            for engine, extra in (("beam", []),
+            for engine, extra in (("beam", [*pieces, *beam]),
                                   ("spark", ["--engine", "spark", "--spark-master", master,
-                                             *conf])):
+                                             *conf, *pieces])):
                 out = os.path.join(work_dir, f"scale-out-{engine}-{size}")
                 shutil.rmtree(out, ignore_errors=True)
                 measured = _run([sys.executable, "-W", "ignore", "-m", "pipeline.cli",
@@ -101,7 +110,8 @@ def run_benchmark(rows: int, work_dir: str, spark_master: Optional[str] = None,
         small["time_vs_tenth"] = small["driver_vs_tenth"] = 1.0
         large["time_vs_tenth"] = large["seconds"] / small["seconds"]
         large["driver_vs_tenth"] = large["driver_peak_mib"] / small["driver_peak_mib"]
-    return {"rows": rows, "runs": results}
+    return {"rows": rows, "beam_workers": beam_workers, "piece_bytes": piece_bytes,
+            "runs": results}
 
 
 def table(result: dict) -> Table:

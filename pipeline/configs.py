@@ -111,6 +111,9 @@ class PipelineConfig:
     engine: str = ExampleGenOptions.engine
     spark_master: Optional[str] = ExampleGenOptions.spark_master
     spark_conf: Optional[dict] = ExampleGenOptions.spark_conf
+    # On Spark, and on a Beam runner outside this process, a plain CSV larger than this many
+    # bytes is read in ranges of it, one task each, so one large file spreads over workers.
+    piece_bytes: int = ExampleGenOptions.piece_bytes
     # Pre-split inputs (split -> pattern under data_root) and the spans to read
     # (range_config); ExampleGen's settings of those names.
     input_config: Optional[dict] = ExampleGenOptions.input_config

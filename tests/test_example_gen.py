@@ -25,6 +25,7 @@ from components.example_gen import beam_job
 from components.example_gen.options import ExampleGenOptions
 from tfrecord_shards.options import from_flat
 from tfrecord_shards.shards import ShardingOptions
+from testsupport.data import tweets_like
 
 
 def run_gen(source, out, **settings):
@@ -560,31 +561,6 @@ def test_quoted_line_breaks_stay_in_their_cells_at_block_boundaries(tmp_path, co
     rows = read_all(tmp_path / "out")
     assert sorted(r["id"] for r in rows) == sorted(texts)
     assert {r["id"]: r["text"].decode() for r in rows} == texts
-
-
-def tweets_like(path, rows: int = 6000, seed: int = 7):
-    """A table of short posts written by pandas' `to_csv`: text with commas, quotes, emoji
-    and line breaks of every kind. CPython before 3.11.9 leaves a cell whose only special
-    character is a bare CR unquoted, which no reader can tell from a row's end, so such
-    cells here hold a comma too."""
-    import pandas as pd
-
-    rng = np.random.default_rng(seed)
-    words = ["just", "landed", "in", "Paris,", "France", "\"best\"", "day", "ever!", "RT",
-             "@someone:", "#python", "can't", "wait", "😀", "https://t.co/x1", "lol", "—", "ok"]
-    breaks = ["\n", "\r\n", "\r,", "\n\n"]
-    texts = []
-    for _ in range(rows):
-        parts = list(rng.choice(words, rng.integers(1, 25)))
-        for _ in range(rng.integers(0, 3)):
-            parts.insert(rng.integers(0, len(parts) + 1), rng.choice(breaks))
-        texts.append(" ".join(parts))
-    frame = pd.DataFrame({"id": np.arange(rows), "user": [f"user{i % 97}" for i in range(rows)],
-                          "text": texts, "retweets": rng.integers(0, 500, rows),
-                          "lang": rng.choice(["en", "fr", "es"], rows),
-                          "label": rng.integers(0, 2, rows)})
-    frame.to_csv(path, index=False)
-    return frame
 
 
 @pytest.mark.parametrize("compression", ["gzip", "none"])

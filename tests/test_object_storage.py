@@ -7,6 +7,7 @@ take an endpoint (our file layer, the TensorFlow-free readers, `tfrp examplegen`
 the same emulators on this machine's loopback instead, which needs no root."""
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import sys
 import pytest
 
 from testsupport import faults
+from tfrecord_shards import shards, tfrecord_io
 
 pytestmark = pytest.mark.object_store
 
@@ -476,3 +478,32 @@ def test_statistics_in_pieces_of_a_shard_on_a_bucket_are_the_local_ones(
     for split in SPLITS:
         assert_equivalent(_load(tmp_path / "from-bucket", split), _load(tmp_path / "scan", split),
                           exact_values(local, split), moments_rel=1e-9)
+
+
+@pytest.mark.parametrize("scheme", ["gs", "s3"])
+def test_a_large_csv_on_a_bucket_is_read_in_byte_ranges_by_worker_processes(
+        file_layer_stores, tmp_path, scheme):
+    """A CSV with quoted line breaks in a bucket, read by two Beam worker processes in
+    ranges of 32 KiB, each range's quotes surveyed and its records found by ranged reads of
+    the object: the records the in-process run writes from the local copy, and the file's
+    one manifest entry says how many ranges it was read in."""
+    from testsupport.data import tweets_like
+
+    local = tmp_path / "tweets.csv"
+    tweets_like(local, rows=2000)
+    bucket = file_layer_stores.make_bucket(scheme, "csv-ranges")
+    python(file_layer_stores, UPLOAD, str(tmp_path), f"{bucket}/source")
+    remote = f"{bucket}/source/tweets.csv"
+    tfrp(file_layer_stores, "examplegen", remote, str(tmp_path / "ranged"), "--piece-bytes",
+         str(32 << 10), "--direct_running_mode=multi_processing", "--direct_num_workers=2",
+         cwd=str(tmp_path))
+    tfrp(file_layer_stores, "examplegen", str(local), str(tmp_path / "whole"),
+         cwd=str(tmp_path))
+    ranged, whole = (shards.read_manifest(str(tmp_path / out)) for out in ("ranged", "whole"))
+    assert ranged["sources"] == [dict(whole["sources"][0], path=remote,
+                                      ranges=-(-local.stat().st_size // (32 << 10)))]
+    assert ranged["rows_written"] == whole["rows_written"] == 2000
+    for split in whole["splits"]:
+        found = [[r for p in sorted(glob.glob(str(tmp_path / out / f"Split-{split}" / "*")))
+                  for r in tfrecord_io.iter_records(p)] for out in ("ranged", "whole")]
+        assert found[0] == found[1] and found[0], split

@@ -4,10 +4,12 @@ These tests need Java. Without it they fail with the one-line install hint; they
 skipped."""
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 import glob
 import json
+import logging
 import os
 
 import pandas as pd
@@ -581,3 +583,31 @@ def test_the_spark_engine_reads_a_csv_file_once_and_writes_what_beam_writes(
     manifest = shards.read_manifest(str(tmp_path / "one_read"))
     assert manifest["rows_written"] == manifest["rows_in"] == sum(len(p) for p in parts)
     assert one_read_jobs == two_pass_jobs - (0 if widened else 1)
+
+
+def test_the_spark_engine_reads_a_large_csv_in_byte_ranges_as_beam_reads_it_whole(
+        spark, tmp_path, caplog):
+    """A CSV with quoted line breaks, cut every 32 KiB into tasks that each find their own
+    records (`csv_ranges`): the shards and schema the Beam job writes from the whole file,
+    and one entry for the file in the manifest."""
+    from testsupport.data import tweets_like
+
+    source = tmp_path / "tweets.csv"
+    tweets_like(source, rows=2000)
+    caplog.set_level(logging.INFO)
+    options = ExampleGenOptions(source=str(source), engine="spark", piece_bytes=32 << 10)
+    manifest = spark_job.run(options, str(tmp_path / "spark"), spark=spark)
+    ranges = -(-os.path.getsize(source) // (32 << 10))
+    assert f"reading {ranges} byte ranges of large files" in caplog.text and ranges > 4
+    beam_job.run(dataclasses.replace(options, engine="beam"), str(tmp_path / "beam"))
+    # The same records in the same shards and order (the gzip members follow the batches
+    # each task read, so the files' bytes differ), and the same schema.
+    spark_records, beam_records = (
+        {os.path.relpath(p, folder): list(tfrecord_io.iter_records(p))
+         for p in sorted(glob.glob(os.path.join(folder, "Split-*", "*")))}
+        for folder in (tmp_path / "spark", tmp_path / "beam"))
+    assert spark_records == beam_records and len(spark_records) == 2
+    assert (tmp_path / "spark" / "schema.pbtxt").read_bytes() == \
+        (tmp_path / "beam" / "schema.pbtxt").read_bytes()
+    assert [(s["rows_in"], s["ranges"]) for s in manifest["sources"]] == [(2000, ranges)]
+    assert manifest["rows_written"] == 2000

@@ -49,3 +49,28 @@ def write_taxi_csv(rows: int, folder: str, seed: int = SEED) -> str:
     with open(stamp, "w") as f:
         f.write(wanted)
     return path
+
+
+def tweets_like(path, rows: int = 6000, seed: int = 7):
+    """A table of short posts written by pandas' `to_csv`: text with commas, quotes, emoji
+    and line breaks of every kind. CPython before 3.11.9 leaves a cell whose only special
+    character is a bare CR unquoted, which no reader can tell from a row's end, so such
+    cells here hold a comma too."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    words = ["just", "landed", "in", "Paris,", "France", "\"best\"", "day", "ever!", "RT",
+             "@someone:", "#python", "can't", "wait", "😀", "https://t.co/x1", "lol", "—", "ok"]
+    breaks = ["\n", "\r\n", "\r,", "\n\n"]
+    texts = []
+    for _ in range(rows):
+        parts = list(rng.choice(words, rng.integers(1, 25)))
+        for _ in range(rng.integers(0, 3)):
+            parts.insert(rng.integers(0, len(parts) + 1), rng.choice(breaks))
+        texts.append(" ".join(parts))
+    frame = pd.DataFrame({"id": np.arange(rows), "user": [f"user{i % 97}" for i in range(rows)],
+                          "text": texts, "retweets": rng.integers(0, 500, rows),
+                          "lang": rng.choice(["en", "fr", "es"], rows),
+                          "label": rng.integers(0, 2, rows)})
+    frame.to_csv(path, index=False)
+    return frame

@@ -41,12 +41,11 @@ import uuid
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 from apache_beam.utils import shared
 from tensorflow_model_analysis.proto import validation_result_pb2
 from tensorflow_model_analysis.slicer import slicer_lib
 
-from tfrecord_shards import fileio, record_index, tfrecord_io
+from tfrecord_shards import beam_runners, fileio, record_index, tfrecord_io
 from components.evaluator import evaluate, keras_metrics, kinds, output, scoring, slice_stats
 from components.evaluator.config import check_config, metric_keys, slicing_columns
 from components.evaluator.slices import metrics_of_merged, sliced_statistics
@@ -56,8 +55,6 @@ from components.evaluator.transformed import (
     unusable)
 from components.trainer.options import TRANSFORMED_SIGNATURE
 
-# Runners that run in this process unless told otherwise (`--direct_running_mode`).
-LOCAL_RUNNERS = ("direct", "directrunner", "bundlebaseddirectrunner", "switchingdirectrunner")
 SUMMARY_PREFIX = "evaluator-summary-"
 
 
@@ -66,15 +63,7 @@ def runs_on_beam(beam_pipeline_args: Optional[Sequence[str]]) -> bool:
     but the DirectRunner, and on the DirectRunner in its multi_processing mode. Without Beam
     args, or on the DirectRunner in process (in_memory, multi_threading), it scores in this
     process (`evaluate.evaluate`), without Beam's start-up."""
-    if not beam_pipeline_args:
-        return False
-    options = PipelineOptions([str(arg) for arg in beam_pipeline_args])
-    runner = options.view_as(StandardOptions).runner or "DirectRunner"
-    if not isinstance(runner, str):
-        runner = type(runner).__name__
-    if runner.rsplit(".", 1)[-1].lower() not in LOCAL_RUNNERS:
-        return True
-    return options.view_as(DirectOptions).direct_running_mode == "multi_processing"
+    return not beam_runners.args_in_this_process(beam_pipeline_args)
 
 
 def run(eval_config: Any, data_files: Sequence[str], model_paths: dict[str, str],

@@ -1,13 +1,17 @@
 """ShardedExampleGen's Beam job, used by the TFX executor and the `tfrp examplegen` CLI alike.
 It imports no TFX, so the CLI and the bench start without it.
 
-Beam elements are files, record-batch chunks and shard plans, never single rows:
+Beam elements are files (or byte ranges of a large one), record-batch chunks and shard plans,
+never single rows:
   files -> profile (pass 1) -> merged profile (side input) -> schema
   files -> read typed batches, hash splits on arrays, encode columnar, append to chunks
   chunks -> shard plan -> shards (copy + compress) -> manifest
 A format that types its columns as it reads (CSV) takes both passes in one read:
   files -> read, profile and encode with the file's own types -> merged profile -> schema
   files whose types the merged profile widened -> encode again with the merged types
+On a runner outside this process a large plain CSV is cut into byte ranges first: each range's
+quotes are counted (`csv_ranges.survey`), and from all the counts (`csv_ranges.layout`) each
+range finds the records that begin inside it; a file whose quotes break RFC 4180 is read whole.
 """
 from __future__ import annotations
 
@@ -15,14 +19,15 @@ import logging
 from typing import Optional, Sequence
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import DirectOptions
 from tqdm import tqdm
 
-from tfrecord_shards import beam_shards, shards
+from tfrecord_shards import beam_runners, beam_shards, shards
 from components.example_gen import encode
 from components.example_gen.inputs import unchanged_source
 from components.example_gen.options import ExampleGenOptions
 from components.example_gen.sources import locate, registry
-from components.example_gen.sources.base import FileProfile
+from components.example_gen.sources.base import FileProfile, SourceRange
 
 
 class Progress:
@@ -120,9 +125,20 @@ def build_pipeline(pipeline: beam.Pipeline, options: ExampleGenOptions, fmt: str
                    file_splits: Optional[Sequence[Optional[str]]] = None):
     """Adds ExampleGen's transforms to `pipeline`; the staging folder receives every output.
     `file_splits`: each file's split when the inputs are pre-split (None: hash-split)."""
-    splits = file_splits or [None] * len(files)
-    indexed_files = pipeline | "Files" >> beam.Create(
-        [(i, path, split) for i, (path, split) in enumerate(zip(files, splits))])
+    # In this process one worker reads every element in turn: a file is read whole there.
+    elements = registry.elements(files, file_splits or [None] * len(files), fmt,
+                                 None if _in_this_process(pipeline) else options.piece_bytes)
+    indexed_files = pipeline | "Files" >> beam.Create(elements)
+    cut = registry.ranges_of(elements)
+    if cut:
+        logging.info("ExampleGen: reading %d files as %d elements, %d of them byte ranges of "
+                     "about %d bytes", len(files), len(elements), len(cut), options.piece_bytes)
+        layout = (pipeline | "Ranges" >> beam.Create(cut)
+                  | "Survey" >> beam.Map(_surveyed, fmt)
+                  | "AllSurveys" >> beam.combiners.ToList()
+                  | "Layout" >> beam.Map(_layout, fmt))
+        indexed_files = indexed_files | "Place" >> beam.FlatMap(
+            _placed, fmt, placed=beam.pvalue.AsSingleton(layout))
     if registry.FORMATS[fmt].read_inferring:
         # One read a file: each file encoded with the types it infers as it is read, then
         # encoded again with the merged profile's only where those differ (another file's
@@ -153,6 +169,24 @@ def build_pipeline(pipeline: beam.Pipeline, options: ExampleGenOptions, fmt: str
             profile=beam.pvalue.AsSingleton(profile),
             written=beam.pvalue.AsList(written), results=beam.pvalue.AsList(results))
     )
+
+
+def _in_this_process(pipeline: beam.Pipeline) -> bool:
+    return beam_runners.in_this_process(
+        type(pipeline.runner).__name__,
+        pipeline.options.view_as(DirectOptions).direct_running_mode)
+
+
+def _surveyed(source: SourceRange, fmt: str) -> tuple:
+    return source, registry.FORMATS[fmt].ranges.survey(source)
+
+
+def _layout(surveys: list, fmt: str) -> dict:
+    return registry.FORMATS[fmt].ranges.layout(surveys)
+
+
+def _placed(element: tuple, fmt: str, placed: dict) -> list:
+    return list(registry.FORMATS[fmt].ranges.place(element, placed))
 
 
 def _finalize(_, staging, options, fmt, hidden_files, layout_files, profile, written,

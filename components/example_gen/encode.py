@@ -18,7 +18,7 @@ from components.example_gen import splits as splitting
 from components.example_gen.options import ExampleGenOptions
 from components.example_gen.sources import locate, registry
 from components.example_gen.sources.base import (
-    RESTART, BadRecord, FileProfile, SourceError, arrow_kinds)
+    RESTART, BadRecord, FileProfile, Source, SourceError, arrow_kinds, source_path)
 from components.example_gen.sources.image_source import IMAGE_FEATURE
 
 QUARANTINE_FILE = "bad_records-{file_index:05d}.jsonl"
@@ -43,19 +43,20 @@ class FileResult:
 
 
 def encode_file(options: ExampleGenOptions, fmt: str, staging: str, file_index: int,
-                path: str, profile: FileProfile,
+                source: Source, profile: FileProfile,
                 on_rows: Optional[Callable[[int], None]] = None, split: Optional[str] = None
                 ) -> tuple[list[shards.Chunk], FileResult]:
     """Pass 2 for one file: typed batches -> split/partition -> tf.Example chunk files under
     `staging`. Returns the chunks and the file's row counts; `on_rows` hears of rows read.
-    `split`: the split of a pre-split input's file, which takes all its rows."""
-    return _encode_items(options, staging, file_index, path,
-                         registry.read_file(path, fmt, profile.columns), profile.columns,
+    `split`: the split of a pre-split input's file, which takes all its rows. `source` may
+    be a range of a file (`SourceRange`), and `file_index` is then the range's."""
+    return _encode_items(options, staging, file_index, source_path(source),
+                         registry.read_file(source, fmt, profile.columns), profile.columns,
                          on_rows, split)
 
 
 def encode_file_inferring(options: ExampleGenOptions, fmt: str, staging: str,
-                          file_index: int, path: str,
+                          file_index: int, source: Source,
                           on_rows: Optional[Callable[[int], None]] = None,
                           split: Optional[str] = None
                           ) -> tuple[list[shards.Chunk], FileResult, FileProfile]:
@@ -64,13 +65,13 @@ def encode_file_inferring(options: ExampleGenOptions, fmt: str, staging: str,
     the file's own profile, and that profile. Where the reader widens a column it begins
     the file again, and the chunks of the attempt before go with the staging folder. A
     caller whose merged profile differs from the file's encodes it again (`encode_file`)."""
-    items = registry.read_inferring(path, fmt)
+    items = registry.read_inferring(source, fmt)
     while True:
         attempt = None
         try:
             attempt = _Attempt(items)
-            chunks, result = _encode_items(options, staging, file_index, path, attempt,
-                                           attempt.kinds, on_rows, split)
+            chunks, result = _encode_items(options, staging, file_index, source_path(source),
+                                           attempt, attempt.kinds, on_rows, split)
         except _Restarted:
             if on_rows and attempt and attempt.profile.rows:
                 on_rows(-attempt.profile.rows)  # those rows are read again
@@ -278,10 +279,7 @@ def finalize(staging: str, options: ExampleGenOptions, fmt: str, profile: FilePr
     annotation."""
     check_columns(profile, options)
     quarantined = sum(r.quarantined for r in results)
-    sources_info = [{"path": r.path, "rows_in": r.rows_in, "quarantined": r.quarantined,
-                     "rows_lost": r.lost, "bytes_lost": r.lost_bytes,
-                     "rows_unlabelled": r.unlabelled}
-                    for r in sorted(results, key=lambda r: r.file_index)]
+    sources_info = per_file(results)
     # Presence is counted over every readable row, unlabelled ones included (the profile saw
     # them): "always present" there is "always present" in the rows written.
     good_rows = sum(r.rows_in - r.quarantined - r.lost for r in results)
@@ -311,6 +309,25 @@ def finalize(staging: str, options: ExampleGenOptions, fmt: str, profile: FilePr
         layout_files_skipped=list(layout_files))
     shards.check_row_accounting(manifest)
     shards.write_manifest(staging, manifest)
+
+
+def per_file(results: list[FileResult]) -> list[dict]:
+    """Each source file's counts for the manifest, in file order: the sum of its ranges'
+    where several workers read it in ranges (consecutive indexes of one path), with how
+    many (`ranges`)."""
+    files: dict[str, dict] = {}
+    for r in sorted(results, key=lambda r: r.file_index):
+        entry = files.setdefault(r.path, {"path": r.path, "rows_in": 0, "quarantined": 0,
+                                          "rows_lost": 0, "bytes_lost": 0,
+                                          "rows_unlabelled": 0, "ranges": 0})
+        for key, value in (("rows_in", r.rows_in), ("quarantined", r.quarantined),
+                           ("rows_lost", r.lost), ("bytes_lost", r.lost_bytes),
+                           ("rows_unlabelled", r.unlabelled), ("ranges", 1)):
+            entry[key] += value
+    for entry in files.values():
+        if entry["ranges"] == 1:  # read whole
+            del entry["ranges"]
+    return list(files.values())
 
 
 def first_columns(source: str, fmt: str) -> tuple[str, list[str]]:

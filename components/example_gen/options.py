@@ -25,6 +25,13 @@ class ExampleGenOptions(JsonOptions):
     label_key: Optional[str] = setting(
         None, "Leave out rows whose value in this column is null, counted as unlabelled.")
     sharding: ShardingOptions = dataclasses.field(default_factory=ShardingOptions)
+    # On Spark, and on a Beam runner outside this process, a plain CSV larger than this is
+    # read in byte ranges of this size, one task each, so one large file spreads over the
+    # workers (`csv_ranges`). The local DirectRunner reads each file whole, as its one worker
+    # would.
+    piece_bytes: int = setting(256 << 20, "On Spark or a distributed Beam runner, read a "
+                               "plain CSV larger than this in ranges of this many bytes.",
+                               minimum=1)
     # Where the work runs: "beam" (the pipeline's Beam args) or "spark" (a Spark cluster, or
     # local[*] without a master).
     engine: str = setting("beam", "Where the work runs.", choices=("beam", "spark"))

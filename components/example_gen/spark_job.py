@@ -1,7 +1,8 @@
 """ShardedExampleGen's work on Spark (`engine="spark"`): the Beam job's steps, as Spark tasks.
 
-One task per source file profiles it (pass 1); the driver merges the small profiles; one task
-per file encodes it into chunk files (`example_gen.encode.encode_file`, the function Beam's
+One task per source file (or byte range of a large plain CSV: `csv_ranges`, surveyed in tasks
+first) profiles it (pass 1); the driver merges the small profiles; one task per file encodes
+it into chunk files (`example_gen.encode.encode_file`, the function Beam's
 DoFn calls); the driver plans shards; one task per shard writes it; the driver writes the
 schema and manifest and commits. A format that types its columns as it reads (CSV) takes
 both passes in one read, as in the Beam job: one task per file profiles and encodes it
@@ -29,11 +30,12 @@ def run(options: ExampleGenOptions, output_dir: str, spark=None) -> dict:
     fmt, files, file_splits = locate.input_files(inputs, options.format)
     shards.check_output_dir(output_dir)
     spark = spark or spark_session.get_session(options.spark_master, options.spark_conf)
-    indexed = [(i, path, split) for i, (path, split) in enumerate(zip(files, file_splits))]
+    indexed = registry.elements(files, file_splits, fmt, options.piece_bytes)
     try:
         # As the Beam job: a source file changed since the run's fingerprint, or during the
         # read, stops the run before its commit.
         with shards.staged_output(output_dir) as staging, unchanged_source(options):
+            indexed = _placed(spark.sparkContext, fmt, indexed)
             encode_files = _encode_in_one_read if registry.FORMATS[fmt].read_inferring \
                 else _encode_in_two_passes
             profile, encoded = encode_files(spark.sparkContext, options, fmt, staging, indexed)
@@ -51,6 +53,25 @@ def run(options: ExampleGenOptions, output_dir: str, spark=None) -> dict:
     logging.info("ExampleGen (Spark) wrote %d rows (%d quarantined) to %s",
                  manifest["rows_written"], manifest["rows_quarantined"], output_dir)
     return manifest
+
+
+def _placed(context, fmt: str, indexed: list) -> list:
+    """`indexed` ready to read: its ranges surveyed in tasks and placed (`csv_ranges`)."""
+    cut = registry.ranges_of(indexed)
+    if not cut:
+        return indexed
+    logging.info("ExampleGen (Spark): reading %d byte ranges of large files", len(cut))
+    ranges = registry.FORMATS[fmt].ranges
+    layout = ranges.layout(context.parallelize(cut, len(cut)).map(_Survey(fmt)).collect())
+    return [placed for element in indexed for placed in ranges.place(element, layout)]
+
+
+class _Survey:
+    def __init__(self, fmt: str):
+        self._fmt = fmt
+
+    def __call__(self, source):
+        return source, registry.FORMATS[self._fmt].ranges.survey(source)
 
 
 def _encode_in_two_passes(context, options: ExampleGenOptions, fmt: str, staging: str,

@@ -13,30 +13,18 @@ from typing import Callable, Iterable, Optional
 
 from tensorflow_metadata.proto.v0 import schema_pb2
 
+from tfrecord_shards import beam_runners
 from components.statistics_gen import stats_job
 from components.statistics_gen.options import StatisticsGenOptions
-
-# Runners that run a pipeline inside this process: there a Beam job would only add its
-# start-up and per-element costs to what `stats_job.scan`'s threads do.
-_IN_PROCESS_RUNNERS = {"direct", "directrunner", "bundlebaseddirectrunner",
-                       "switchingdirectrunner", "fnapirunner"}
-
 
 def runs_on_beam(beam_pipeline_args: Optional[Iterable[str]]) -> bool:
     """Whether the statistics of a run with these Beam args are the Beam job's: any runner
     but the DirectRunner, or the DirectRunner in worker processes
     (`--direct_running_mode=multi_processing`, as `direct_num_workers` in a pipeline config
     sets it). The DirectRunner in this process (no args, `in_memory`, `multi_threading`)
-    keeps `stats_job.scan`. The flags are read as Beam reads them (`--flag=value` or
-    `--flag value`, the last one winning), without importing Beam."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--runner")
-    parser.add_argument("--direct_running_mode")
-    known, _ = parser.parse_known_args([str(arg) for arg in beam_pipeline_args or []])
-    runner = (known.runner or "DirectRunner").rsplit(".", 1)[-1].lower()
-    if runner not in _IN_PROCESS_RUNNERS:
-        return True
-    return known.direct_running_mode == "multi_processing"
+    keeps `stats_job.scan`, its threads doing what a Beam job would add its start-up and
+    per-element costs to."""
+    return not beam_runners.args_in_this_process(beam_pipeline_args)
 
 
 def run(examples_uri: str, output_uri: str, splits: list[str],

@@ -87,6 +87,32 @@ class BadRecord:
         return f"{self.file}: {self.location}: {self.reason}"
 
 
+@dataclasses.dataclass(frozen=True)
+class SourceRange:
+    """Bytes [start, end) of a source file of `size` bytes: the records that begin there,
+    for a format that finds them from the middle of a file (`SourceFormat.ranges`).
+    `quotes_before` and `quotes_through` are the quote characters before `start` and
+    before `end` (`csv_ranges.place`), which the reader needs to find those records."""
+
+    path: str
+    start: int
+    end: int
+    size: int
+    quotes_before: Optional[int] = None
+    quotes_through: Optional[int] = None
+
+    def __str__(self) -> str:
+        return f"{self.path} bytes {self.start}-{self.end}"
+
+
+Source = Union[str, SourceRange]
+
+
+def source_path(source: Source) -> str:
+    """The file a source (a file, or a range of one) is of."""
+    return source.path if isinstance(source, SourceRange) else source
+
+
 class Restart:
     """A `read_inferring` reader's mark that it begins the file again, with wider types:
     what it gave before is void."""
@@ -156,6 +182,10 @@ class SourceFormat:
     # throughout, bad records, and a mark where it begins again with wider types (CSV's
     # `csv_source.read_inferring`). ExampleGen then profiles and encodes in one pass.
     read_inferring: Optional[Callable[[str], Iterator]] = None
+    # For a format whose records can be found from the middle of a file (plain CSV): its
+    # `csv_ranges`-like module (`cut`, `survey`, `place`). Its readers then take a
+    # SourceRange too, and a large file is read by several workers.
+    ranges: Optional[object] = None
 
 
 def profile_batches(path: str, read: Reader,

@@ -20,9 +20,10 @@ import pyarrow.csv as pacsv
 
 from tfrecord_shards import fileio
 from tfrecord_shards.codec import serializer
+from components.example_gen.sources import csv_ranges
 from components.example_gen.sources.base import (
-    RESTART, BadRecord, FileProfile, Item, Restart, SourceError, SourceFormat, TimeParseError,
-    arrow_kinds, open_input, parse_times)
+    RESTART, BadRecord, FileProfile, Item, Restart, Source, SourceError, SourceFormat,
+    SourceRange, TimeParseError, arrow_kinds, open_input, parse_times, source_path)
 
 CSV_BLOCK_BYTES = 4 << 20
 _TRUE_WORDS = ["true", "True", "TRUE"]
@@ -48,18 +49,20 @@ def _cell_kind(text: str) -> str:
     return serializer.BOOL if text in _TRUE_WORDS + _FALSE_WORDS else serializer.BYTES
 
 
-def _block_bytes(path: str) -> int:
+def _block_bytes(path: str, begin: int = 0, stop: Optional[int] = None) -> int:
     """The read block size for `path`: CSV_BLOCK_BYTES, or the first size above it whose
     block boundaries split no CRLF. pyarrow's CSV reader drops a line feed that starts a block
     after a block ending in CR, even inside a quoted cell (apache/arrow#51368), so a quoted
     CRLF astride a boundary came back as CR alone. The check reads two bytes a block (one
     coalesced ranged read a block on a store); a compressed file's blocks are of the
-    inflated text, which only a whole read would show, so it keeps CSV_BLOCK_BYTES."""
+    inflated text, which only a whole read would show, so it keeps CSV_BLOCK_BYTES. For the
+    bytes [begin, stop) of a range, the blocks start at `begin`."""
     if _compression(path):
         return CSV_BLOCK_BYTES
-    size = fileio.size(path)
+    stop = fileio.size(path) if stop is None else stop
     for block in range(CSV_BLOCK_BYTES, CSV_BLOCK_BYTES + 64):
-        pairs = fileio.read_ranges(path, [(end - 1, 2) for end in range(block, size, block)])
+        pairs = fileio.read_ranges(path, [(end - 1, 2)
+                                          for end in range(begin + block, stop, block)])
         if b"\r\n" not in pairs:
             return block
     return CSV_BLOCK_BYTES
@@ -134,23 +137,24 @@ def stable_names(header: list[str]) -> list[str]:
     return names
 
 
-def read_csv(path: str, kinds: Optional[dict] = None
+def read_csv(source: Source, kinds: Optional[dict] = None
              ) -> Iterator[Item]:
-    """Streams a CSV with a header row, each column converted to its profiled kind. A cell
-    the profile's kind does not take (which profiling all rows should rule out) is an error
-    naming the file, row, column and value."""
+    """Streams a CSV with a header row (or a range of one), each column converted to its
+    profiled kind. A cell the profile's kind does not take (which profiling all rows should
+    rule out) is an error naming the file, row, column and value."""
+    path = source_path(source)
     header = _csv_header(path)
     if not header:
         return
     column_kinds = {name: (kinds or {}).get(name, (serializer.BYTES, False))[0]
                     for name in header}
     try:
-        yield from _read_csv_typed(path, header, {
+        yield from _read_csv_typed(source, header, {
             name: _CSV_ARROW_TYPES[kind] for name, kind in column_kinds.items()},
             [name for name, kind in column_kinds.items() if kind == serializer.TIME])
     except _ConversionError as error:
         name = header[error.column]
-        raise SourceError(f"{path}: row {_row_of(path, header, name, error.value)}: column "
+        raise SourceError(f"{path}: row {_row_of(source, header, name, error.value)}: column "
                           f"{name!r}: {error.value!r} is not "
                           f"{_KIND_WORDS[column_kinds[name]]}, as the column's other values "
                           f"are") from None
@@ -161,25 +165,32 @@ _KIND_WORDS = {serializer.INT: "an integer", serializer.FLOAT: "a number",
                serializer.BYTES: "text", serializer.NULL: "empty"}
 
 
-def _row_of(path: str, header: list[str], name: str, value: str) -> str:
-    """The CSV row (the header is row 1) where `name` first holds `value`."""
-    seen = 1
-    for batch in _read_csv_typed(path, header, {n: pa.string() for n in header}, []):
+def _row_of(source: Source, header: list[str], name: str, value: str) -> str:
+    """The CSV row (the header is row 1) where `name` first holds `value`; in a range
+    that starts later, the row counted from the range's first record."""
+    begin = csv_ranges.record_bounds(source)[0] if isinstance(source, SourceRange) else 0
+    seen = 1 if not begin else 0
+    for batch in _read_csv_typed(source, header, {n: pa.string() for n in header}, []):
         if isinstance(batch, BadRecord):
             continue
         column = batch.column(header.index(name))
         found = pc.index(column, value).as_py()
         if found is not None and found >= 0:
-            return str(seen + found + 1)
+            return _row_name(seen + found + 1, begin)
         seen += batch.num_rows
     return "?"
 
 
-def profile_csv(path: str) -> tuple[FileProfile, int]:
+def _row_name(number: int, begin: int) -> str:
+    """Row `number` of a file, or of the records from byte `begin` of a range."""
+    return str(number) if not begin else f"{number} counted from byte {begin}"
+
+
+def profile_csv(source: Source) -> tuple[FileProfile, int]:
     """Profiles a CSV with Arrow's own converter, so both passes parse cells identically
     (`read_inferring`: each widening costs one more read; clean files are read once)."""
     profile, bad = FileProfile(), 0
-    for item in read_inferring(path, numbered=False):
+    for item in read_inferring(source, numbered=False):
         if item is RESTART:
             profile, bad = FileProfile(), 0
         elif isinstance(item, BadRecord):
@@ -189,7 +200,8 @@ def profile_csv(path: str) -> tuple[FileProfile, int]:
     return profile, bad
 
 
-def read_inferring(path: str, numbered: bool = True) -> Iterator[Union[Item, Restart]]:
+def read_inferring(source: Source, numbered: bool = True
+                   ) -> Iterator[Union[Item, Restart]]:
     """Streams a CSV with a header row, each column typed as Arrow infers it from the first
     block: the profile and the encoding in one read, for a file whose types hold throughout.
 
@@ -197,15 +209,17 @@ def read_inferring(path: str, numbered: bool = True) -> Iterator[Union[Item, Res
     the rejected cell's kind at least), RESTART is yielded and the file is read again from
     its start: what came before RESTART is void. A column Arrow reads as dates or times is
     read again as text parsed by `parse_times`, which `read_csv` uses too. `numbered` gives
-    bad rows their row number (Arrow reads single-threaded then)."""
-    header = _csv_header(path, warn=True)
+    bad rows their row number (Arrow reads single-threaded then). A range reads its records
+    with the file's header (`csv_ranges`); only the file's first range warns of it."""
+    header = _csv_header(source_path(source), warn=not isinstance(source, SourceRange)
+                         or source.start == 0)
     if not header:
         return
     types: dict = {}
     times: list[str] = []
     while True:
         try:
-            for item in _read_csv_typed(path, header, types, times, numbered=numbered):
+            for item in _read_csv_typed(source, header, types, times, numbered=numbered):
                 if isinstance(item, BadRecord):
                     yield item
                     continue
@@ -259,26 +273,34 @@ def _next_kind(kind: str) -> str:
             serializer.BYTES: serializer.BYTES, serializer.TIME: serializer.BYTES}[kind]
 
 
-def _read_csv_typed(path: str, header: list[str], types: dict, times: list[str],
+def _read_csv_typed(source: Source, header: list[str], types: dict, times: list[str],
                     numbered: bool = True) -> Iterator[Item]:
     """Batches with `header`'s names; the `times` columns (read as text) parsed into
     timestamps. `numbered` gives bad rows their row number, which Arrow knows only
-    single-threaded."""
+    single-threaded. A range gives the records that begin inside it, numbered from its
+    first record."""
+    path = source_path(source)
+    begin, stop = csv_ranges.record_bounds(source) if isinstance(source, SourceRange) \
+        else (0, None)
+    if stop is not None and begin >= stop:  # a range no record begins in
+        return
     bad: list[BadRecord] = []
 
     def on_invalid_row(row) -> str:
-        bad.append(BadRecord(path, f"row {row.number}" if row.number else "row ?",
+        bad.append(BadRecord(path, f"row {_row_name(row.number, begin)}" if row.number
+                             else "row ?",
                              field_count_problem(row.expected_columns, row.actual_columns,
                                                  row.text), row.text))
         return "skip"
 
-    with open_input(path) as f, _invalid_row_decode_errors_muted():
+    opened = open_input(path) if stop is None else csv_ranges.RangeStream(path, begin, stop)
+    with opened as f, _invalid_row_decode_errors_muted():
         try:
             reader = pacsv.open_csv(
                 f,
-                read_options=pacsv.ReadOptions(block_size=_block_bytes(path),
+                read_options=pacsv.ReadOptions(block_size=_block_bytes(path, begin, stop),
                                                use_threads=not numbered, column_names=header,
-                                               skip_rows=1),
+                                               skip_rows=0 if begin else 1),
                 parse_options=pacsv.ParseOptions(newlines_in_values=True,
                                                   invalid_row_handler=on_invalid_row),
                 convert_options=pacsv.ConvertOptions(
@@ -328,4 +350,4 @@ def _with_times(batch: pa.RecordBatch, times: list[str]) -> pa.RecordBatch:
 
 
 FORMAT = SourceFormat("csv", (".csv", ".tsv"), read_csv, profile_csv,
-                      read_inferring=read_inferring)
+                      read_inferring=read_inferring, ranges=csv_ranges)
