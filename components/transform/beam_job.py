@@ -128,7 +128,8 @@ def _analyze(make_pipeline, options, examples_dirs, raw_schema, preprocessing_fn
 def _transform(make_pipeline, options, examples_dirs, splits, raw_schema, schema,
                graph_dir, temp_dir, staging, columnar: bool,
                kept: Optional[dict[str, str]] = None, statistics_plan=None,
-               statistics_path: Optional[str] = None) -> list:
+               statistics_path: Optional[str] = None,
+               pieces: Optional[columnar_job.InputPieces] = None) -> list:
     with make_pipeline() as pipeline, tft_beam.Context(temp_dir=temp_dir):
         transform_fn = None if columnar else \
             pipeline | "ReadTransformFn" >> tft_beam.ReadTransformFn(graph_dir)
@@ -136,8 +137,9 @@ def _transform(make_pipeline, options, examples_dirs, splits, raw_schema, schema
         for split in splits:
             if columnar:
                 outputs.append(columnar_job.transformed_chunks(
-                    pipeline, split, examples_dirs, raw_schema, graph_dir, kept, schema,
-                    staging, options.sharding, options.piece_records, statistics_plan))
+                    pipeline, split, columnar_job.pieces_of(pieces, examples_dirs, split),
+                    raw_schema, graph_dir, kept, schema, staging, options.sharding,
+                    statistics_plan))
                 continue
             sources = [_raw_source(d, split, raw_schema) for d in examples_dirs]
             raw = [pipeline | f"Read[{split}][{i}]" >> source.BeamSource()
@@ -199,12 +201,16 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
         # The statistics the passes take, kept beside the analyses (hidden, never committed).
         pre_path = fileio.join(temp_dir, "pre_transform_statistics.pkl")
         post_path = fileio.join(temp_dir, "post_transform_statistics.pkl")
+        # Each input's pieces of each split, worked out once for both passes.
+        pieces = columnar_job.input_pieces(examples_dirs, splits, options.piece_records) \
+            if columnar else {}
         if columnar:
             analysis = columnar_job.analyze(
                 make_pipeline, options, examples_dirs, raw_schema, columnar, graph_staging,
-                temp_dir, kept_dir, statistics.pre_plan if statistics else None, pre_path)
-            kept = columnar_job.kept_copies(kept_dir, analysis["analysed"],
-                                            options.analyze_split, options.piece_records)
+                temp_dir, pieces, kept_dir, statistics.pre_plan if statistics else None,
+                pre_path)
+            kept = columnar_job.kept_copies(kept_dir, columnar_job.pieces_of(
+                pieces, analysis["analysed"], options.analyze_split))
             if statistics and not analysis["from_cache"]:
                 statistics.pre = columnar_job.read_statistics(pre_path)
         else:
@@ -223,7 +229,8 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
         try:
             result = _transform(make_pipeline, options, examples_dirs, splits, raw_schema,
                                 schema, graph_staging, temp_dir, staging, columnar is not None,
-                                kept, statistics.post_plan if statistics else None, post_path)
+                                kept, statistics.post_plan if statistics else None, post_path,
+                                pieces)
             if statistics and statistics.post_plan:
                 statistics.post = columnar_job.read_statistics(post_path)
         finally:

@@ -7,7 +7,7 @@ preprocessing_fn keeps tf.Transform's general path.
 1. Trace the preprocessing_fn once with `CollectAnalyzers`: a function from a batch of raw
    tensors to every analyzer's input (`AnalyzerInputs`).
 2. Analyse (a Beam job, one element per piece of the analyze split: about `piece_records`
-   records of one file, `split_pieces`, so one large file spreads too): decode each piece's
+   records of one file, `input_pieces`, so one large file spreads too): decode each piece's
    records to Arrow with the codec's compiled decoder, make tensors as tf.Transform's own
    adapter makes them (`inputs.py`), run the function, add each batch to the numpy accumulators
    (`statistics.Analysis`); merge the pieces' analyses in a tree fixed by their order
@@ -183,12 +183,29 @@ def columnar_inputs(options: TransformOptions, raw_schema: schema_pb2.Schema
 Piece = Union[str, tfrecord_io.RecordRange]  # a file, or a range of one
 
 
-def split_pieces(examples_dirs: Sequence[str], split: str, piece_records: int) -> list[Piece]:
-    """The files of `split` of each of `examples_dirs`, in order, cut into pieces of about
-    `piece_records` records (`record_index.pieces`): the passes' units of work, the same
-    pieces every time for the same files and setting."""
-    return record_index.pieces([path for d in examples_dirs for path in split_paths(d, split)],
-                               piece_records)
+# {(an Examples folder, a split): its files cut into pieces}, worked out once a run
+# (`input_pieces`) for both passes, which take the same pieces.
+InputPieces = dict[tuple[str, str], list[Piece]]
+
+
+def input_pieces(examples_dirs: Sequence[str], splits: Sequence[str], piece_records: int
+                 ) -> InputPieces:
+    """The files of each split of each of `examples_dirs`, in order, cut into pieces of
+    about `piece_records` records (`record_index.pieces`): the passes' units of work, the
+    same pieces every time for the same files and setting."""
+    files = {(d, split): split_paths(d, split) for d in examples_dirs for split in splits}
+    by_file: dict[str, list[Piece]] = {}
+    # One call, so each manifest is read once for every split.
+    every_file = list(dict.fromkeys(f for found in files.values() for f in found))
+    for piece in record_index.pieces(every_file, piece_records):
+        by_file.setdefault(piece if isinstance(piece, str) else piece.path, []).append(piece)
+    return {key: [piece for f in found for piece in by_file[f]]
+            for key, found in files.items()}
+
+
+def pieces_of(pieces: InputPieces, examples_dirs: Sequence[str], split: str) -> list[Piece]:
+    """`split`'s pieces of each of `examples_dirs`, in order."""
+    return [piece for d in examples_dirs for piece in pieces[(d, split)]]
 
 
 def kept_copy(keep_dir: str, piece: Piece) -> str:
@@ -197,14 +214,12 @@ def kept_copy(keep_dir: str, piece: Piece) -> str:
     return fileio.join(keep_dir, hashlib.sha256(name.encode()).hexdigest()[:24] + ".arrow")
 
 
-def kept_copies(keep_dir: Optional[str], examples_dirs: Sequence[str], split: str,
-                piece_records: int) -> dict[Piece, str]:
-    """{piece of `split` of each of `examples_dirs`: its decoded copy in `keep_dir`}, for
-    the inputs whose analysis kept them there; none without `keep_dir`."""
+def kept_copies(keep_dir: Optional[str], analysed: Sequence[Piece]) -> dict[Piece, str]:
+    """{piece: its decoded copy in `keep_dir`} for the `analysed` pieces, whose analysis
+    kept them there; none without `keep_dir`."""
     if not keep_dir:
         return {}
-    return {piece: kept_copy(keep_dir, piece)
-            for piece in split_pieces(examples_dirs, split, piece_records)}
+    return {piece: kept_copy(keep_dir, piece) for piece in analysed}
 
 
 class _AnalyzeFile(beam.DoFn):
@@ -282,7 +297,8 @@ def read_statistics(path: str) -> Optional[SplitStats]:
 
 def _analyse_inputs(make_pipeline, options: TransformOptions, inputs: dict[str, str],
                     raw_schema: schema_pb2.Schema, specs: list[AnalyzerSpec], temp_dir: str,
-                    keep_dir: Optional[str] = None, statistics_plan: Optional[Plan] = None,
+                    pieces: InputPieces, keep_dir: Optional[str] = None,
+                    statistics_plan: Optional[Plan] = None,
                     statistics_path: Optional[str] = None) -> dict[str, Analysis]:
     """{key: the analysis of that Examples folder's analyze split}, one Beam job for all;
     with `keep_dir`, each file's decoded batches kept there (`_AnalyzeFile`); with
@@ -296,7 +312,7 @@ def _analyse_inputs(make_pipeline, options: TransformOptions, inputs: dict[str, 
     with make_pipeline() as pipeline:
         per_file_statistics = []
         for key, examples_dir in inputs.items():
-            files = split_pieces([examples_dir], options.analyze_split, options.piece_records)
+            files = pieces[(examples_dir, options.analyze_split)]
             logging.info("Transform: analysing %d pieces of %s's %s split", len(files),
                          examples_dir, options.analyze_split)
             analysed = (pipeline | f"Files[{key}]" >> beam.Create(list(enumerate(files)))
@@ -315,7 +331,7 @@ def _analyse_inputs(make_pipeline, options: TransformOptions, inputs: dict[str, 
 
 def analyze(make_pipeline, options: TransformOptions, examples_dirs: Sequence[str],
             raw_schema: schema_pb2.Schema, inputs_fn: AnalyzerInputs, graph_dir: str,
-            temp_dir: str, keep_dir: Optional[str] = None,
+            temp_dir: str, pieces: InputPieces, keep_dir: Optional[str] = None,
             statistics_plan: Optional[Plan] = None, statistics_path: Optional[str] = None
             ) -> dict[str, list[str]]:
     """Analyses the analyze split of every input (or takes an input's analysis from the
@@ -339,7 +355,7 @@ def analyze(make_pipeline, options: TransformOptions, examples_dirs: Sequence[st
                   for d in examples_dirs if cached_path(d) and fileio.exists(cached_path(d))}
     to_read = {dataset_key(d): d for d in examples_dirs if d not in from_cache}
     read = _analyse_inputs(make_pipeline, options, to_read, raw_schema, inputs_fn.specs,
-                           temp_dir, keep_dir, statistics_plan, statistics_path)
+                           temp_dir, pieces, keep_dir, statistics_plan, statistics_path)
     for key, analysis in read.items():
         if cache_dir:
             fileio.makedirs(fileio.dirname(cached_path(to_read[key])))
@@ -445,18 +461,18 @@ def release(graph_dir: str) -> None:
     _loaded.pop(graph_dir, None)
 
 
-def transformed_chunks(pipeline, split: str, examples_dirs: Sequence[str],
+def transformed_chunks(pipeline, split: str, pieces: Sequence[Piece],
                        raw_schema: schema_pb2.Schema, graph_dir: str,
                        kept: Optional[dict[Piece, str]], schema: schema_pb2.Schema,
-                       staging: str, sharding: shards.ShardingOptions, piece_records: int,
+                       staging: str, sharding: shards.ShardingOptions,
                        statistics_plan: Optional[Plan] = None):
-    """One split's rows of every input, transformed and encoded: a PCollection of chunks
-    (main output "chunks") and of (split, rows, records) counts (ROW_COUNTS); with
-    `statistics_plan`, each piece's statistics of its transformed rows (STATISTICS). A piece
-    with a copy in `kept` ({piece: its decoded copy}) is read from the copy."""
+    """One split's rows (its `pieces` of every input, in order), transformed and encoded: a
+    PCollection of chunks (main output "chunks") and of (split, rows, records) counts
+    (ROW_COUNTS); with `statistics_plan`, each piece's statistics of its transformed rows
+    (STATISTICS). A piece with a copy in `kept` ({piece: its decoded copy}) is read from
+    the copy."""
     kept = kept or {}
-    files = [(place, piece, kept.get(piece)) for place, piece in enumerate(
-        split_pieces(examples_dirs, split, piece_records))]
+    files = [(place, piece, kept.get(piece)) for place, piece in enumerate(pieces)]
     return (pipeline | f"Files[{split}]" >> beam.Create(files)
             | f"Transform[{split}]" >> beam.ParDo(_TransformFile(
                 raw_schema, graph_dir, split, schema, staging, sharding,
