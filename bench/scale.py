@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Callable, Optional
 
@@ -45,16 +46,20 @@ def _tree_rss(root: int) -> int:
 def _run(command: list[str], executors: Callable[[], list[int]]) -> dict:
     """One whole process, its seconds and the peak RSS of its tree and of each executor's."""
     started = time.monotonic()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    driver_peak, executor_peaks = 0, {}
-    while process.poll() is None:
-        driver_peak = max(driver_peak, _tree_rss(process.pid))
-        for pid in executors():
-            executor_peaks[pid] = max(executor_peaks.get(pid, 0), _tree_rss(pid))
-        time.sleep(SAMPLE_SECONDS)
-    seconds = time.monotonic() - started
-    _, log = process.communicate()
+    # Its log goes to a file: Beam's worker processes log more than a pipe holds, and a pipe
+    # read only at the end would stop them.
+    with tempfile.TemporaryFile("w+") as log_file:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log_file,
+                                   text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+        driver_peak, executor_peaks = 0, {}
+        while process.poll() is None:
+            driver_peak = max(driver_peak, _tree_rss(process.pid))
+            for pid in executors():
+                executor_peaks[pid] = max(executor_peaks.get(pid, 0), _tree_rss(pid))
+            time.sleep(SAMPLE_SECONDS)
+        seconds = time.monotonic() - started
+        log_file.seek(0)
+        log = log_file.read()
     if process.returncode != 0:
         raise RuntimeError(f"{' '.join(command[:6])} failed:\n{log[-2000:]}")
     return {"seconds": seconds, "driver_peak_mib": driver_peak / 2**20,

@@ -24,8 +24,10 @@ import pyarrow as pa
 from components.example_gen.sources.base import SourceRange, open_input
 
 _QUOTE, _LINE_FEED = ord('"'), ord("\n")
-# What may stand beside a quote that opens or closes a cell (besides the file's start or end).
-_CELL_EDGES = np.array([ord(","), ord("\n"), ord("\r"), _QUOTE], np.uint8)
+# What may stand beside a quote that opens or closes a cell (besides the file's start or end),
+# as a table by byte value.
+_CELL_EDGE = np.zeros(256, bool)
+_CELL_EDGE[[ord(","), ord("\n"), ord("\r"), _QUOTE]] = True
 _SCAN_BYTES = 8 << 20
 
 
@@ -70,25 +72,31 @@ def survey(source: SourceRange) -> RangeSurvey:
             last = min(offset + _SCAN_BYTES, source.end) - before
             positions = np.flatnonzero(data[inner:last] == _QUOTE) + inner
             if len(positions):
+                # Every other quote opens a cell, from the first or the second, by the state.
+                even, odd = positions[0::2], positions[1::2]
+                fits = {(kind, which): check(data, found, before, source.size)
+                        for which, found in (("even", even), ("odd", odd))
+                        for kind, check in (("open", _opens_a_cell), ("close", _closes_a_cell))}
                 for state in (0, 1):
-                    opening = (np.arange(len(positions)) + quotes + state) % 2 == 0
-                    regular[state] &= _edges_regular(data, positions, opening, before,
-                                                     source.size)
+                    first, second = ("even", "odd") if (quotes + state) % 2 == 0 \
+                        else ("odd", "even")
+                    regular[state] &= fits[("open", first)] and fits[("close", second)]
             quotes += len(positions)
     return RangeSurvey(quotes, *regular)
 
 
-def _edges_regular(data: np.ndarray, positions: np.ndarray, opening: np.ndarray,
-                   data_start: int, size: int) -> bool:
-    """Whether each opening quote follows a cell edge (or starts the file) and each closing
-    one is followed by a cell edge (or ends the file)."""
-    opened = positions[opening]
-    at_start = opened + data_start == 0
-    ok_open = at_start | np.isin(data[np.maximum(opened - 1, 0)], _CELL_EDGES)
-    closed = positions[~opening]
-    at_end = closed + data_start == size - 1
-    ok_close = at_end | np.isin(data[np.minimum(closed + 1, len(data) - 1)], _CELL_EDGES)
-    return bool(ok_open.all() and ok_close.all())
+def _opens_a_cell(data: np.ndarray, positions: np.ndarray, data_start: int, _: int) -> bool:
+    """Whether each quote at `positions` of `data` follows a cell edge or starts the file."""
+    before = data[np.maximum(positions - 1, 0)]
+    return bool((_CELL_EDGE[before] | (positions + data_start == 0)).all())
+
+
+def _closes_a_cell(data: np.ndarray, positions: np.ndarray, data_start: int, size: int
+                   ) -> bool:
+    """Whether each quote at `positions` of `data` is followed by a cell edge or ends the
+    file."""
+    after = data[np.minimum(positions + 1, len(data) - 1)]
+    return bool((_CELL_EDGE[after] | (positions + data_start == size - 1)).all())
 
 
 def layout(surveys: Iterable[tuple[SourceRange, RangeSurvey]]) -> dict:
