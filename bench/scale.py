@@ -75,6 +75,32 @@ def run_benchmark(rows: int, work_dir: str, spark_master: Optional[str] = None,
     from local_cluster.spark import LocalCluster
 
     results: dict[str, dict] = {}
+    pieces = ["--piece-bytes", str(piece_bytes)] if piece_bytes else []
+    sources = {size: data.write_taxi_csv(size, os.path.join(work_dir, f"scale-{size}"))
+               for size in (rows // 10, rows)}
+
+    def measure(engine: str, extra: list[str], executors: Callable[[], list[int]]) -> None:
+        for size, source in sources.items():
+            out = os.path.join(work_dir, f"scale-out-{engine}-{size}")
+            shutil.rmtree(out, ignore_errors=True)
+            measured = _run([sys.executable, "-W", "ignore", "-m", "pipeline.cli",
+                             "examplegen", source, out, *extra], executors)
+            manifest = shards.read_manifest(out)
+            if manifest["rows_in"] != size or manifest["rows_written"] != size:
+                raise RuntimeError(f"{engine} at {size:,} rows: {manifest['rows_in']:,} in, "
+                                   f"{manifest['rows_written']:,} written")
+            measured.update(rows=size, rows_per_second=size / measured["seconds"])
+            results[f"{engine}, {size:,} rows"] = measured
+            log(f"{engine} {size:,} rows: {measured['seconds']:.1f} s, driver peak "
+                f"{measured['driver_peak_mib']:,.0f} MiB, executor peak "
+                f"{measured['executor_peak_mib']:,.0f} MiB")
+            shutil.rmtree(out, ignore_errors=True)
+
+    # The Beam side runs before the local Spark cluster starts, so that an idle cluster's
+    # JVMs hold none of the memory or cores while Beam runs.
+    measure("beam", [*pieces, *(["--direct_running_mode=multi_processing",
+                                 f"--direct_num_workers={beam_workers}"]
+                                if beam_workers else [])], list)
     cluster = None
     if spark_master is None:
         cluster = LocalCluster(workers=2, work_dir=os.path.join(work_dir, "cluster")).start()
@@ -83,30 +109,8 @@ def run_benchmark(rows: int, work_dir: str, spark_master: Optional[str] = None,
         conf = [] if cluster is None else [
             flag for key, value in cluster.conf.items()
             for flag in ("--spark-conf", f"{key}={value}")]
-        executors = cluster.executor_pids if cluster else list
-        pieces = ["--piece-bytes", str(piece_bytes)] if piece_bytes else []
-        beam = ["--direct_running_mode=multi_processing",
-                f"--direct_num_workers={beam_workers}"] if beam_workers else []
-        for size in (rows // 10, rows):
-            source = data.write_taxi_csv(size, os.path.join(work_dir, f"scale-{size}"))
-            for engine, extra in (("beam", [*pieces, *beam]),
-                                  ("spark", ["--engine", "spark", "--spark-master", master,
-                                             *conf, *pieces])):
-                out = os.path.join(work_dir, f"scale-out-{engine}-{size}")
-                shutil.rmtree(out, ignore_errors=True)
-                measured = _run([sys.executable, "-W", "ignore", "-m", "pipeline.cli",
-                                 "examplegen", source, out, *extra],
-                                executors if engine == "spark" else list)
-                manifest = shards.read_manifest(out)
-                if manifest["rows_in"] != size or manifest["rows_written"] != size:
-                    raise RuntimeError(f"{engine} at {size:,} rows: {manifest['rows_in']:,} in, "
-                                       f"{manifest['rows_written']:,} written")
-                measured.update(rows=size, rows_per_second=size / measured["seconds"])
-                results[f"{engine}, {size:,} rows"] = measured
-                log(f"{engine} {size:,} rows: {measured['seconds']:.1f} s, driver peak "
-                    f"{measured['driver_peak_mib']:,.0f} MiB, executor peak "
-                    f"{measured['executor_peak_mib']:,.0f} MiB")
-                shutil.rmtree(out, ignore_errors=True)
+        measure("spark", ["--engine", "spark", "--spark-master", master, *conf, *pieces],
+                cluster.executor_pids if cluster else list)
     finally:
         if cluster is not None:
             cluster.stop()

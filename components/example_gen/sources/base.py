@@ -38,6 +38,18 @@ def open_input(path: str, seekable: bool = False):
         return store.open_input_file(inner) if seekable else store.open_input_stream(inner)
 
 
+def range_input(path: str, start: int, end: int) -> pa.BufferReader:
+    """The bytes [start, end) of `path` as a native stream: a local file's mapped, a
+    store's read into memory. Not a Python file object: Arrow's CSV reader reads ahead on
+    its own threads, which would call into Python for each block, and a reader dropped
+    mid-file (a column widened, the range begun again) waits for those threads while its
+    own thread holds the interpreter lock they need."""
+    if not fileio.is_remote(path):
+        return pa.BufferReader(pa.memory_map(fileio.absolute(path)).read_at(end - start, start))
+    with open_input(path, seekable=True) as stream:
+        return pa.BufferReader(stream.read_at(end - start, start))
+
+
 class SourceError(ValueError):
     """Bad input that stops the run: the message names the file and the row or offset.
     It is one line, whatever the library it quotes put in (pyarrow's errors span lines)."""

@@ -165,35 +165,3 @@ def _boundary(path: str, offset: int, quotes_before: Optional[int], size: int) -
             quotes += len(quote_at)
             position += len(data)
     return size
-
-
-class RangeStream:
-    """The bytes [begin, stop) of `path`, as the file-like object Arrow's CSV reader takes."""
-
-    def __init__(self, path: str, begin: int, stop: int):
-        self._stream = open_input(path, seekable=True)
-        self._stream.seek(begin)
-        self._left = stop - begin
-        self.closed = False
-
-    def read(self, size: int = -1) -> bytes:
-        size = self._left if size is None or size < 0 else min(size, self._left)
-        data = self._stream.read(size) if size else b""
-        self._left -= len(data)
-        return data
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        self._stream.close()
-        self.closed = True
-
-    def __enter__(self) -> "RangeStream":
-        return self
-
-    def __exit__(self, *_) -> None:
-        self.close()

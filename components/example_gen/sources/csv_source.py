@@ -23,7 +23,8 @@ from tfrecord_shards.codec import serializer
 from components.example_gen.sources import csv_ranges
 from components.example_gen.sources.base import (
     RESTART, BadRecord, FileProfile, Item, Restart, Source, SourceError, SourceFormat,
-    SourceRange, TimeParseError, arrow_kinds, open_input, parse_times, source_path)
+    SourceRange, TimeParseError, arrow_kinds, open_input, parse_times, range_input,
+    source_path)
 
 CSV_BLOCK_BYTES = 4 << 20
 _TRUE_WORDS = ["true", "True", "TRUE"]
@@ -293,7 +294,7 @@ def _read_csv_typed(source: Source, header: list[str], types: dict, times: list[
                                                  row.text), row.text))
         return "skip"
 
-    opened = open_input(path) if stop is None else csv_ranges.RangeStream(path, begin, stop)
+    opened = open_input(path) if stop is None else range_input(path, begin, stop)
     with opened as f, _invalid_row_decode_errors_muted():
         try:
             reader = pacsv.open_csv(
