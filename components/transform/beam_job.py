@@ -183,28 +183,23 @@ def run(options: TransformOptions, examples_dir: Union[str, Sequence[str]],
     dropped = sorted({f.name for f in raw_schema.feature} - {f.name for f in active.feature})
     if dropped:
         logging.info("Transform leaves out features the schema marks inactive: %s", dropped)
-    raw_schema = active
-    input_manifests = [shards.read_manifest(d) for d in examples_dirs]
+    raw_schema, input_manifests = active, [shards.read_manifest(d) for d in examples_dirs]
     splits = splits or split_names(examples_dirs[0], input_manifests[0])
     if options.analyze_split not in splits:
         raise ValueError(f"analyze split {options.analyze_split!r} is not among {splits}")
     columnar = columnar_job.columnar_inputs(options, raw_schema) \
         if options.analysis == "columnar" else None
     with shards.staged_output(output_dir) as staging:
-        graph_staging = fileio.join(staging, "_graph")
-        temp_dir = fileio.join(staging, "_tft_tmp")
-        # The analysis's decoded batches, for the transform to read instead of decoding the
-        # analysed split again: inside the staging folder (hidden, never committed, removed
-        # with it when the run fails) and deleted as soon as the transform is done.
+        graph_staging, temp_dir = fileio.join(staging, "_graph"), fileio.join(staging, "_tft_tmp")
+        # The analysed split's decoded batches, read by the transform instead of decoding it
+        # again: hidden in the staging folder and deleted once the transform is done.
         kept_dir = fileio.join(staging, "_decoded") if options.reuse_decoded else None
         kept = {}
-        # The statistics the passes take, kept beside the analyses (hidden, never committed).
-        pre_path = fileio.join(temp_dir, "pre_transform_statistics.pkl")
-        post_path = fileio.join(temp_dir, "post_transform_statistics.pkl")
-        # Each input's pieces of each split, worked out once for both passes.
-        pieces = columnar_job.input_pieces(examples_dirs, splits, options.piece_records) \
-            if columnar else {}
+        pre_path, post_path = (fileio.join(temp_dir, f"{stage}_transform_statistics.pkl")
+                               for stage in ("pre", "post"))
+        pieces = {}  # each input's pieces of each split, cut once for both passes
         if columnar:
+            pieces = columnar_job.input_pieces(examples_dirs, splits, options.piece_records)
             analysis = columnar_job.analyze(
                 make_pipeline, options, examples_dirs, raw_schema, columnar, graph_staging,
                 temp_dir, pieces, kept_dir, statistics.pre_plan if statistics else None,
