@@ -38,6 +38,15 @@ def open_input(path: str, seekable: bool = False):
         return store.open_input_file(inner) if seekable else store.open_input_stream(inner)
 
 
+def compression(path: str) -> Optional[str]:
+    """The codec pyarrow's streams infer from the name; None for a plain file (pyarrow 10
+    fails to name the codec of a name with no codec suffix, hence TypeError)."""
+    try:
+        return pa.Codec.detect(path).name
+    except (ValueError, pa.ArrowInvalid, TypeError):
+        return None
+
+
 def range_input(path: str, start: int, end: int) -> pa.BufferReader:
     """The bytes [start, end) of `path` as a native stream: a local file's mapped, a
     store's read into memory. Not a Python file object: Arrow's CSV reader reads ahead on

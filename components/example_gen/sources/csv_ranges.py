@@ -19,9 +19,8 @@ import dataclasses
 from typing import Iterable, Optional
 
 import numpy as np
-import pyarrow as pa
 
-from components.example_gen.sources.base import SourceRange, open_input
+from components.example_gen.sources.base import SourceRange, compression, open_input
 
 _QUOTE, _LINE_FEED = ord('"'), ord("\n")
 # What may stand beside a quote that opens or closes a cell (besides the file's start or end),
@@ -44,17 +43,10 @@ class RangeSurvey:
 def cut(path: str, size: int, piece_bytes: int) -> list[SourceRange]:
     """`path` (of `size` bytes) in ranges of `piece_bytes`, or none for a file no larger or
     compressed (its records cannot be found from the middle of the stream)."""
-    if _compressed(path) or size <= piece_bytes:
+    if compression(path) or size <= piece_bytes:
         return []
     return [SourceRange(path, start, min(start + piece_bytes, size), size)
             for start in range(0, size, piece_bytes)]
-
-
-def _compressed(path: str) -> bool:
-    try:
-        return pa.Codec.detect(path) is not None
-    except (ValueError, pa.ArrowInvalid, TypeError):  # no codec suffix (pyarrow 10: TypeError)
-        return False
 
 
 def survey(source: SourceRange) -> RangeSurvey:

@@ -23,8 +23,8 @@ from tfrecord_shards.codec import serializer
 from components.example_gen.sources import csv_ranges
 from components.example_gen.sources.base import (
     RESTART, BadRecord, FileProfile, Item, Restart, Source, SourceError, SourceFormat,
-    SourceRange, TimeParseError, arrow_kinds, open_input, parse_times, range_input,
-    source_path)
+    SourceRange, TimeParseError, arrow_kinds, compression, open_input, parse_times,
+    range_input, source_path)
 
 CSV_BLOCK_BYTES = 4 << 20
 _TRUE_WORDS = ["true", "True", "TRUE"]
@@ -58,7 +58,7 @@ def _block_bytes(path: str, begin: int = 0, stop: Optional[int] = None) -> int:
     coalesced ranged read a block on a store); a compressed file's blocks are of the
     inflated text, which only a whole read would show, so it keeps CSV_BLOCK_BYTES. For the
     bytes [begin, stop) of a range, the blocks start at `begin`."""
-    if _compression(path):
+    if compression(path):
         return CSV_BLOCK_BYTES
     stop = fileio.size(path) if stop is None else stop
     for block in range(CSV_BLOCK_BYTES, CSV_BLOCK_BYTES + 64):
@@ -67,15 +67,6 @@ def _block_bytes(path: str, begin: int = 0, stop: Optional[int] = None) -> int:
         if b"\r\n" not in pairs:
             return block
     return CSV_BLOCK_BYTES
-
-
-def _compression(path: str) -> Optional[str]:
-    """The codec pyarrow's streams infer from the name; None for a plain file (pyarrow 10
-    fails to name the codec of a name with no codec suffix, hence TypeError)."""
-    try:
-        return pa.Codec.detect(path).name
-    except (ValueError, pa.ArrowInvalid, TypeError):
-        return None
 
 
 @contextlib.contextmanager
