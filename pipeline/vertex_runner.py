@@ -92,14 +92,16 @@ def build_job(template_path: str, project: str, region: str, pipeline_root: str,
     from google.cloud import aiplatform
 
     spec = _spec(template_path)
-    # aiplatform reads a local file or gs:// with its own client; ours reads any store.
-    local = fileio.join(tempfile.mkdtemp(prefix="tfrp-submit-"), "pipeline.json")
-    fileio.write_text(local, json.dumps(spec))
-    return aiplatform.PipelineJob(
-        display_name=spec["pipelineInfo"]["name"], template_path=local,
-        pipeline_root=pipeline_root, project=project, location=region,
-        credentials=credentials, enable_caching=enable_caching,
-        parameter_values=dict(parameters or {}))
+    # aiplatform reads a local file or gs:// with its own client; ours reads any store. It
+    # reads the file when the job is made, so the copy goes with its folder after that.
+    with tempfile.TemporaryDirectory(prefix="tfrp-submit-") as folder:
+        local = fileio.join(folder, "pipeline.json")
+        fileio.write_text(local, json.dumps(spec))
+        return aiplatform.PipelineJob(
+            display_name=spec["pipelineInfo"]["name"], template_path=local,
+            pipeline_root=pipeline_root, project=project, location=region,
+            credentials=credentials, enable_caching=enable_caching,
+            parameter_values=dict(parameters or {}))
 
 
 def dry_run_job(template_path: str, project: str, region: str, pipeline_root: str,

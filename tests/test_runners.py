@@ -10,6 +10,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import tensorflow as tf
@@ -227,17 +228,22 @@ def test_submit_dry_run_builds_the_job_from_the_compiled_json(compiled):
 
 
 @pytest.mark.slow
-def test_dry_run_job_needs_no_network_and_no_credentials(compiled, monkeypatch):
+def test_dry_run_job_needs_no_network_and_no_credentials(compiled, monkeypatch, tmp_path):
     def refuse(*args, **kwargs):
         raise AssertionError(f"network used: {args}")
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/nonexistent/credentials.json")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     job = vertex_runner.dry_run_job(str(compiled), "test-project", "europe-west4",
                                     "gs://test-bucket/run-2")
     assert job.credentials.__class__.__name__ == "AnonymousCredentials"
     assert vertex_runner.describe(job)["pipelineSpec"] == json.loads(compiled.read_text())
+    # The job's copy of the spec is read when the job is made and not left behind.
+    assert list(temp.iterdir()) == []
 
 
 @pytest.mark.slow
