@@ -368,6 +368,42 @@ def test_a_bundle_retried_after_its_first_attempt_failed_writes_each_row_once(
     assert not [n for n in os.listdir(out) if n.startswith((".", "_"))]
 
 
+def test_a_failed_runs_own_error_is_raised_while_its_tasks_still_write_their_staging(
+        tmp_path):
+    """A distributed job fails on one task's bad row while the others, cancelled but not yet
+    stopped, still write chunks into the staging folder (a Spark cluster does this). The
+    run's own error comes out, not the removal's 'Directory not empty', and the staging
+    folder is gone once the writers stop; nothing is left beside the output."""
+    import threading
+    import time
+
+    from tfrecord_shards import commit
+
+    out = tmp_path / "out"
+    stopped = threading.Event()
+
+    def still_writing(folder: str, seconds: float) -> None:
+        written, deadline = 0, time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                (tmp_path / folder / f"late-{written}.rec").write_bytes(b"chunk")
+            except FileNotFoundError:  # the folder is gone: this task has nothing to add
+                break
+            written += 1
+        stopped.set()
+
+    with pytest.raises(ValueError, match="row 7: expected 6 fields"):
+        with commit.staged_output(str(out)) as staging:
+            chunks = os.path.join(staging, "_chunks")
+            os.makedirs(chunks)
+            for index in range(100):
+                open(os.path.join(chunks, f"done-{index}.rec"), "wb").close()
+            threading.Thread(target=still_writing, args=(chunks, 0.5), daemon=True).start()
+            raise ValueError("data.csv: row 7: expected 6 fields, got 5")
+    assert stopped.wait(10)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_append_range_copies_byte_ranges_in_the_kernel_or_through_memory(tmp_path):
     """Plain shards are byte ranges of chunk files: copied by the kernel between local files,
     read and written into anything else; the same bytes either way, and a range past the end

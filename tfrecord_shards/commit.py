@@ -6,6 +6,8 @@ what a retried task's first attempt left."""
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 import uuid
 from typing import Iterator
 
@@ -114,9 +116,28 @@ class IncompleteOutputError(ValueError):
     pass
 
 
+# A failed distributed job's other tasks can go on writing into the staging folder for a
+# moment after the driver learns of the first failure (Spark cancels them without waiting):
+# a removal that races them finds a folder filled again under it, and is tried again.
+DISCARD_ATTEMPTS = 20
+DISCARD_PAUSE_SECONDS = 0.25
+
+
 def discard(staging: str) -> None:
-    if fileio.exists(staging):
-        fileio.rmtree(staging)
+    """Removes a failed run's staging folder. It never raises: the run's own error is the
+    one to report, and a folder still being written after every attempt is named in a
+    warning instead (it sits beside the output, never inside it)."""
+    for attempt in range(DISCARD_ATTEMPTS):
+        try:
+            if fileio.exists(staging):
+                fileio.rmtree(staging)
+            return
+        except OSError as error:
+            if attempt == DISCARD_ATTEMPTS - 1:
+                logging.warning("The failed run's staging folder %s could not be removed "
+                                "(%s); delete it", staging, error)
+                return
+            time.sleep(DISCARD_PAUSE_SECONDS)
 
 
 @contextlib.contextmanager
