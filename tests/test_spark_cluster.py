@@ -10,6 +10,7 @@ faults` runs them at 1M, and the 30M-row scale run is the bench's."""
 from __future__ import annotations
 
 import collections
+import glob
 import os
 import re
 import signal
@@ -172,6 +173,55 @@ def test_a_slow_task_raced_by_a_speculative_copy_loses_and_doubles_no_row(
                      r"127\.0\.0\.\d as the attempt 1 succeeded on 127\.0\.0\.\d", log), \
         log[-3000:]
     assert_like_the_clean_run(out, clean)
+
+
+def executor_logs(cluster: LocalCluster) -> dict[str, str]:
+    """{worker folder: the stderr of each executor it started, by app}."""
+    found = {}
+    for worker in range(cluster.workers):
+        folder = os.path.join(cluster.work_dir, f"worker-{worker}")
+        for app in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            for executor in os.listdir(os.path.join(folder, app)):
+                found[os.path.join(folder, app, executor)] = os.path.join(
+                    folder, app, executor, "stderr")
+    return found
+
+
+def test_the_workers_read_one_large_csv_in_byte_ranges_as_beam_reads_it_whole(
+        cluster, tmp_path):
+    """A CSV with quoted line breaks of every kind, cut every 16 KiB (`--piece-bytes`):
+    both workers' executors take ranges of it and each finds its own records
+    (`csv_ranges`). The records, their shards and order, and the schema are those of Beam
+    reading the file whole in one process; the manifest has the one file, summed over its
+    ranges."""
+    from conftest import tfrp
+    from testsupport.data import tweets_like
+    from tfrecord_shards import tfrecord_io
+
+    source = tmp_path / "tweets.csv"
+    tweets_like(source, rows=3000)
+    ranges = -(-os.path.getsize(source) // (16 << 10))
+    flags = ["--spark-master", cluster.master] + [
+        part for key, value in cluster.conf.items() for part in ("--spark-conf",
+                                                                  f"{key}={value}")]
+    before = set(executor_logs(cluster))
+    tfrp("examplegen", str(source), str(tmp_path / "spark"), "--engine", "spark",
+         "--piece-bytes", str(16 << 10), *flags)
+    tfrp("examplegen", str(source), str(tmp_path / "beam"))
+    records = [{os.path.relpath(path, folder): list(tfrecord_io.iter_records(path))
+                for path in sorted(glob.glob(os.path.join(folder, "Split-*", "*")))}
+               for folder in (str(tmp_path / "spark"), str(tmp_path / "beam"))]
+    assert records[0] == records[1] and sum(len(r) for r in records[0].values()) == 3000
+    assert (tmp_path / "spark" / "schema.pbtxt").read_bytes() == \
+        (tmp_path / "beam" / "schema.pbtxt").read_bytes()
+    manifest = shards.read_manifest(str(tmp_path / "spark"))
+    assert manifest["rows_in"] == manifest["rows_written"] == 3000
+    assert [(s["rows_in"], s["ranges"]) for s in manifest["sources"]] == [(3000, ranges)]
+    assert ranges > 10
+    # This app's executors, one on each worker, each ran tasks.
+    ran = {folder: open(log, errors="replace").read().count("Executor: Running task")
+           for folder, log in executor_logs(cluster).items() if folder not in before}
+    assert len(ran) == cluster.workers and all(ran.values()), ran
 
 
 def test_tfrp_spark_cluster_runs_examplegen_given_the_flags_it_prints(taxi_slice_dir, tmp_path):
