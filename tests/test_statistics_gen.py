@@ -523,6 +523,28 @@ def test_whole_number_floats_are_counted_to_the_points_their_sort_gives(taxi_csv
         assert part.weights.tolist() == weights.tolist(), name
 
 
+@pytest.mark.parametrize("size", [0, 1, 2, 2048, 34_816, 200_003])
+def test_the_radix_sort_of_floats_orders_them_as_numpy_does(size):
+    """Both sorts `sorted_numbers` chooses between give numpy's order, whichever this CPU
+    takes: NaNs (either sign) last, infinities, signed zeros, the smallest subnormals,
+    repeats, and values of one narrow span (the passes whose digit they share skipped)."""
+    rng = np.random.default_rng(size)
+    wide = rng.standard_cauchy(size).astype(np.float32)
+    specials = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45,
+                         3.4e38, -3.4e38, 1.0, 1.0], np.float32)
+    wide[rng.integers(0, size, min(size, 40))] = rng.choice(specials, min(size, 40))
+    narrow = (np.float32(1000.0) + rng.integers(0, 64, size).astype(np.float32) / 64
+              ).astype(np.float32)
+    for values in (wide, narrow, wide[::3]):
+        expected = np.sort(values)
+        for ordered in (kernels.radix_sorted_float32(np.ascontiguousarray(values)),
+                        kernels.sorted_numbers(values)):
+            assert ordered.dtype == np.float32 and len(ordered) == len(values)
+            assert np.array_equal(ordered, expected, equal_nan=True)
+    whole = rng.integers(-5, 5, size)
+    assert np.array_equal(kernels.sorted_numbers(whole), np.sort(whole))
+
+
 def test_a_damaged_shard_is_named_with_its_offset(taxi_examples, tmp_path):
     import re
 

@@ -138,9 +138,8 @@ def _numeric(values: np.ndarray) -> Optional[_NumericPart]:
             present = np.flatnonzero(tally)
             points, weights = _thin(present + low, tally[present])
         elif values.dtype == np.float32:
-            # numpy sorts float32 with SIMD: 0.3 ms for 34.5k values, against 0.85 for the
-            # radix sort of their bit patterns. NaNs sort last; `count` leaves them out.
-            points, weights = _thin(np.sort(values)[:int(count)])
+            # NaNs sort last; `count` leaves them out.
+            points, weights = _thin(kernels.sorted_numbers(values)[:int(count)])
         else:
             first, last = kernels.int_range(wire.frozen(values))
             span = int(last) - int(first)

@@ -1,7 +1,8 @@
 """StatisticsGen's compiled loops (numba), each a pass over one block's arrays: the records'
 features and list kinds for schema inference (`unlisted_feature`), a column's moments and
-list lengths, and the sorting that orders a block's wide-ranging integers for the quantiles
-sketch (an 11-bit radix sort; numpy sorts floats faster).
+list lengths, and the sorting that orders a block's values for the quantiles sketch (11-bit
+radix sorts: of wide-ranging integers, and of floats where numpy has no SIMD sort for them,
+`sorted_numbers`).
 
 Numba compiles them on first use and caches the machine code beside this file;
 `pipeline/jit_cache.py` fills that cache at install time.
@@ -185,3 +186,80 @@ def radix_sort(keys, bits: int):
             counts[p, digit] += 1
         source, target = target, source
     return source
+
+
+_SIGN = np.uint32(0x80000000)
+_MAGNITUDE = np.uint32(0x7FFFFFFF)
+_INFINITY_BITS = np.uint32(0x7F800000)
+_ALL_BITS = np.uint32(0xFFFFFFFF)
+_DIGIT = np.uint32(2047)
+
+
+@_jit
+def radix_sorted_float32(values):
+    """`values` (float32) in ascending order, NaNs last, as `np.sort` orders them (-0.0
+    comes before 0.0, which compare equal; a NaN comes back as NaN, not its own bits): an
+    11-bit radix sort of keys whose unsigned order is the floats' order, three passes
+    counted in one read, a pass whose digit every key shares skipped."""
+    size = len(values)
+    bits = values.view(np.uint32)
+    keys = np.empty(size, np.uint32)
+    counts = np.zeros((3, 2048), np.int64)
+    for i in range(size):
+        word = bits[i]
+        if word & _MAGNITUDE > _INFINITY_BITS:
+            key = _ALL_BITS
+        elif word & _SIGN:
+            key = word ^ _ALL_BITS
+        else:
+            key = word | _SIGN
+        keys[i] = key
+        counts[0, key & _DIGIT] += 1
+        counts[1, (key >> np.uint32(11)) & _DIGIT] += 1
+        counts[2, key >> np.uint32(22)] += 1
+    source, target = keys, np.empty_like(keys)
+    for p in range(3):
+        if counts[p].max() == size:
+            continue
+        start = 0
+        for digit in range(2048):
+            run = counts[p, digit]
+            counts[p, digit] = start
+            start += run
+        shift = np.uint32(11 * p)
+        for key in source:
+            digit = (key >> shift) & _DIGIT
+            target[counts[p, digit]] = key
+            counts[p, digit] += 1
+        source, target = target, source
+    ordered = np.empty(size, np.float32)
+    ordered_bits = ordered.view(np.uint32)
+    for i in range(size):
+        key = source[i]
+        ordered_bits[i] = key ^ _SIGN if key & _SIGN else key ^ _ALL_BITS
+    return ordered
+
+
+def _numpy_sorts_floats_with_simd() -> bool:
+    """Whether numpy sorts float32 with SIMD on this CPU: numpy 2 with AVX2 or AVX-512,
+    numpy 1.26 (our pin) with AVX-512 alone (x86-simd-sort)."""
+    try:
+        from numpy.core._multiarray_umath import __cpu_features__ as features
+    except ImportError:  # another layout: numpy's own sort, as before
+        return True
+    wanted = ("AVX512_SKX", "AVX2") if int(np.__version__.split(".")[0]) >= 2 \
+        else ("AVX512_SKX",)
+    return any(features.get(name) for name in wanted)
+
+
+# Measured on 34.5k float32 values: with AVX-512, numpy's sort 0.30 ms (an earlier radix
+# sort 0.85); on an AVX2 machine (AMD EPYC, numpy 1.26) numpy's 2.86 ms, the radix 0.39.
+_NUMPY_SORT = _numpy_sorts_floats_with_simd()
+
+
+def sorted_numbers(values: np.ndarray) -> np.ndarray:
+    """`values` sorted as `np.sort` sorts them (NaNs last), by whichever is faster here for
+    float32: numpy's SIMD sort or `radix_sorted_float32`."""
+    if values.dtype == np.float32 and not _NUMPY_SORT:
+        return radix_sorted_float32(wire.frozen(np.ascontiguousarray(values)))
+    return np.sort(values)

@@ -25,6 +25,8 @@ import numpy as np
 import pyarrow as pa
 from tfx_bsl.sketches import QuantilesSketch
 
+from components.statistics_gen.kernels import sorted_numbers
+
 MEAN, VAR, MAX, QUANTILES, VOCABULARY = "mean", "var", "max", "quantiles", "vocabulary"
 
 
@@ -99,10 +101,10 @@ class Quantiles:
 
     def add(self, batch: Mapping[str, Any]) -> None:
         if np.size(batch["values"]):
-            # The sketch sorts each buffer it fills; a batch sorted first by numpy costs it a
-            # third (a 34.5k-value batch at epsilon 0.01: 1.5 ms with the sort, 4.7 without).
-            # The same values go in, so its error bound holds as it did.
-            self.sketch.AddValues(pa.array(np.sort(np.ravel(batch["values"]))))
+            # The sketch sorts each buffer it fills; a batch sorted first costs it a third (a
+            # 34.5k-value batch at epsilon 0.01: 1.5 ms with the sort, 4.7 without). The
+            # same values go in, so its error bound holds as it did.
+            self.sketch.AddValues(pa.array(sorted_numbers(np.ravel(batch["values"]))))
 
     def merge(self, other: "Quantiles") -> None:
         self.sketch.Merge(other.sketch)
