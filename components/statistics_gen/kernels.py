@@ -244,6 +244,8 @@ def _numpy_sorts_floats_with_simd() -> bool:
     """Whether numpy sorts float32 with SIMD on this CPU: numpy 2 with AVX2 or AVX-512,
     numpy 1.26 (our pin) with AVX-512 alone (x86-simd-sort)."""
     try:
+        # numpy's private module, read once here: a numpy that moved it falls back below
+        # instead of failing this module's import.
         from numpy.core._multiarray_umath import __cpu_features__ as features
     except ImportError:  # another layout: numpy's own sort, as before
         return True
