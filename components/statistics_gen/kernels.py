@@ -169,19 +169,28 @@ def radix_sort(keys, bits: int):
     for key in keys:
         for p in range(passes):
             counts[p, (key >> np.uint64(11 * p)) & np.uint64(2047)] += 1
-    source = keys.copy()
+    shifts = np.arange(passes).astype(np.uint64) * np.uint64(11)
+    return _distributed(keys.copy(), counts, shifts, np.uint64(2047))
+
+
+@_jit
+def _distributed(source, counts, shifts, mask):
+    """`source` (keys, overwritten) in order of the digits `(key >> shifts[p]) & mask`,
+    least significant first, each pass placed by its `counts` of every digit (one row a
+    pass, changed in place); a pass whose digit every key shares is skipped. The shifts and
+    the mask are of the keys' own type: numba makes a uint64 shifted by an int a float."""
     target = np.empty_like(source)
-    for p in range(passes):
-        if counts[p].max() == len(keys):
+    for p in range(len(shifts)):
+        if counts[p].max() == len(source):
             continue
         start = 0
-        for digit in range(2048):
-            size = counts[p, digit]
+        for digit in range(counts.shape[1]):
+            run = counts[p, digit]
             counts[p, digit] = start
-            start += size
-        shift = np.uint64(11 * p)
+            start += run
+        shift = shifts[p]
         for key in source:
-            digit = (key >> shift) & np.uint64(2047)
+            digit = (key >> shift) & mask
             target[counts[p, digit]] = key
             counts[p, digit] += 1
         source, target = target, source
@@ -217,21 +226,7 @@ def radix_sorted_float32(values):
         counts[0, key & _DIGIT] += 1
         counts[1, (key >> np.uint32(11)) & _DIGIT] += 1
         counts[2, key >> np.uint32(22)] += 1
-    source, target = keys, np.empty_like(keys)
-    for p in range(3):
-        if counts[p].max() == size:
-            continue
-        start = 0
-        for digit in range(2048):
-            run = counts[p, digit]
-            counts[p, digit] = start
-            start += run
-        shift = np.uint32(11 * p)
-        for key in source:
-            digit = (key >> shift) & _DIGIT
-            target[counts[p, digit]] = key
-            counts[p, digit] += 1
-        source, target = target, source
+    source = _distributed(keys, counts, np.array([0, 11, 22], np.uint32), _DIGIT)
     ordered = np.empty(size, np.float32)
     ordered_bits = ordered.view(np.uint32)
     for i in range(size):
