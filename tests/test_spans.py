@@ -9,7 +9,6 @@ import csv
 import os
 
 import pytest
-from tfx import v1 as tfx
 
 from testsupport import corpus
 from components.example_gen.component import ShardedExampleGen
@@ -40,12 +39,18 @@ def write_csv(path, rows) -> None:
 
 def run_example_gen(root, pattern: str, **settings):
     """ShardedExampleGen alone in a LocalDagRunner pipeline; its run's summary."""
+    # `tfx.v1` takes 9 s to import (its extensions import Vertex's SDK): only these parts,
+    # and only when a test runs, not in every worker collecting the tests.
+    from tfx.orchestration import metadata as tfx_metadata
+    from tfx.orchestration import pipeline as tfx_pipeline
+    from tfx.orchestration.local.local_dag_runner import LocalDagRunner
+
     gen = ShardedExampleGen(source=pattern, **settings)
     metadata = os.path.join(root, "metadata.db")
-    tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
+    LocalDagRunner().run(tfx_pipeline.Pipeline(
         pipeline_name="spans", pipeline_root=os.path.join(root, "root"), components=[gen],
-        enable_cache=True, metadata_connection_config=tfx.orchestration.metadata
-        .sqlite_metadata_connection_config(metadata)))
+        enable_cache=True,
+        metadata_connection_config=tfx_metadata.sqlite_metadata_connection_config(metadata)))
     return run_summary.summarize(metadata, "spans")
 
 

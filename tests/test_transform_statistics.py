@@ -264,13 +264,20 @@ def test_the_passes_statistics_are_those_of_reading_the_rows_again(taxi_csv, com
                            _values(transformed, SPLITS))
 
 
-def test_statistics_the_passes_cannot_take_are_left_to_reading_the_rows(taxi_examples,
-                                                                         tmp_path):
-    """tf.Transform's general path takes none; an analysis from the analyzer cache leaves
-    the pre-transform statistics to the rows, not to a part of them."""
+@pytest.mark.slow
+def test_stock_tf_transforms_general_path_takes_no_statistics_from_the_passes(taxi_examples,
+                                                                           tmp_path):
+    """tf.Transform's general path takes none: its statistics are left to reading the rows.
+    (Stock tf.Transform on Beam: about 45 s on 2 cores, so not in the everyday tier.)"""
     passes, *_ = _transformed_with_pass_statistics(taxi_examples, tmp_path / "tft", "gzip",
                                                      analysis="tft")
     assert (passes.pre, passes.post) == (None, None)
+
+
+def test_an_analysis_from_the_cache_leaves_the_pre_transform_statistics_to_the_rows(
+        taxi_examples, tmp_path):
+    """An analysis from the analyzer cache leaves the pre-transform statistics to the rows,
+    not to a part of them; the post-transform ones still come from the transform pass."""
     cache = str(tmp_path / "cache")
     first, *_ = _transformed_with_pass_statistics(taxi_examples, tmp_path / "first", "gzip",
                                                     analyzer_cache_dir=cache)
