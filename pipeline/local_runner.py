@@ -23,7 +23,7 @@ from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 from tfx.orchestration.portable import launcher, runtime_parameter_utils
 
 from tfrecord_shards import fileio, tf_filesystems
-from tfrecord_shards.memory import limit_arenas, release_free_memory
+from tfrecord_shards.memory import limit_arenas, objects_frozen, release_free_memory
 from pipeline import progress, run_summary
 from pipeline.configs import PipelineConfig
 from pipeline.pipeline import create_pipeline
@@ -164,12 +164,12 @@ def _run_locked(config: PipelineConfig, run_id: str,
     if config.allocator_arenas:
         limit_arenas(config.allocator_arenas)
     try:
-        with memory_released_after_each_component():
+        with objects_frozen(), memory_released_after_each_component():
             if echo is None:
                 _RunIdRunner(run_id).run(pipeline)
             else:
                 with progress.RunProgress(config.metadata_path, echo, run_id=run_id):
                     _RunIdRunner(run_id).run(pipeline)
+            return run_summary.summarize(config.metadata_path, config.pipeline_name, run_id)
     finally:
         sys.argv = command_line
-    return run_summary.summarize(config.metadata_path, config.pipeline_name, run_id)

@@ -20,6 +20,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from components.example_gen import artifacts as tfx_artifacts
 from tfrecord_shards import fileio
 from tfrecord_shards.codec import parser, schema_file
+from tfrecord_shards.memory import objects_frozen
 from components.trainer import fit
 from pipeline import run_summary
 
@@ -277,10 +278,13 @@ def render(summary: run_summary.RunSummary, pipeline_name: str,
 def write_report(metadata_path: str, pipeline_name: str, output_path: str,
                  run_id: Optional[str] = None) -> str:
     """Writes the page for the run (default: the latest) and returns its path."""
-    summary = run_summary.summarize(metadata_path, pipeline_name, run_id)
+    # TFMA and TFX are imported: reading each run's manifests in this process walks their
+    # objects at every full pass of the garbage collector unless they are frozen.
+    with objects_frozen():
+        summary = run_summary.summarize(metadata_path, pipeline_name, run_id)
+        page = render(summary, pipeline_name, run_summary.history(metadata_path, pipeline_name))
     output_path = fileio.absolute(output_path)
     fileio.makedirs(fileio.dirname(output_path))
-    page = render(summary, pipeline_name, run_summary.history(metadata_path, pipeline_name))
     if fileio.is_remote(output_path):  # an object appears whole when its upload ends
         fileio.write_text(output_path, page)
         return output_path

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-from typing import Optional
+from typing import Callable, Optional
 
 import tensorflow_model_analysis as tfma
 from ml_metadata import metadata_store
@@ -156,19 +157,25 @@ def _metric(value: float) -> str:
     return f"{int(value):,}" if float(value).is_integer() and abs(value) >= 1 else f"{value:.4g}"
 
 
-def example_gen_output(artifacts) -> Optional[tuple[metadata_store_pb2.Artifact, dict]]:
+# Reads an Examples folder's manifest (None where it has none). At 30M rows ExampleGen's is
+# 10 MB (its gzip members' index), so a summary reads each once (`summarize`).
+ManifestReader = Callable[[str], Optional[dict]]
+
+
+def example_gen_output(artifacts, read: ManifestReader = read_manifest
+                       ) -> Optional[tuple[metadata_store_pb2.Artifact, dict]]:
     """ExampleGen's Examples artifact and its manifest (Transform's manifest has no
     "format")."""
     for examples in artifacts.get("Examples", []):
-        manifest = read_manifest(examples.uri)
+        manifest = read(examples.uri)
         if manifest and "format" in manifest:
             return examples, manifest
     return None
 
 
-def example_gen_span(artifacts) -> tuple[int, int]:
+def example_gen_span(artifacts, read: ManifestReader = read_manifest) -> tuple[int, int]:
     """(span, version) of ExampleGen's Examples artifact."""
-    found = example_gen_output(artifacts)
+    found = example_gen_output(artifacts, read)
     if not found:
         return (0, 0)
     properties = found[0].properties
@@ -176,9 +183,9 @@ def example_gen_span(artifacts) -> tuple[int, int]:
                  for name in ("span", "version"))
 
 
-def example_gen_spans(artifacts) -> tuple[int, ...]:
+def example_gen_spans(artifacts, read: ManifestReader = read_manifest) -> tuple[int, ...]:
     """The spans of a range ExampleGen read into one artifact (its `spans` property)."""
-    found = example_gen_output(artifacts)
+    found = example_gen_output(artifacts, read)
     return (tfx_artifacts.spans_of(found[0], tfx_artifacts.SPANS) or ()) if found else ()
 
 
@@ -195,9 +202,9 @@ def transform_spans(artifacts) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return (), ()
 
 
-def rows_left_out(artifacts) -> dict[str, int]:
+def rows_left_out(artifacts, read: ManifestReader = read_manifest) -> dict[str, int]:
     """From ExampleGen's manifest: rows quarantined and rows without a label."""
-    found = example_gen_output(artifacts)
+    found = example_gen_output(artifacts, read)
     if not found:
         return {}
     return {"quarantined": found[1].get("rows_quarantined", 0),
@@ -234,6 +241,7 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
     artifacts = output_artifacts(store, [e for e in executions
                                          if not brings_earlier_artifacts(e)])
     config = trainer_config(executions)
+    read = functools.cache(read_manifest)
     candidate, baseline = evaluations(artifacts)
     variance = eval_label_variance(artifacts, config.get("label_key")) \
         if "mean_squared_error" in candidate else None
@@ -244,9 +252,9 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
         components=components,
         resolvers=resolvers,
         artifacts=artifacts,
-        rows_per_split=_rows_per_split(artifacts),
-        rows_left_out=rows_left_out(artifacts),
-        span=example_gen_span(artifacts), spans=example_gen_spans(artifacts),
+        rows_per_split=_rows_per_split(artifacts, read),
+        rows_left_out=rows_left_out(artifacts, read),
+        span=example_gen_span(artifacts, read), spans=example_gen_spans(artifacts, read),
         analysed_spans=analysed_spans, cached_spans=cached_spans,
         schema_path=_first_uri(artifacts, "Schema", "schema.pbtxt"),
         anomalies=anomalies(artifacts),
@@ -408,10 +416,10 @@ def split_names(artifact) -> list[str]:
     return json.loads(raw.string_value) if raw else []
 
 
-def _rows_per_split(artifacts) -> dict[str, int]:
+def _rows_per_split(artifacts, read: ManifestReader = read_manifest) -> dict[str, int]:
     """Read from our manifest when ExampleGen wrote one, else from StatisticsGen's output."""
     for examples in artifacts.get("Examples", []):
-        manifest = read_manifest(examples.uri)
+        manifest = read(examples.uri)
         if manifest:
             return {s: v["rows"] for s, v in manifest["splits"].items()}
     rows = {}

@@ -1,10 +1,16 @@
 """Freed memory handed back to the kernel (`tfrecord_shards.memory`), measured on a real
-fragmented heap in a process of its own."""
+fragmented heap in a process of its own; and objects kept off the garbage collector's passes
+for a run's length."""
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
+import threading
+import weakref
+
+from tfrecord_shards.memory import objects_frozen
 
 _FRAGMENTED_HEAP = """
 import sys
@@ -86,3 +92,46 @@ def test_threads_share_the_arenas_a_limit_allows():
     assert _arenas_after_eight_threads("2") == ("True", 2)
     limited, arenas = _arenas_after_eight_threads("2", MALLOC_ARENA_MAX="3")
     assert (limited, arenas) == ("False", 3)
+
+
+
+class _Node:
+    pass
+
+
+def test_objects_alive_on_entry_stay_uncollected_until_the_outermost_block_ends():
+    """A cycle alive when the block starts is frozen: dropped inside, the collector leaves
+    it, in a nested block and in another thread's block too; once the outermost block ends
+    it is collected. A cycle made inside is collected as usual."""
+    before = _Node()
+    before.self = before
+    was_alive = weakref.ref(before)
+    with objects_frozen():
+        assert gc.get_freeze_count() > 0
+        del before
+        inside = _Node()
+        inside.self = inside
+        made_inside = weakref.ref(inside)
+        del inside
+        entered = threading.Event()
+        leave = threading.Event()
+
+        def other_block():
+            with objects_frozen():
+                entered.set()
+                leave.wait(10)
+
+        other = threading.Thread(target=other_block)
+        other.start()
+        assert entered.wait(10)
+        with objects_frozen():
+            pass
+        leave.set()
+        other.join()
+        gc.collect()
+        assert was_alive() is not None
+        assert made_inside() is None
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert was_alive() is None

@@ -2,7 +2,9 @@
 submit dry run, the image pipeline, and the settings they share."""
 from __future__ import annotations
 
+import collections
 import csv
+import gc
 import glob
 import json
 import os
@@ -48,16 +50,24 @@ def taxi_unblessed_run(taxi_run, taxi_rerun):
 def test_memory_is_released_after_every_component_of_a_local_run(taxi_run, taxi_rerun,
                                                                   monkeypatch):
     """Each component launched, cached or run, is followed by a release; the arenas, when
-    set, are limited before the first; the launcher is as TFX made it once the run is over."""
+    set, are limited before the first; the launcher is as TFX made it once the run is over.
+    Every component runs with the objects imported before the run frozen (TensorFlow's and
+    TFX's: hundreds of thousands), unfrozen once the run is summarised, and the summary reads
+    each Examples manifest once."""
     from tfx.orchestration.portable import launcher
+    from pipeline import run_summary
 
     config, _ = taxi_run
-    released, limits = [], []
+    released, limits, frozen, reads = [], [], [], collections.Counter()
     release, limit = local_runner.release_free_memory, local_runner.limit_arenas
     monkeypatch.setattr(local_runner, "release_free_memory",
-                        lambda: released.append(1) or release())
+                        lambda: released.append(1) or frozen.append(gc.get_freeze_count())
+                        or release())
     monkeypatch.setattr(local_runner, "limit_arenas",
                         lambda count: limits.append((count, len(released))) or limit(count))
+    read_manifest = run_summary.read_manifest
+    monkeypatch.setattr(run_summary, "read_manifest",
+                        lambda uri: reads.update([uri]) or read_manifest(uri))
     original = launcher.Launcher.launch
     # A bound no model reaches: nothing is pushed, so the later tests' production is as was.
     summary = local_runner.run(config.replace(min_accuracy=1.02, allocator_arenas=4))
@@ -65,6 +75,9 @@ def test_memory_is_released_after_every_component_of_a_local_run(taxi_run, taxi_
     assert len(released) == len(summary.components) > 5
     assert limits == [(4, 0)]
     assert launcher.Launcher.launch is original
+    assert min(frozen) > 100_000, frozen
+    assert gc.get_freeze_count() == 0
+    assert reads and set(reads.values()) == {1}, reads
 
 
 @pytest.mark.pipeline

@@ -9,13 +9,19 @@ What `malloc_trim` cannot return is a page that still holds one live block. Each
 allocates gets an arena of its own, up to 8 per core, and live blocks spread over all of
 them: after ExampleGen's 30M rows the process kept 197 MiB more than after 3M, in arenas
 of about 20 MiB each. `limit_arenas` caps their number for a process that runs one stage
-after another."""
+after another.
+
+The garbage collector's own cost grows with what a process has imported: `objects_frozen`
+keeps its full passes off the objects alive when a run starts."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
+import gc
 import os
-from typing import Callable, Optional
+import threading
+from typing import Callable, Iterator, Optional
 
 # glibc's `mallopt` parameter for the most arenas (malloc.h).
 _M_ARENA_MAX = -8
@@ -47,3 +53,29 @@ def limit_arenas(count: int) -> bool:
         return False
     mallopt = _libc_function("mallopt")
     return mallopt is not None and mallopt(_M_ARENA_MAX, count) == 1
+
+
+_frozen_depth = 0  # objects_frozen blocks open, in any thread
+_frozen_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def objects_frozen() -> Iterator[None]:
+    """Every object alive on entry left out of the garbage collector's passes until the
+    outermost such block ends (`gc.freeze`). With TensorFlow, TFX and Beam imported a process
+    holds about 850,000 objects, and a full pass walks them all each time a few hundred
+    thousand new ones have lived a while: parsing a 30M-row run's 10 MB ExampleGen manifest
+    took 0.41 s in such a process, 0.04 s with them frozen. Unfrozen on the way out, so what
+    dies later is still collected."""
+    global _frozen_depth
+    with _frozen_lock:
+        if _frozen_depth == 0:
+            gc.freeze()
+        _frozen_depth += 1
+    try:
+        yield
+    finally:
+        with _frozen_lock:
+            _frozen_depth -= 1
+            if _frozen_depth == 0:
+                gc.unfreeze()
