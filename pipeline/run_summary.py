@@ -160,10 +160,11 @@ def _metric(value: float) -> str:
 # Reads an Examples folder's manifest (None where it has none). At 30M rows ExampleGen's is
 # 10 MB (its gzip members' index), so a summary reads each once (`summarize`).
 ManifestReader = Callable[[str], Optional[dict]]
+# ExampleGen's Examples artifact and its manifest (`example_gen_output`), or None.
+ExampleGenOutput = Optional[tuple[metadata_store_pb2.Artifact, dict]]
 
 
-def example_gen_output(artifacts, read: ManifestReader = read_manifest
-                       ) -> Optional[tuple[metadata_store_pb2.Artifact, dict]]:
+def example_gen_output(artifacts, read: ManifestReader) -> ExampleGenOutput:
     """ExampleGen's Examples artifact and its manifest (Transform's manifest has no
     "format")."""
     for examples in artifacts.get("Examples", []):
@@ -173,9 +174,8 @@ def example_gen_output(artifacts, read: ManifestReader = read_manifest
     return None
 
 
-def example_gen_span(artifacts, read: ManifestReader = read_manifest) -> tuple[int, int]:
+def example_gen_span(found: ExampleGenOutput) -> tuple[int, int]:
     """(span, version) of ExampleGen's Examples artifact."""
-    found = example_gen_output(artifacts, read)
     if not found:
         return (0, 0)
     properties = found[0].properties
@@ -183,9 +183,8 @@ def example_gen_span(artifacts, read: ManifestReader = read_manifest) -> tuple[i
                  for name in ("span", "version"))
 
 
-def example_gen_spans(artifacts, read: ManifestReader = read_manifest) -> tuple[int, ...]:
+def example_gen_spans(found: ExampleGenOutput) -> tuple[int, ...]:
     """The spans of a range ExampleGen read into one artifact (its `spans` property)."""
-    found = example_gen_output(artifacts, read)
     return (tfx_artifacts.spans_of(found[0], tfx_artifacts.SPANS) or ()) if found else ()
 
 
@@ -202,9 +201,8 @@ def transform_spans(artifacts) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return (), ()
 
 
-def rows_left_out(artifacts, read: ManifestReader = read_manifest) -> dict[str, int]:
+def rows_left_out(found: ExampleGenOutput) -> dict[str, int]:
     """From ExampleGen's manifest: rows quarantined and rows without a label."""
-    found = example_gen_output(artifacts, read)
     if not found:
         return {}
     return {"quarantined": found[1].get("rows_quarantined", 0),
@@ -242,6 +240,7 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
                                          if not brings_earlier_artifacts(e)])
     config = trainer_config(executions)
     read = functools.cache(read_manifest)
+    example_gen = example_gen_output(artifacts, read)
     candidate, baseline = evaluations(artifacts)
     variance = eval_label_variance(artifacts, config.get("label_key")) \
         if "mean_squared_error" in candidate else None
@@ -253,8 +252,8 @@ def summarize(metadata_path: str, pipeline_name: str, run_id: Optional[str] = No
         resolvers=resolvers,
         artifacts=artifacts,
         rows_per_split=_rows_per_split(artifacts, read),
-        rows_left_out=rows_left_out(artifacts, read),
-        span=example_gen_span(artifacts, read), spans=example_gen_spans(artifacts, read),
+        rows_left_out=rows_left_out(example_gen),
+        span=example_gen_span(example_gen), spans=example_gen_spans(example_gen),
         analysed_spans=analysed_spans, cached_spans=cached_spans,
         schema_path=_first_uri(artifacts, "Schema", "schema.pbtxt"),
         anomalies=anomalies(artifacts),
@@ -416,7 +415,7 @@ def split_names(artifact) -> list[str]:
     return json.loads(raw.string_value) if raw else []
 
 
-def _rows_per_split(artifacts, read: ManifestReader = read_manifest) -> dict[str, int]:
+def _rows_per_split(artifacts, read: ManifestReader) -> dict[str, int]:
     """Read from our manifest when ExampleGen wrote one, else from StatisticsGen's output."""
     for examples in artifacts.get("Examples", []):
         manifest = read(examples.uri)

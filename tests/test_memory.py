@@ -94,7 +94,6 @@ def test_threads_share_the_arenas_a_limit_allows():
     assert (limited, arenas) == ("False", 3)
 
 
-
 class _Node:
     pass
 
