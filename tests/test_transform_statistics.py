@@ -163,11 +163,14 @@ def both(taxi_examples, tmp_path_factory):
     return stock, ours
 
 
-def _values(examples: str, splits) -> dict[str, np.ndarray]:
-    """Every numeric value of each feature of the splits, sorted (stock's per-row records,
-    decoded by tfx_bsl)."""
-    from test_statistics_gen import exact_values
+def _values(examples: str, splits, packed: bool = False) -> dict[str, np.ndarray]:
+    """Every numeric value of each feature of the splits, sorted: stock's per-row records
+    decoded by tfx_bsl, or (`packed`) packed records unpacked to their rows as StatisticsGen
+    reads them."""
+    import test_statistics_beam
+    import test_statistics_gen
 
+    exact_values = (test_statistics_beam if packed else test_statistics_gen).exact_values
     found: dict[str, list] = {}
     for split in splits:
         for name, values in exact_values(examples, split).items():
@@ -196,13 +199,21 @@ def test_statistics_match_stock_transforms(both, taxi_examples):
                            stats(stock, "pre_transform_stats"),
                            _values(taxi_examples, ["train"]))
     # Two runs of tf.Transform's analysis round their float32 constants apart by the order
-    # Beam combines in, so the transformed rows themselves differ by that much between the
-    # two sides: one float32 step of a latitude's mean (41.9: 3.8e-6) over its standard
-    # deviation (about 0.07) moves a z-score by 5e-5 (seen: 4.1e-5 on dropoff_latitude's
-    # minimum).
+    # Beam combines in, so the transformed rows themselves differ between the two sides: a
+    # float32 step or two of a latitude's mean (41.9: 3.8e-6 a step) over its standard
+    # deviation (about 0.07) moves a z-score by 5e-5 to 1.1e-4. That drift is measured here,
+    # on the two sides' rows, rather than guessed: sorting moves no value further than the
+    # rows moved, so the sorted values' largest gap bounds how far each side's minimum,
+    # maximum, mean and standard deviation may be from the other's.
+    stock_values = _values(stock["transformed_examples"], SPLITS)
+    our_values = _values(ours["transformed_examples"], SPLITS, packed=True)
+    assert sorted(our_values) == sorted(stock_values)
+    drift = max((float(np.max(np.abs(our_values[name] - stock_values[name])))
+                 for name in stock_values if len(stock_values[name])), default=0.0)
+    assert drift < 1e-3, drift  # rounding of the analysis, not a different transform
     assert_same_statistics(stats(ours, "post_transform_stats"),
-                           stats(stock, "post_transform_stats"),
-                           _values(stock["transformed_examples"], SPLITS), atol=1e-4)
+                           stats(stock, "post_transform_stats"), stock_values,
+                           atol=drift + 1e-9)
     assert schema_file.load_schema(os.path.join(ours["pre_transform_schema"], "schema.pbtxt")) \
         == schema_file.load_schema(os.path.join(stock["pre_transform_schema"], "schema.pbtxt"))
     for outputs in (stock, ours):
