@@ -17,13 +17,18 @@ Kubeflow v2 executor entrypoint, run
   tf.io.gfile has no minio:// scheme;
 - after tf.io.gfile has been given s3:// for the URIs the task's arguments name (stock
   components write their artifacts through it, tfrecord_shards/tf_filesystems.py), with the
-  process ending on the task's own exit status (pipeline/process_exit.py).
+  process ending on the task's own exit status (pipeline/process_exit.py);
+- with the objects its executor's module and its libraries (TensorFlow, TFX, Beam) leave
+  alive kept out of the garbage collector's passes (`memory.objects_frozen`), as a local run
+  runs every component: a task is a process of its own, with no local runner to do it.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import runpy
 import sys
+from typing import Optional
 
 from pipeline import google_version_check, process_exit, tfx_components
 
@@ -32,12 +37,14 @@ tfx_components.defer_package_init()  # before anything imports TFX
 google_version_check.skip_package_scan()  # before anything imports Google's clients
 
 from tfrecord_shards import tf_filesystems  # noqa: E402
+from tfrecord_shards.memory import objects_frozen  # noqa: E402
 from pipeline import run_settings  # noqa: E402
 
 TFX_ENTRYPOINT = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
 INVOCATION_FLAG = "--json_serialized_invocation_args"
 INPUTS_SPEC_FLAG = "--json_serialized_inputs_spec_args"
 OUTPUTS_FLAG = "--declared_outputs"  # ours: a JSON list of the component's output names
+EXECUTOR_FLAG = "--executor_class_path"
 
 
 def with_declared_outputs(args: list[str]) -> list[str]:
@@ -86,6 +93,17 @@ def with_input_types(args: list[str]) -> list[str]:
     return [*args[:at], json.dumps(invocation), *args[at + 1:]]
 
 
+def executor_module(args: list[str]) -> Optional[str]:
+    """The module of the executor class the arguments name (`--executor_class_path X` or
+    `--executor_class_path=X`), or None."""
+    for at, arg in enumerate(args):
+        if arg == EXECUTOR_FLAG and at + 1 < len(args):
+            return args[at + 1].rpartition(".")[0] or None
+        if arg.startswith(EXECUTOR_FLAG + "="):
+            return arg.partition("=")[2].rpartition(".")[0] or None
+    return None
+
+
 def main() -> None:
     process_exit.run(_task)
 
@@ -98,7 +116,14 @@ def _task() -> None:
     args = with_input_types(with_declared_outputs(args))
     tf_filesystems.register_for_arguments(args)
     sys.argv = [TFX_ENTRYPOINT, *args]
-    runpy.run_module(TFX_ENTRYPOINT, run_name="__main__", alter_sys=True)
+    # Imported before the freeze, so that what the collector's full passes walk is the
+    # task's own objects and not the 600,000 and more the libraries leave alive. Not TFX's entrypoint
+    # itself: runpy runs it afresh and warns when it is already imported.
+    module = executor_module(args)
+    if module:
+        importlib.import_module(module)
+    with objects_frozen():
+        runpy.run_module(TFX_ENTRYPOINT, run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":

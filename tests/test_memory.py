@@ -4,6 +4,7 @@ for a run's length."""
 from __future__ import annotations
 
 import gc
+import json
 import os
 import subprocess
 import sys
@@ -134,3 +135,27 @@ def test_objects_alive_on_entry_stay_uncollected_until_the_outermost_block_ends(
     assert gc.get_freeze_count() == 0
     gc.collect()
     assert was_alive() is None
+
+
+def test_a_kubeflow_task_runs_its_executor_with_the_imported_objects_frozen(tmp_path):
+    """A task as Kubeflow Pipelines and Vertex AI start it (`pipeline.task_entrypoint`, then
+    TFX's v2 entrypoint, a process of its own): its executor's Do runs with the objects that
+    the executor's module and TFX left alive on import (hundreds of thousands) frozen, as a
+    local run's components do. Without the freeze the count is 0."""
+    from pipeline import task_entrypoint
+
+    probe = tmp_path / "probe.json"
+    invocation = {"inputs": {"parameterValues": {"probe_path": str(probe)}},
+                  "outputs": {"outputFile": str(tmp_path / "executor_output.json")}}
+    inputs_spec = {"parameters": {"probe_path": {"parameterType": "STRING"}}}
+    tests = os.path.dirname(os.path.abspath(__file__))
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([tests, os.getcwd()]))
+    subprocess.run([sys.executable, "-m", "pipeline.task_entrypoint",
+                    "--executor_class_path", "frozen_probe.Executor",
+                    "--json_serialized_invocation_args", json.dumps(invocation),
+                    "--json_serialized_inputs_spec_args", json.dumps(inputs_spec)],
+                   env=environment, check=True, capture_output=True)
+    assert json.loads(probe.read_text())["frozen"] > 100_000
+    for args in (["--executor_class_path", "a.b.Executor"], ["--executor_class_path=a.b.C"]):
+        assert task_entrypoint.executor_module(["--x", "1", *args]) == "a.b"
+    assert task_entrypoint.executor_module(["--json_serialized_invocation_args", "{}"]) is None
