@@ -2,7 +2,8 @@
 the taxi pipeline's Transform settings (the columnar analysis, 1,024 rows a packed block, gzip
 level 1 in 96 KiB members) with the passes' pre- and post-transform statistics, as the
 pipeline's ShardedTransform runs them. Prints one JSON line: the seconds of the analysis, of
-the transform pass and of the whole, the peak RSS in MiB and the process's CPU-s.
+the transform pass and of the whole, the CPU-s of each pass and of the process, and the peak
+RSS in MiB.
 
     python -m bench.transform_alone RUN OUT
 
@@ -43,11 +44,12 @@ def main(run: str, out: str) -> None:
 
     def timed(name: str, function):
         def run_timed(*args, **kwargs):
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), sum(os.times()[:2])
             try:
                 return function(*args, **kwargs)
             finally:
                 seconds[name] = time.perf_counter() - started
+                seconds[f"{name}_cpu"] = sum(os.times()[:2]) - cpu
         return run_timed
 
     columnar_job.analyze = timed("analyze", columnar_job.analyze)
