@@ -117,8 +117,8 @@ def _task() -> None:
     tf_filesystems.register_for_arguments(args)
     sys.argv = [TFX_ENTRYPOINT, *args]
     # Imported before the freeze, so that what the collector's full passes walk is the
-    # task's own objects and not the 600,000 and more the libraries leave alive. Not TFX's entrypoint
-    # itself: runpy runs it afresh and warns when it is already imported.
+    # task's own objects and not the 600,000 and more the libraries leave alive. Not TFX's
+    # entrypoint itself: runpy runs it afresh and warns when it is already imported.
     module = executor_module(args)
     if module:
         importlib.import_module(module)
