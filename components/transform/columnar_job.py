@@ -14,9 +14,10 @@ preprocessing_fn keeps tf.Transform's general path.
    (`merged_in_file_order`: every runner the same constants), then the inputs' in their
    order. With an analyzer cache, each input's analysis is kept (by `inputs.dataset_key`
    and the function's fingerprint) and an input seen before is not read again. With
-   `reuse_decoded` (the default), each piece's decoded batches are also written as an Arrow
-   IPC file in the run's staging folder (through the file layer, so on any runner and any
-   store), for step 4. With a statistics plan, each batch is also summarised for the
+   `reuse_decoded` (the default), each piece's decoded batches are also written, in their
+   compact form (`compact_batches`, a third of the bytes), as an Arrow IPC file in the
+   run's staging folder (through the file layer, so on any runner and any store), for
+   step 4. With a statistics plan, each batch is also summarised for the
    pre-transform statistics (a SplitStats a piece, merged by StatisticsGen's order-free
    `MergeSplitStats`).
 3. Trace the preprocessing_fn again with `ConstantAnalyzers` and write it with tf.Transform's
@@ -26,7 +27,8 @@ preprocessing_fn keeps tf.Transform's general path.
 4. Transform (a Beam job, one element per piece of every split, each piece's output in its
    place among them, so the rows keep the input's order): the graph from step 3
    applied to decoded batches of about 64k rows (of the analysed split, the batches step 2
-   kept, read back instead of decoded again), its outputs converted to Arrow by
+   kept, read back instead of decoded again; the batches' tensors made on the reading
+   thread, a batch or two ahead), its outputs converted to Arrow by
    tf.Transform's converter, then packed and written by the same encoder and sharding
    writer as the general path, on a thread of its own (`EncodingThread`) while the next
    batch is transformed; with a statistics plan, the converted rows are summarised
@@ -59,8 +61,8 @@ from components.transform import analyzers
 from components.transform.feature_stats import summarise
 from components.transform.encoding import ROW_COUNTS, EncodingThread, SplitEncoder
 from components.transform.inputs import (
-    RawTensorAdapter, analysis_key, dataset_key, kept_batches, record_batches, split_paths,
-    tensor_adapter_config)
+    READ_AHEAD, RawTensorAdapter, analysis_key, dataset_key, kept_batches, read_ahead,
+    record_batches, split_paths, tensor_adapter_config)
 from components.transform.options import TransformOptions
 from components.transform.preprocessing import load_preprocessing_fn
 from components.transform.statistics import Analysis, AnalyzerSpec, merged
@@ -440,11 +442,12 @@ class _TransformFile(beam.DoFn):
         place, path, kept = element
         encoder = SplitEncoder(self._split, self._schema, self._staging, self._sharding, place)
         stats = file_statistics(self._statistics_plan)
+        batches = kept_batches(kept) if kept else record_batches(path, self._raw_schema)
         with EncodingThread(encoder) as encoding:
-            for batch in kept_batches(kept) if kept else record_batches(path, self._raw_schema):
-                transformed = self._converter.convert(self._apply_graph(
-                    self._adapter.to_tensors(batch)))
-                rows_done.add(batch.num_rows)
+            for rows, tensors in read_ahead(((batch.num_rows, self._adapter.to_tensors(batch))
+                                             for batch in batches), READ_AHEAD):
+                transformed = self._converter.convert(self._apply_graph(tensors))
+                rows_done.add(rows)
                 if stats:
                     summarise(stats, transformed)
                 encoding.add(transformed)
