@@ -1,5 +1,5 @@
 """The compact form Transform's analysis keeps its decoded batches in: every kind of column
-the codec decodes comes back equal, and the taxi rows take about a third of the bytes."""
+the codec decodes comes back equal, and the taxi rows take under half the bytes."""
 from __future__ import annotations
 
 import os
@@ -77,7 +77,7 @@ def taxi_examples(request, taxi_csv, tmp_path_factory) -> str:
     return out
 
 
-def test_the_taxi_copy_is_a_third_of_the_decoded_bytes(taxi_examples, tmp_path):
+def test_the_taxi_copy_takes_under_half_the_decoded_bytes(taxi_examples, tmp_path):
     schema = parser.active_schema(schema_file.load_schema(taxi_examples))
     path = split_paths(taxi_examples, "train")[0]
     copy = str(tmp_path / "copy.arrow")

@@ -97,6 +97,42 @@ def test_reused_batches_give_the_rows_values_and_graph_of_decoding_twice(
     assert [n for n in os.listdir(tmp_path / "once") if n.startswith(".")] == []
 
 
+def test_each_copy_is_removed_once_read_and_a_retried_piece_decodes_its_file(
+        examples, tmp_path, monkeypatch):
+    source = beam_job.shards.read_manifest(examples)
+    rows = {split: entry["rows"] for split, entry in source["splits"].items()}
+    read = []
+    real_kept_batches = columnar_job.kept_batches
+
+    def tracked(path):
+        assert not any(os.path.exists(p) for p in read)  # the copies read before: gone
+        read.append(path)
+        return real_kept_batches(path)
+
+    real_process = columnar_job._TransformFile.process
+
+    def retried(self, element):
+        # A runner retrying every piece: the first attempt's outputs are dropped.
+        for _ in real_process(self, element):
+            pass
+        yield from real_process(self, element)
+
+    monkeypatch.setattr(columnar_job, "kept_batches", tracked)
+    monkeypatch.setattr(columnar_job._TransformFile, "process", retried)
+    decoded = counting_decodes(monkeypatch)
+    manifest = transform(examples, tmp_path / "retried", reuse=True)
+    assert len(read) == 3  # each train copy read once, by the first attempt
+    # The analysis decoded the train split; the retries decoded it again, and eval twice.
+    assert sum(decoded) == 2 * rows["train"] + 2 * rows["eval"]
+    assert manifest["rows_written"] == sum(rows.values())
+    monkeypatch.undo()
+    transform(examples, tmp_path / "once", reuse=True)
+    for split in rows:
+        assert records(str(tmp_path / "retried" / "examples"), split) == \
+            records(str(tmp_path / "once" / "examples"), split), split
+    assert leftovers(tmp_path) == []
+
+
 def test_a_failed_transform_leaves_no_kept_copies_and_no_complete_output(
         examples, tmp_path, monkeypatch):
     from components.transform.encoding import SplitEncoder

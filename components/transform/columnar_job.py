@@ -15,7 +15,7 @@ preprocessing_fn keeps tf.Transform's general path.
    order. With an analyzer cache, each input's analysis is kept (by `inputs.dataset_key`
    and the function's fingerprint) and an input seen before is not read again. With
    `reuse_decoded` (the default), each piece's decoded batches are also written, in their
-   compact form (`compact_batches`, a third of the bytes), as an Arrow IPC file in the
+   compact form (`compact_batches`, two fifths of the bytes), as an Arrow IPC file in the
    run's staging folder (through the file layer, so on any runner and any store), for
    step 4. With a statistics plan, each batch is also summarised for the
    pre-transform statistics (a SplitStats a piece, merged by StatisticsGen's order-free
@@ -414,7 +414,8 @@ class _TransformFile(beam.DoFn):
     transforms them) and encoded into chunks of their own, ordered by the piece's place among
     the split's pieces, so the split keeps the input's row order. An element is (that place,
     the piece, the copy of its decoded batches the analysis kept, or None): a kept copy is
-    read instead of the file. The tagged output ROW_COUNTS has (split, rows, records)."""
+    read instead of the file, then removed. The tagged output ROW_COUNTS has (split, rows,
+    records)."""
 
     def __init__(self, raw_schema: schema_pb2.Schema, graph_dir: str, split: str,
                  schema: schema_pb2.Schema, staging: str, sharding: shards.ShardingOptions,
@@ -442,6 +443,8 @@ class _TransformFile(beam.DoFn):
         place, path, kept = element
         encoder = SplitEncoder(self._split, self._schema, self._staging, self._sharding, place)
         stats = file_statistics(self._statistics_plan)
+        # A retried piece whose copy an earlier attempt read and removed decodes its file.
+        kept = kept if kept and fileio.exists(kept) else None
         batches = kept_batches(kept) if kept else record_batches(path, self._raw_schema)
         with EncodingThread(encoder) as encoding:
             for rows, tensors in read_ahead(((batch.num_rows, self._adapter.to_tensors(batch))
@@ -452,6 +455,10 @@ class _TransformFile(beam.DoFn):
                     summarise(stats, transformed)
                 encoding.add(transformed)
             chunks = encoding.close()
+        if kept:
+            # Read once: removed now, what the disk has not yet written of it is never
+            # written, and the staging folder holds only the copies still to be read.
+            fileio.remove(kept)
         yield from chunks
         release_free_memory()
         yield beam.pvalue.TaggedOutput(ROW_COUNTS, (self._split, encoder.rows, encoder.records))
