@@ -50,9 +50,10 @@ class TransformOptions(JsonOptions):
     # latter (components/transform/feature_stats.py); off, those outputs do not exist.
     disable_statistics: bool = False
     # The columnar path (analysis="columnar") keeps the batches its analysis decoded, as
-    # Arrow IPC files in the run's staging folder, and applies the transform to those
-    # instead of reading and decoding the analysed split's tf.Examples a second time; they
-    # are deleted once the transform is done. Off: the analysed split is decoded twice.
+    # Arrow IPC files in the run's staging folder (compact: 115 bytes a taxi row against
+    # 273 decoded), and applies the transform to those instead of reading and decoding the
+    # analysed split's tf.Examples a second time; each is deleted once it has been read.
+    # Off: the analysed split is decoded twice.
     reuse_decoded: bool = True
     # The columnar path's unit of work on the Beam job: about this many records of one input
     # shard (whole gzip members, or records of a plain shard by its .idx; a shard without an
