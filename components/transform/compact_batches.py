@@ -41,7 +41,7 @@ def compact(batch: pa.RecordBatch) -> pa.RecordBatch:
 def expanded(stored: pa.RecordBatch, decoded_schemas: dict) -> pa.RecordBatch:
     """The decoded batch `compact` made `stored` of. `decoded_schemas` caches the decoded
     schemas read so far (by their bytes), one per file in practice."""
-    metadata = stored.schema.metadata or {}
+    metadata = stored.schema.metadata
     schema = decoded_schemas.get(metadata[_SCHEMA])
     if schema is None:
         schema = decoded_schemas[metadata[_SCHEMA]] = pa.ipc.read_schema(
