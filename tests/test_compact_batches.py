@@ -1,16 +1,13 @@
 """The compact form Transform's analysis keeps its decoded batches in: every kind of column
-the codec decodes comes back equal, and the taxi rows take under half the bytes."""
+the codec decodes comes back equal, and batches of different forms share one copy (the taxi
+files' copies: test_transform_reuse.py)."""
 from __future__ import annotations
-
-import os
 
 import numpy as np
 import pyarrow as pa
-import pytest
 
 from components.transform.compact_batches import compact, expanded
-from components.transform.inputs import ArrowCopy, kept_batches, record_batches, split_paths
-from tfrecord_shards.codec import parser, schema_file
+from components.transform.inputs import ArrowCopy, kept_batches
 
 INT64 = pa.large_list(pa.int64())
 
@@ -63,30 +60,6 @@ def test_a_sliced_batch_and_an_empty_one_come_back_equal():
     for part in (batch.slice(13, 500), batch.slice(999), batch.slice(0, 0)):
         round_trip(part)
     assert forms(compact(batch.slice(13, 500))) == ["list32", "one"]
-
-
-@pytest.fixture(scope="module", params=["gzip", "none"])
-def taxi_examples(request, taxi_csv, tmp_path_factory) -> str:
-    from components.example_gen import beam_job as example_gen
-    from components.example_gen.options import ExampleGenOptions
-    from tfrecord_shards.shards import ShardingOptions
-
-    out = str(tmp_path_factory.mktemp(f"compact-{request.param}") / "examples")
-    example_gen.run(ExampleGenOptions(source=taxi_csv, sharding=ShardingOptions(
-        compression=request.param)), out)
-    return out
-
-
-def test_the_taxi_copy_takes_under_half_the_decoded_bytes(taxi_examples, tmp_path):
-    schema = parser.active_schema(schema_file.load_schema(taxi_examples))
-    path = split_paths(taxi_examples, "train")[0]
-    copy = str(tmp_path / "copy.arrow")
-    decoded = list(record_batches(path, schema, copy))
-    decoded_bytes = sum(batch.nbytes for batch in decoded)
-    assert os.path.getsize(copy) < 0.5 * decoded_bytes
-    again = list(kept_batches(copy))
-    assert len(again) == len(decoded) and all(a.equals(b) for a, b in zip(again, decoded))
-    assert sum(b.num_rows for b in again) == sum(b.num_rows for b in decoded) > 10_000
 
 
 def test_the_copy_of_batches_of_different_forms_reads_back_in_order(tmp_path):

@@ -158,6 +158,21 @@ def test_a_failed_transform_leaves_no_kept_copies_and_no_complete_output(
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]
 
 
+def test_the_taxi_copies_take_under_half_the_decoded_bytes(examples, tmp_path):
+    schema = parser.active_schema(schema_file.load_schema(examples))
+    decoded_bytes = copy_bytes = rows = 0
+    for number, path in enumerate(split_paths(examples, "train")):
+        copy = str(tmp_path / f"{number}.arrow")
+        decoded = list(record_batches(path, schema, copy))
+        again = list(kept_batches(copy))
+        assert len(again) == len(decoded) and all(a.equals(b) for a, b in zip(again, decoded))
+        decoded_bytes += sum(batch.nbytes for batch in decoded)
+        copy_bytes += os.path.getsize(copy)
+        rows += sum(batch.num_rows for batch in again)
+    assert copy_bytes < 0.5 * decoded_bytes
+    assert rows > 10_000
+
+
 def test_a_copy_appears_only_when_every_batch_was_read(examples, tmp_path, monkeypatch):
     from components.transform import inputs
 

@@ -79,8 +79,7 @@ def _compact_column(column: pa.Array) -> tuple[pa.Array, str]:
     if not column.null_count and len(values) == len(column) and \
             (np.diff(offsets) == 1).all():
         return _narrowed(values), "one"
-    if len(values) > _OFFSET_LIMIT or (pa.types.is_large_binary(values.type) and len(
-            values) and _offsets(values)[-1] - _offsets(values)[0] > _OFFSET_LIMIT):
+    if len(values) > _OFFSET_LIMIT or _data_bytes(values) > _OFFSET_LIMIT:
         return column, "list"
     validity = None
     if column.null_count:
@@ -96,6 +95,14 @@ def _compact_column(column: pa.Array) -> tuple[pa.Array, str]:
 def _offsets(array: pa.Array) -> np.ndarray:
     """A large_list or large_binary array's int64 offsets, as they are in its buffer."""
     return np.frombuffer(array.buffers()[1], np.int64, len(array) + 1, array.offset * 8)
+
+
+def _data_bytes(values: pa.Array) -> int:
+    """The bytes of a large_binary array's values (0 for numbers)."""
+    if not pa.types.is_large_binary(values.type) or not len(values):
+        return 0
+    offsets = _offsets(values)
+    return int(offsets[-1] - offsets[0])
 
 
 def _narrowed(values: pa.Array) -> pa.Array:

@@ -244,10 +244,11 @@ class ArrowCopy:
     """Writes record batches to `path` (a path or URI) in their compact form
     (`compact_batches`), each an Arrow IPC stream of its own (its schema says its form),
     uncompressed: reading it back is a copy of the bytes, against inflating, unframing and
-    decoding the tf.Examples again. A context manager: the file appears under its name only when the block
-    ends without an error (on a disk written beside it and renamed; on an object store an
-    object appears whole when it is closed), and a failed or abandoned copy is removed, so
-    a reader finds a complete copy or none. A file without records gives an empty file."""
+    decoding the tf.Examples again. A context manager: the file appears under its name only
+    when the block ends without an error (on a disk written beside it and renamed; on an
+    object store an object appears whole when it is closed), and a failed or abandoned copy
+    is removed, so a reader finds a complete copy or none. A file without records gives an
+    empty file."""
 
     def __init__(self, path: str):
         self.path = path
