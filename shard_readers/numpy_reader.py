@@ -98,32 +98,40 @@ class _Batcher:
             yield self._cut(self._rows)
 
     def _cut(self, rows: int) -> dict:
-        # A batch is a view of what was added; arrays are joined only where a batch spans
-        # two adds, so cutting a large decoded group copies nothing.
+        # A batch is a view of what was added; only the part of it that spans two adds is
+        # copied, so cutting a large decoded group copies next to nothing.
         batch = {}
         for column in self._columns:
-            values = _joined(self._parts[column.name], column.dtype)
+            parts = self._parts[column.name]
             if column.kind == "ragged":
-                lengths = _joined(self._lengths[column.name], np.int64)
-                take = int(lengths[:rows].sum())
-                batch[column.name], batch[column.name + LENGTHS_SUFFIX] = \
-                    values[:take], lengths[:rows]
-                self._parts[column.name], self._lengths[column.name] = \
-                    [values[take:]], [lengths[rows:]]
+                lengths, self._lengths[column.name] = _head(
+                    self._lengths[column.name], rows, np.int64)
+                batch[column.name], self._parts[column.name] = _head(
+                    parts, int(lengths.sum()), column.dtype)
+                batch[column.name + LENGTHS_SUFFIX] = lengths
             else:
                 width = int(np.prod(column.shape)) if column.kind != "scalar" else 1
-                head = values[:rows * width]
+                head, self._parts[column.name] = _head(parts, rows * width, column.dtype)
                 batch[column.name] = head.reshape(rows, *column.shape) \
                     if column.kind != "scalar" else head
-                self._parts[column.name] = [values[rows * width:]]
         self._rows -= rows
         return batch
 
 
-def _joined(parts: list, dtype) -> np.ndarray:
-    if len(parts) == 1:
-        return parts[0]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+def _head(parts: list, count: int, dtype) -> tuple[np.ndarray, list]:
+    """The first `count` values of `parts` (arrays in order) as one array, and the parts
+    left after them."""
+    taken, held = 0, 0
+    while taken < len(parts) and held + len(parts[taken]) <= count:
+        held += len(parts[taken])
+        taken += 1
+    pieces, rest = parts[:taken], parts[taken:]
+    if held < count:
+        pieces.append(rest[0][:count - held])
+        rest = [rest[0][count - held:], *rest[1:]]
+    if len(pieces) == 1:
+        return pieces[0], rest
+    return (np.concatenate(pieces) if pieces else np.zeros(0, dtype)), rest
 
 
 def _column_values(column, decoded, group: list["_Record"]
@@ -131,7 +139,7 @@ def _column_values(column, decoded, group: list["_Record"]
     """(values, lengths or None) of one decoded column (a list per row, from
     `packing.arrow.RowDecoder`, packed or not) of `group`'s rows, in the form `iter_batches`
     gives."""
-    offsets = decoded.offsets.to_numpy().astype(np.int64)
+    offsets = decoded.offsets.to_numpy().astype(np.int64, copy=False)
     if column.kind == "pixels":
         return _pixel_values(column, decoded.values, offsets, group), None
     values = decoded.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])).to_numpy(
@@ -140,6 +148,8 @@ def _column_values(column, decoded, group: list["_Record"]
         values = values.astype(column.dtype)
     lengths = np.diff(offsets)
     if column.kind == "scalar":
+        if len(values) == len(lengths) and (lengths == 1).all():
+            return values, None
         dense = np.full(len(lengths), column.default, column.dtype)
         present = lengths > 0
         dense[present] = values[offsets[:-1][present] - offsets[0]]

@@ -148,6 +148,40 @@ def test_variable_length_features_come_as_values_and_lengths(tmp_path):
     assert only["score"].tolist() == [0.5, 0.0, 1.5, 2.5]  # a missing scalar is the default
 
 
+@pytest.mark.parametrize("batch_size", [1, 7, 50, 1000])
+def test_batches_cut_across_many_decoded_groups_hold_every_value_in_order(
+        tmp_path, monkeypatch, batch_size):
+    """Lists of any length, missing scalars and full ones, decoded 13 records at a time, so
+    that a batch may start and end inside a group or span many of them."""
+    rng = np.random.default_rng(5)
+    count = 600
+    tags = [rng.integers(0, 9, rng.integers(0, 4)).tolist() for _ in range(count)]
+    score = [None if i % 11 == 0 else [float(i)] for i in range(count)]
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(tags, pa.list_(pa.int64())), pa.array(score, pa.list_(pa.float32())),
+         pa.array([[i] for i in range(count)], pa.list_(pa.int64()))], ["tags", "score", "n"])
+    path = tmp_path / "Split-train" / "data.tfrecord"
+    path.parent.mkdir()
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for record in serializer.encode_examples(batch):
+            writer.write(record)
+    schema_file.write_schema(serializer.schema_from_profile(
+        {"tags": (serializer.INT, True), "score": (serializer.FLOAT, False),
+         "n": (serializer.INT, False)}, count, {"tags": count, "score": count, "n": count},
+        {}), str(tmp_path / "schema.pbtxt"))
+    monkeypatch.setattr(numpy_reader, "_ROWS_PER_DECODE", 13)
+    batches = list(numpy_reader.iter_batches([str(path)], batch_size=batch_size))
+    assert [len(b["n"]) for b in batches[:-1]] == [batch_size] * (len(batches) - 1)
+    assert np.concatenate([b["n"] for b in batches]).tolist() == list(range(count))
+    assert np.concatenate([b["score"] for b in batches]).tolist() == \
+        [0.0 if s is None else s[0] for s in score]
+    lengths = np.concatenate([b["tags__lengths"] for b in batches])
+    assert lengths.tolist() == [len(t) for t in tags]
+    values = np.concatenate([b["tags"] for b in batches])
+    assert values.tolist() == [v for t in tags for v in t]
+    assert all(len(b["tags"]) == b["tags__lengths"].sum() for b in batches)
+
+
 @pytest.mark.parametrize("data", ["three files", "one file"])
 def test_torch_dataloader_with_two_workers_reads_every_row_once(data, three_shards,
                                                                 taxi_examples):
