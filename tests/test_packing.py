@@ -148,6 +148,24 @@ def test_packed_round_trip_with_missing_lists_and_a_short_last_block(tmp_path, v
     assert read(path, schema) == expected(PACKED_EXPECTED)
 
 
+
+@pytest.mark.parametrize("reader", sorted(PACKED_READERS))
+def test_packed_round_trip_with_every_block_full(tmp_path, reader):
+    """With no short block, every stored value of a fixed feature is a row's, which the
+    unpacker takes as it is instead of picking them out: the same rows come back."""
+    row_schema = text_format.Parse(ROW_SCHEMA_WITH_A_FIXED_STRING, schema_pb2.Schema())
+    schema = packing.annotate(row_schema, 4, packing.layout.CURRENT_VERSION)
+    blocks = pack(PACKED_TABLE.slice(0, 8), row_schema, 4)
+    assert [tf.train.Example.FromString(b).features.feature[ROWS_KEY].int64_list.value[0]
+            for b in blocks] == [4, 4]
+    path = str(tmp_path / "packed.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for block in blocks:
+            writer.write(block)
+    read, expected = PACKED_READERS[reader]
+    assert read(path, schema) == {name: values[:8]
+                                  for name, values in expected(PACKED_EXPECTED).items()}
+
 def test_packed_rows_come_out_shuffled_and_whole_in_the_tensorflow_input_function(tmp_path):
     row_schema = text_format.Parse(ROW_SCHEMA_WITH_A_FIXED_STRING, schema_pb2.Schema())
     path = str(tmp_path / "packed.tfrecord")
