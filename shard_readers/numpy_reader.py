@@ -27,6 +27,7 @@ import numpy as np
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from shard_readers import images
+from shard_readers.batcher import Batcher
 from tfrecord_shards import example_rows, fileio, record_index, tfrecord_io
 from tfrecord_shards.codec import parser, schema_file
 from tfrecord_shards.packing.arrow import RowDecoder
@@ -73,65 +74,6 @@ def _columns(schema: schema_pb2.Schema, names: Optional[Sequence[str]]) -> list[
         columns.append(_Column(name, _NUMPY_TYPES[feature.type], parser.default_value(feature),
                                kind, shape))
     return columns
-
-
-class _Batcher:
-    """Collects rows column by column and cuts dicts of `batch_size` rows."""
-
-    def __init__(self, columns: list[_Column], batch_size: int):
-        self._columns, self._size = columns, batch_size
-        self._parts: dict[str, list] = {c.name: [] for c in columns}
-        self._lengths: dict[str, list] = {c.name: [] for c in columns if c.kind == "ragged"}
-        self._rows = 0
-
-    def add(self, rows: int, values: dict, lengths: dict) -> Iterator[dict]:
-        for name, value in values.items():
-            self._parts[name].append(value)
-        for name, value in lengths.items():
-            self._lengths[name].append(value)
-        self._rows += rows
-        while self._rows >= self._size:
-            yield self._cut(self._size)
-
-    def flush(self) -> Iterator[dict]:
-        if self._rows:
-            yield self._cut(self._rows)
-
-    def _cut(self, rows: int) -> dict:
-        # A batch is a view of what was added; only the part of it that spans two adds is
-        # copied, so cutting a large decoded group copies next to nothing.
-        batch = {}
-        for column in self._columns:
-            parts = self._parts[column.name]
-            if column.kind == "ragged":
-                lengths, self._lengths[column.name] = _head(
-                    self._lengths[column.name], rows, np.int64)
-                batch[column.name], self._parts[column.name] = _head(
-                    parts, int(lengths.sum()), column.dtype)
-                batch[column.name + LENGTHS_SUFFIX] = lengths
-            else:
-                width = int(np.prod(column.shape)) if column.kind != "scalar" else 1
-                head, self._parts[column.name] = _head(parts, rows * width, column.dtype)
-                batch[column.name] = head.reshape(rows, *column.shape) \
-                    if column.kind != "scalar" else head
-        self._rows -= rows
-        return batch
-
-
-def _head(parts: list, count: int, dtype) -> tuple[np.ndarray, list]:
-    """The first `count` values of `parts` (arrays in order) as one array, and the parts
-    left after them."""
-    taken, held = 0, 0
-    while taken < len(parts) and held + len(parts[taken]) <= count:
-        held += len(parts[taken])
-        taken += 1
-    pieces, rest = parts[:taken], parts[taken:]
-    if held < count:
-        pieces.append(rest[0][:count - held])
-        rest = [rest[0][count - held:], *rest[1:]]
-    if len(pieces) == 1:
-        return pieces[0], rest
-    return (np.concatenate(pieces) if pieces else np.zeros(0, dtype)), rest
 
 
 def _column_values(column, decoded, group: list["_Record"]
@@ -406,7 +348,7 @@ def _batches_of(records: Iterator[_Record], decoder: RowDecoder, columns: list[_
                 batch_size: int, shuffle_buffer: int, seed: Optional[int]) -> Iterator[dict]:
     if shuffle_buffer > 1:
         records = _shuffled(records, shuffle_buffer, random.Random(seed))
-    batcher = _Batcher(columns, batch_size)
+    batcher = Batcher(columns, batch_size)
     group_size = max(1, _ROWS_PER_DECODE // max(1, decoder.layout.rows if decoder.layout
                                                 else 1))
     for group in _groups(records, group_size):
@@ -479,8 +421,8 @@ def rows_to_batch(rows: Sequence[dict], schema: schema_pb2.Schema,
             batch[column.name] = np.stack(values).astype(column.dtype).reshape(
                 len(rows), *column.shape)
         else:
-            batch[column.name] = _joined([np.asarray(v, column.dtype) for v in values],
-                                         column.dtype)
+            batch[column.name] = np.concatenate(
+                [np.asarray(v, column.dtype) for v in values] or [np.zeros(0, column.dtype)])
             batch[column.name + LENGTHS_SUFFIX] = np.array([len(v) for v in values], np.int64)
     return batch
 

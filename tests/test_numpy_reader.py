@@ -180,6 +180,13 @@ def test_batches_cut_across_many_decoded_groups_hold_every_value_in_order(
     values = np.concatenate([b["tags"] for b in batches])
     assert values.tolist() == [v for t in tags for v in t]
     assert all(len(b["tags"]) == b["tags__lengths"].sum() for b in batches)
+    # Map-style rows (`random_access`) batched by rows_to_batch give the same batch.
+    rows = [{"tags": np.array(t, np.int64), "score": np.array(s or [], np.float32),
+             "n": np.array([i], np.int64)} for i, (t, s) in enumerate(zip(tags, score))]
+    (whole,) = list(numpy_reader.iter_batches([str(path)], batch_size=count))
+    collated = numpy_reader.rows_to_batch(rows, schema_file.load_schema(str(tmp_path)))
+    assert {k: v.tolist() for k, v in collated.items()} == \
+        {k: v.tolist() for k, v in whole.items()}
 
 
 @pytest.mark.parametrize("data", ["three files", "one file"])
