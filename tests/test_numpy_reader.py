@@ -47,6 +47,18 @@ def scalar_names(schema) -> list[str]:
     return [f.name for f in schema.feature if parser.is_scalar(f)]
 
 
+def write_train_split(folder, batch, schema) -> str:
+    """`batch` as our tf.Examples in `folder`/Split-train/data.tfrecord, with `schema` beside
+    them; the file's path."""
+    path = folder / "Split-train" / "data.tfrecord"
+    path.parent.mkdir()
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for record in serializer.encode_examples(batch):
+            writer.write(record)
+    schema_file.write_schema(schema, str(folder / "schema.pbtxt"))
+    return str(path)
+
+
 @pytest.fixture(scope="module")
 def three_shards(taxi_slice_dir, tmp_path_factory):
     """The taxi slice in three gzip shards per split."""
@@ -134,15 +146,10 @@ def test_variable_length_features_come_as_values_and_lengths(tmp_path):
     batch = pa.RecordBatch.from_arrays(
         [pa.array([[1, 2], [], None, [3]], pa.list_(pa.int64())),
          pa.array([[0.5], None, [1.5], [2.5]], pa.list_(pa.float32()))], ["tags", "score"])
-    path = tmp_path / "Split-train" / "data.tfrecord"
-    path.parent.mkdir()
-    with tf.io.TFRecordWriter(str(path)) as writer:
-        for record in serializer.encode_examples(batch):
-            writer.write(record)
-    schema_file.write_schema(serializer.schema_from_profile(
+    path = write_train_split(tmp_path, batch, serializer.schema_from_profile(
         {"tags": (serializer.INT, True), "score": (serializer.FLOAT, False)}, 4,
-        {"tags": 3, "score": 3}, {}), str(tmp_path / "schema.pbtxt"))
-    (only,) = list(numpy_reader.iter_batches([str(path)]))
+        {"tags": 3, "score": 3}, {}))
+    (only,) = list(numpy_reader.iter_batches([path]))
     assert only["tags"].tolist() == [1, 2, 3]
     assert only["tags__lengths"].tolist() == [2, 0, 0, 1]
     assert only["score"].tolist() == [0.5, 0.0, 1.5, 2.5]  # a missing scalar is the default
@@ -160,17 +167,12 @@ def test_batches_cut_across_many_decoded_groups_hold_every_value_in_order(
     batch = pa.RecordBatch.from_arrays(
         [pa.array(tags, pa.list_(pa.int64())), pa.array(score, pa.list_(pa.float32())),
          pa.array([[i] for i in range(count)], pa.list_(pa.int64()))], ["tags", "score", "n"])
-    path = tmp_path / "Split-train" / "data.tfrecord"
-    path.parent.mkdir()
-    with tf.io.TFRecordWriter(str(path)) as writer:
-        for record in serializer.encode_examples(batch):
-            writer.write(record)
-    schema_file.write_schema(serializer.schema_from_profile(
+    path = write_train_split(tmp_path, batch, serializer.schema_from_profile(
         {"tags": (serializer.INT, True), "score": (serializer.FLOAT, False),
          "n": (serializer.INT, False)}, count, {"tags": count, "score": count, "n": count},
-        {}), str(tmp_path / "schema.pbtxt"))
+        {}))
     monkeypatch.setattr(numpy_reader, "_ROWS_PER_DECODE", 13)
-    batches = list(numpy_reader.iter_batches([str(path)], batch_size=batch_size))
+    batches = list(numpy_reader.iter_batches([path], batch_size=batch_size))
     assert [len(b["n"]) for b in batches[:-1]] == [batch_size] * (len(batches) - 1)
     assert np.concatenate([b["n"] for b in batches]).tolist() == list(range(count))
     assert np.concatenate([b["score"] for b in batches]).tolist() == \
@@ -183,7 +185,7 @@ def test_batches_cut_across_many_decoded_groups_hold_every_value_in_order(
     # Map-style rows (`random_access`) batched by rows_to_batch give the same batch.
     rows = [{"tags": np.array(t, np.int64), "score": np.array(s or [], np.float32),
              "n": np.array([i], np.int64)} for i, (t, s) in enumerate(zip(tags, score))]
-    (whole,) = list(numpy_reader.iter_batches([str(path)], batch_size=count))
+    (whole,) = list(numpy_reader.iter_batches([path], batch_size=count))
     collated = numpy_reader.rows_to_batch(rows, schema_file.load_schema(str(tmp_path)))
     assert {k: v.tolist() for k, v in collated.items()} == \
         {k: v.tolist() for k, v in whole.items()}

@@ -148,7 +148,6 @@ def test_packed_round_trip_with_missing_lists_and_a_short_last_block(tmp_path, v
     assert read(path, schema) == expected(PACKED_EXPECTED)
 
 
-
 @pytest.mark.parametrize("reader", sorted(PACKED_READERS))
 def test_packed_round_trip_with_every_block_full(tmp_path, reader):
     """With no short block, every stored value of a fixed feature is a row's, which the
@@ -165,6 +164,7 @@ def test_packed_round_trip_with_every_block_full(tmp_path, reader):
     read, expected = PACKED_READERS[reader]
     assert read(path, schema) == {name: values[:8]
                                   for name, values in expected(PACKED_EXPECTED).items()}
+
 
 def test_packed_rows_come_out_shuffled_and_whole_in_the_tensorflow_input_function(tmp_path):
     row_schema = text_format.Parse(ROW_SCHEMA_WITH_A_FIXED_STRING, schema_pb2.Schema())

@@ -68,12 +68,11 @@ def _feature_rows(blocks, names: list[str], feature: PackedFeature, real_rows: n
     positions = None  # which stored values are real rows' values (None: all of them)
     if feature.fixed_size is not None:
         size = feature.fixed_size
-        if np.array_equal(np.diff(block_offsets), real_rows * size):
-            # No short block: every stored value is a real row's, in order.
-            row_offsets = np.arange(0, block_offsets[-1] + 1, size, dtype=np.int64)
-        else:
+        # With no short block every stored value is a real row's, in order.
+        if not np.array_equal(np.diff(block_offsets), real_rows * size):
             positions = _runs(block_offsets[:-1], real_rows * size)
-            row_offsets = np.arange(0, len(positions) + 1, size, dtype=np.int64)
+        kept = len(positions) if positions is not None else int(block_offsets[-1])
+        row_offsets = np.arange(0, kept + 1, size, dtype=np.int64)
     else:
         # Padding rows hold no values, so every stored value belongs to a real row.
         lengths_column = blocks.column(names.index(feature.lengths_key))
