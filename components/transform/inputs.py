@@ -41,10 +41,13 @@ def analysis_key(options, raw_schema: schema_pb2.Schema) -> str:
     that choose and shape the preprocessing_fn (a module file by its content) and the versions
     of the libraries that compute the statistics (tf.Transform, TensorFlow, tfx_bsl, ours).
     A change to any of them misses the cache."""
-    # tensorflow, tf.Transform, tfx_bsl: 2.2 s to import; only the cache key needs them.
+    # tensorflow, tf.Transform, tfx_bsl (the analysis's sketches import it): 2.2 s to import;
+    # only the cache key needs them.
     import tensorflow as tf
     import tensorflow_transform as tft
     import tfx_bsl
+
+    from components.transform.statistics import THINNING_SHARE
 
     try:
         ours = importlib.metadata.version("tfrecord-pipeline")
@@ -60,7 +63,9 @@ def analysis_key(options, raw_schema: schema_pb2.Schema) -> str:
         "image_storage": options.image_storage, "image_shape": options.image_shape,
         "schema": hashlib.sha256(_analysed_schema(raw_schema).SerializeToString(
             deterministic=True)).hexdigest(),
-        "versions": [tft.__version__, tf.__version__, tfx_bsl.__version__, ours]}
+        "versions": [tft.__version__, tf.__version__, tfx_bsl.__version__, ours],
+        # A kept sketch is merged only with one fed the same way.
+        "quantiles_thinning": THINNING_SHARE}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -6,8 +6,9 @@ tf.Transform's analyzer would give:
 
 - mean and var: count, mean and sum of squared deviations in float64, merged pairwise (Chan et
   al.), non-finite values left out, as `tft.mean`/`tft.var` do (population variance);
-- quantiles: tfx_bsl's `QuantilesSketch`, the sketch `tft.quantiles` itself runs, its
-  boundaries without the minimum and maximum;
+- quantiles: tfx_bsl's `QuantilesSketch`, the sketch `tft.quantiles` itself runs, fed each
+  batch sorted and thinned within a tenth of the rank error asked for (the sketch takes the
+  rest), its boundaries without the minimum and maximum;
 - vocabulary: each batch's distinct values and counts, summed with an Arrow group-by, then
   tf.Transform's rules: empty values and values holding a newline left out (text files),
   counts below frequency_threshold dropped, the top_k largest (count, value) pairs, most
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 import pickle
 from typing import Any, Iterable, Mapping, Optional
 
@@ -95,16 +97,38 @@ class Largest:
         return self.value
 
 
+# Of a quantiles analyzer's rank error (epsilon), the share a batch's thinning may take; the
+# sketch gets the rest, so the two together stay within the epsilon asked for.
+THINNING_SHARE = 0.1
+
+
 class Quantiles:
+    """tfx_bsl's sketch, fed each batch sorted and thinned to `points` weighted values: the
+    middle value of each of `points` runs of equally many ranks, so a rank within the batch is
+    off by less than a run, 1/points of its values. Summed over the batches that is at most
+    THINNING_SHARE * epsilon of all values, and the sketch itself runs at the rest of
+    epsilon. A 34.4k-value batch at epsilon 0.01 (1,000 points): 0.95 ms sorted and thinned,
+    against 4.4 ms sorted and added whole (AMD EPYC, radix sort)."""
+
     def __init__(self, spec: AnalyzerSpec) -> None:
-        self.sketch = QuantilesSketch(spec.epsilon, MAX_QUANTILE_VALUES, 1)
+        self.points = math.ceil(1 / (THINNING_SHARE * spec.epsilon))
+        self.sketch = QuantilesSketch((1 - THINNING_SHARE) * spec.epsilon,
+                                      MAX_QUANTILE_VALUES, 1)
 
     def add(self, batch: Mapping[str, Any]) -> None:
-        if np.size(batch["values"]):
-            # The sketch sorts each buffer it fills; a batch sorted first costs it a third (a
-            # 34.5k-value batch at epsilon 0.01: 1.5 ms with the sort, 4.7 without). The
-            # same values go in, so its error bound holds as it did.
-            self.sketch.AddValues(pa.array(sorted_numbers(np.ravel(batch["values"]))))
+        values = np.ravel(batch["values"])
+        if not values.size:
+            return
+        ordered = sorted_numbers(values)
+        if ordered.dtype.kind == "f" and np.isnan(ordered[-1]):
+            # The sketch leaves NaNs out (sorted last): thinned in, they would move the ranks.
+            ordered = ordered[:int(np.argmax(np.isnan(ordered)))]
+        if len(ordered) <= self.points:
+            self.sketch.AddValues(pa.array(ordered))
+            return
+        edges = np.arange(self.points + 1, dtype=np.int64) * len(ordered) // self.points
+        self.sketch.AddValues(pa.array(ordered[(edges[:-1] + edges[1:] - 1) // 2]),
+                              pa.array(np.diff(edges).astype(np.float64)))
 
     def merge(self, other: "Quantiles") -> None:
         self.sketch.Merge(other.sketch)
