@@ -100,10 +100,8 @@ def _thin(ordered: np.ndarray, counts: Optional[np.ndarray] = None
             starts = np.concatenate([[0], np.flatnonzero(steps) + 1])
             return ordered[starts].astype(np.float64), \
                 np.diff(np.append(starts, len(ordered))).astype(np.float64)
-        total = len(ordered)
-        edges = np.arange(_SUMMARY_POINTS + 1, dtype=np.int64) * total // _SUMMARY_POINTS
-        return ordered[(edges[:-1] + edges[1:] - 1) // 2].astype(np.float64), \
-            np.diff(edges).astype(np.float64)
+        points, weights = kernels.evenly_ranked(ordered, _SUMMARY_POINTS)
+        return points.astype(np.float64), weights
     if len(ordered) <= _SUMMARY_POINTS:
         return ordered.astype(np.float64), counts.astype(np.float64)
     cumulative = np.cumsum(counts)

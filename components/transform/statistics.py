@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 from tfx_bsl.sketches import QuantilesSketch
 
-from components.statistics_gen.kernels import sorted_numbers
+from components.statistics_gen.kernels import evenly_ranked, sorted_numbers
 
 MEAN, VAR, MAX, QUANTILES, VOCABULARY = "mean", "var", "max", "quantiles", "vocabulary"
 
@@ -126,9 +126,8 @@ class Quantiles:
         if len(ordered) <= self.points:
             self.sketch.AddValues(pa.array(ordered))
             return
-        edges = np.arange(self.points + 1, dtype=np.int64) * len(ordered) // self.points
-        self.sketch.AddValues(pa.array(ordered[(edges[:-1] + edges[1:] - 1) // 2]),
-                              pa.array(np.diff(edges).astype(np.float64)))
+        points, weights = evenly_ranked(ordered, self.points)
+        self.sketch.AddValues(pa.array(points), pa.array(weights))
 
     def merge(self, other: "Quantiles") -> None:
         self.sketch.Merge(other.sketch)
