@@ -16,7 +16,9 @@ with Adam on MSE to `tips`:
                 shared memory instead of one a feature
   end to end    the stacked loader through `device_feed.prefetch_to_device` into the step;
                 the time spent waiting for the next batch, as a share of the epoch's wall
-                time
+                time, and apart the share of it spent on the epoch's first `--workers`
+                batches (each worker's first: paid once an epoch, so a short epoch shows
+                more of it than a long one)
 
 Each loader's first epoch (workers starting, page cache filling) is not timed; the second
 is. On CUDA the step runs under bf16 autocast with `cudnn.benchmark` on, and the clock stops
@@ -62,7 +64,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
 from bench.display import RATE, Table
 
@@ -211,6 +213,43 @@ def _timed_epochs(dataset, loader, epochs: int, consume: Callable) -> dict:
     return {**result, "seconds": seconds, "rows_per_second": result["rows"] / seconds}
 
 
+def _trained_epoch(batches: Iterable, train_on: Callable, label: str, workers: int,
+                   device) -> dict:
+    """`train_on` each of `batches`, with the time spent waiting for them: in all, and in the
+    first `workers` batches apart, the epoch's start, while each worker reads its first
+    batch (a wait there is paid once an epoch, however long the epoch)."""
+    rows, waits, batches = 0, [], iter(batches)
+    while True:
+        asked = time.perf_counter()
+        batch = next(batches, None)
+        waits.append(time.perf_counter() - asked)
+        if batch is None:
+            break
+        train_on(batch)
+        rows += len(batch[label])
+    _synchronise(device)
+    return {"rows": rows, "waited_seconds": sum(waits),
+            "waited_at_start_seconds": sum(waits[:max(1, workers)])}
+
+
+def _waiting_shares(end_to_end: dict) -> dict:
+    """`end_to_end` with its waits as shares of its epoch's wall time."""
+    return {**end_to_end,
+            "waiting_fraction": end_to_end["waited_seconds"] / end_to_end["seconds"],
+            "waiting_at_start_fraction":
+                end_to_end["waited_at_start_seconds"] / end_to_end["seconds"]}
+
+
+def _waiting(path: dict) -> str:
+    """The waiting column: the share of the epoch, and of it the share at the epoch's start."""
+    if "waiting_fraction" not in path:
+        return "-"
+    if "waiting_at_start_fraction" not in path:  # a result saved before it was measured
+        return f"{path['waiting_fraction']:.1%}"
+    return (f"{path['waiting_fraction']:.1%} "
+            f"({path['waiting_at_start_fraction']:.1%} at start)")
+
+
 def run_benchmark(rows: int, work_root: str, batch_size: int = 8192, workers: int = 2,
                   hidden: Sequence[int] = (128, 64), device: str = "auto", epochs: int = 2,
                   log: Callable[[str], None] = print) -> dict:
@@ -242,23 +281,13 @@ def run_benchmark(rows: int, work_root: str, batch_size: int = 8192, workers: in
                                     on, stacked), epochs, read_only)
 
     def train(loader) -> dict:
-        seen, waited = 0, 0.0
-        batches = iter(device_feed.prefetch_to_device(loader, on))
-        while True:
-            asked = time.perf_counter()
-            batch = next(batches, None)
-            waited += time.perf_counter() - asked
-            if batch is None:
-                break
-            step(batch[INPUTS], batch[LABEL].float())
-            seen += len(batch[LABEL])
-        _synchronise(on)
-        return {"rows": seen, "waited_seconds": waited}
+        return _trained_epoch(device_feed.prefetch_to_device(loader, on),
+                              lambda batch: step(batch[INPUTS], batch[LABEL].float()),
+                              LABEL, workers, on)
 
     log("end to end")
-    end_to_end = _timed_epochs(*_loader(files, schema_path, names + [LABEL], batch_size,
-                                        workers, on, stacked), epochs, train)
-    end_to_end["waiting_fraction"] = end_to_end["waited_seconds"] / end_to_end["seconds"]
+    end_to_end = _waiting_shares(_timed_epochs(*_loader(
+        files, schema_path, names + [LABEL], batch_size, workers, on, stacked), epochs, train))
     for result in (alone, per_feature, reader, end_to_end):
         result["vs_model_alone"] = result["rows_per_second"] / alone["rows_per_second"]
     return {"workload": "tabular", "device": _device_name(on), "torch": torch.__version__,
@@ -272,9 +301,7 @@ def run_benchmark(rows: int, work_root: str, batch_size: int = 8192, workers: in
 def table(result: dict) -> Table:
     if result.get("workload") == "images":
         return image_table(result)
-    rows = {name: {**path, "waiting": f"{path['waiting_fraction']:.1%}"
-                   if "waiting_fraction" in path else "-"}
-            for name, path in result["paths"].items()}
+    rows = {name: {**path, "waiting": _waiting(path)} for name, path in result["paths"].items()}
     sizes = result["paths"]["reader alone"]["batch_sizes"]
     return Table(rows, [RATE, ("vs model alone", "vs_model_alone", "{:.2f}x"),
                         ("waiting for input", "waiting", "{}")],
@@ -533,27 +560,18 @@ def run_image_benchmark(images: int, work_root: str, batch_size: int = 256, work
             return {"rows": sum(sizes), "batch_sizes": sorted(set(sizes))}
 
         def train(loader) -> dict:
-            seen, waited = 0, 0.0
-            batches = iter(staged(loader))
-            while True:
-                asked = time.perf_counter()
-                batch = next(batches, None)
-                waited += time.perf_counter() - asked
-                if batch is None:
-                    break
-                step(batch[IMAGE_FEATURE], batch[IMAGE_LABEL])
-                seen += len(batch[IMAGE_LABEL])
-            _synchronise(on)
-            return {"rows": seen, "waited_seconds": waited}
+            return _trained_epoch(staged(loader),
+                                  lambda batch: step(batch[IMAGE_FEATURE], batch[IMAGE_LABEL]),
+                                  IMAGE_LABEL, workers, on)
 
         features = [IMAGE_FEATURE, IMAGE_LABEL]
         log(f"reader alone, {decode} decode ({DECODE_WORDS[decode]}), {workers} workers")
         reader = _timed_epochs(*_loader(files, schema_path, features, batch_size, workers, on,
                                         transform, prefetch=2), epochs, read_only)
         log(f"end to end, {decode} decode")
-        end_to_end = _timed_epochs(*_loader(files, schema_path, features, batch_size, workers,
-                                            on, transform, prefetch=2), epochs, train)
-        end_to_end["waiting_fraction"] = end_to_end["waited_seconds"] / end_to_end["seconds"]
+        end_to_end = _waiting_shares(_timed_epochs(*_loader(
+            files, schema_path, features, batch_size, workers, on, transform, prefetch=2),
+            epochs, train))
         paths[f"reader alone ({decode})"] = reader
         paths[f"end to end ({decode})"] = end_to_end
     for result in paths.values():
@@ -566,9 +584,7 @@ def run_image_benchmark(images: int, work_root: str, batch_size: int = 256, work
 
 
 def image_table(result: dict) -> Table:
-    rows = {name: {**path, "waiting": f"{path['waiting_fraction']:.1%}"
-                   if "waiting_fraction" in path else "-"}
-            for name, path in result["paths"].items()}
+    rows = {name: {**path, "waiting": _waiting(path)} for name, path in result["paths"].items()}
     sizes = {decode: result["paths"][f"reader alone ({decode})"]["batch_sizes"]
              for decode in result["decodes"]}
     words = "; ".join(f"{decode}: {DECODE_WORDS[decode]}" for decode in result["decodes"])
