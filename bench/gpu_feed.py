@@ -19,6 +19,10 @@ with Adam on MSE to `tips`:
                 time, and apart the share of it spent on the epoch's first `--workers`
                 batches (each worker's first: paid once an epoch, so a short epoch shows
                 more of it than a long one)
+  device resident
+                the table read once into device memory (`device_feed.DeviceResident`,
+                stacked as above; its load timed apart), then the step on batches cut from
+                a seeded permutation on the device: no loader at all, for a table that fits
 
 Each loader's first epoch (workers starting, page cache filling) is not timed; the second
 is. On CUDA the step runs under bf16 autocast with `cudnn.benchmark` on, and the clock stops
@@ -256,6 +260,7 @@ def run_benchmark(rows: int, work_root: str, batch_size: int = 8192, workers: in
     import torch
 
     from shard_readers import device_feed, numpy_reader
+    from tfrecord_shards.codec import schema_file
 
     on = _device(device)
     torch.backends.cudnn.benchmark = True
@@ -288,14 +293,28 @@ def run_benchmark(rows: int, work_root: str, batch_size: int = 8192, workers: in
     log("end to end")
     end_to_end = _waiting_shares(_timed_epochs(*_loader(
         files, schema_path, names + [LABEL], batch_size, workers, on, stacked), epochs, train))
-    for result in (alone, per_feature, reader, end_to_end):
+
+    log("device resident")
+    loaded = time.perf_counter()
+    resident = device_feed.DeviceResident(
+        (stacked(batch) for batch in numpy_reader.iter_batches(
+            files, schema_file.load_schema(schema_path), batch_size=65536,
+            features=names + [LABEL])), on, batch_size=batch_size, seed=0)
+    _synchronise(on)
+    load_seconds = time.perf_counter() - loaded
+    in_memory = _waiting_shares(_timed_epochs(resident, resident, epochs, lambda batches:
+        _trained_epoch(batches, lambda batch: step(batch[INPUTS], batch[LABEL].float()),
+                       LABEL, 1, on)))
+    in_memory["load_seconds"] = load_seconds
+    for result in (alone, per_feature, reader, end_to_end, in_memory):
         result["vs_model_alone"] = result["rows_per_second"] / alone["rows_per_second"]
     return {"workload": "tabular", "device": _device_name(on), "torch": torch.__version__,
             "cores": os.cpu_count(), "workers": workers, "batch_size": batch_size,
             "hidden": list(hidden),
             "rows": rows, "features": len(names),
             "paths": {"model alone": alone, "reader alone, a tensor per feature": per_feature,
-                      "reader alone": reader, "end to end": end_to_end}}
+                      "reader alone": reader, "end to end": end_to_end,
+                      "device resident": in_memory}}
 
 
 def table(result: dict) -> Table:
@@ -303,13 +322,16 @@ def table(result: dict) -> Table:
         return image_table(result)
     rows = {name: {**path, "waiting": _waiting(path)} for name, path in result["paths"].items()}
     sizes = result["paths"]["reader alone"]["batch_sizes"]
+    resident = result["paths"].get("device resident")
+    loaded = f"; device resident: loaded in {resident['load_seconds']:.2f} s" \
+        if resident else ""
     return Table(rows, [RATE, ("vs model alone", "vs_model_alone", "{:.2f}x"),
                         ("waiting for input", "waiting", "{}")],
                  summary=f"device: {result['device']}; MLP {result['hidden']} on "
                          f"{result['features']} features, batch {result['batch_size']}, "
                          f"{result['rows']:,} rows, {result['workers']} workers, "
                          f"{result['cores']} cores, torch {result['torch']}; batch sizes "
-                         f"in an epoch: {sizes}")
+                         f"in an epoch: {sizes}" + loaded)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -201,10 +201,12 @@ def test_bench_gpu_feed_runs_here_without_tensorflow_and_names_its_device(tmp_pa
                                 else torch.cuda.get_device_name())
     paths = report["paths"]
     per_feature = "reader alone, a tensor per feature"
-    assert set(paths) == {"model alone", per_feature, "reader alone", "end to end"}
+    assert set(paths) == {"model alone", per_feature, "reader alone", "end to end",
+                          "device resident"}
     assert all(path["rows_per_second"] > 0 for path in paths.values())
     assert paths["reader alone"]["rows"] == paths["end to end"]["rows"] == \
-        paths[per_feature]["rows"] == 20000
+        paths[per_feature]["rows"] == paths["device resident"]["rows"] == 20000
+    assert paths["device resident"]["load_seconds"] > 0
     assert paths["reader alone"]["batch_sizes"] == paths[per_feature]["batch_sizes"] == \
         [20000 % 2048, 2048]
     end_to_end = paths["end to end"]
