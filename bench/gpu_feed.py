@@ -285,10 +285,12 @@ def run_benchmark(rows: int, work_root: str, batch_size: int = 8192, workers: in
     reader = _timed_epochs(*_loader(files, schema_path, names + [LABEL], batch_size, workers,
                                     on, stacked), epochs, read_only)
 
+    def train_on(batch) -> None:
+        step(batch[INPUTS], batch[LABEL].float())
+
     def train(loader) -> dict:
-        return _trained_epoch(device_feed.prefetch_to_device(loader, on),
-                              lambda batch: step(batch[INPUTS], batch[LABEL].float()),
-                              LABEL, workers, on)
+        return _trained_epoch(device_feed.prefetch_to_device(loader, on), train_on, LABEL,
+                              workers, on)
 
     log("end to end")
     end_to_end = _waiting_shares(_timed_epochs(*_loader(
@@ -302,9 +304,9 @@ def run_benchmark(rows: int, work_root: str, batch_size: int = 8192, workers: in
             features=names + [LABEL])), on, batch_size=batch_size, seed=0)
     _synchronise(on)
     load_seconds = time.perf_counter() - loaded
-    in_memory = _waiting_shares(_timed_epochs(resident, resident, epochs, lambda batches:
-        _trained_epoch(batches, lambda batch: step(batch[INPUTS], batch[LABEL].float()),
-                       LABEL, 1, on)))
+    in_memory = _waiting_shares(_timed_epochs(
+        resident, resident, epochs, lambda batches: _trained_epoch(batches, train_on, LABEL, 1,
+                                                                   on)))
     in_memory["load_seconds"] = load_seconds
     for result in (alone, per_feature, reader, end_to_end, in_memory):
         result["vs_model_alone"] = result["rows_per_second"] / alone["rows_per_second"]
