@@ -23,7 +23,8 @@ from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 from tfx.orchestration.portable import launcher, runtime_parameter_utils
 
 from tfrecord_shards import fileio, tf_filesystems
-from tfrecord_shards.memory import limit_arenas, objects_frozen, release_free_memory
+from tfrecord_shards.memory import (cap_kept_free_memory, limit_arenas, objects_frozen,
+                                    release_free_memory)
 from pipeline import progress, run_summary
 from pipeline.configs import PipelineConfig
 from pipeline.pipeline import create_pipeline
@@ -163,6 +164,8 @@ def _run_locked(config: PipelineConfig, run_id: str,
     command_line, sys.argv = sys.argv, sys.argv[:1]
     if config.allocator_arenas:
         limit_arenas(config.allocator_arenas)
+    if config.allocator_kept_free_bytes:
+        cap_kept_free_memory(config.allocator_kept_free_bytes)
     try:
         with objects_frozen(), memory_released_after_each_component():
             if echo is None:

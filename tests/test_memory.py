@@ -95,6 +95,54 @@ def test_threads_share_the_arenas_a_limit_allows():
     assert (limited, arenas) == ("False", 3)
 
 
+_THREAD_FREED = """
+import sys, threading
+sys.path.insert(0, sys.argv[1])
+from tfrecord_shards.memory import cap_kept_free_memory, release_free_memory
+
+def resident_mib():
+    with open("/proc/self/status") as f:
+        return int(f.read().split("VmRSS:")[1].split()[0]) // 1024
+
+capped = cap_kept_free_memory(int(sys.argv[2])) if sys.argv[2] != "none" else None
+
+def work():
+    freed_first = bytearray(16 << 20)  # mapped apart; freed, glibc raises its thresholds
+    del freed_first
+    blocks = [bytearray(1 << 20) for _ in range(24)]  # 1 MiB blocks, from this thread's arena
+    del blocks
+
+before = resident_mib()
+worker = threading.Thread(target=work)
+worker.start()
+worker.join()
+assert release_free_memory()
+print(capped, resident_mib() - before)
+"""
+
+
+def _kept_after_a_thread(cap: str, **env: str) -> tuple[str, int]:
+    result = subprocess.run([sys.executable, "-c", _THREAD_FREED, os.getcwd(), cap],
+                            capture_output=True, text=True, check=True,
+                            env={**os.environ, **env})
+    capped, kept_mib = result.stdout.split()
+    return capped, int(kept_mib)
+
+
+def test_a_capped_arena_hands_back_what_its_thread_freed():
+    """A thread frees a 16 MiB block, then 24 MiB of 1 MiB blocks: with glibc's own
+    thresholds the 1 MiB blocks come from the thread's arena and stay resident after it ends,
+    released or not; capped at 512 KiB they get mappings of their own and go back. A
+    threshold the process was started with is left as it is."""
+    _, uncapped = _kept_after_a_thread("none")
+    assert uncapped >= 20, uncapped
+    capped, kept = _kept_after_a_thread(str(512 << 10))
+    assert capped == "True" and kept <= 2, (capped, kept)
+    capped, kept = _kept_after_a_thread(str(512 << 10), MALLOC_MMAP_THRESHOLD_=str(32 << 20),
+                                        MALLOC_TRIM_THRESHOLD_=str(64 << 20))
+    assert capped == "False" and kept >= 20, (capped, kept)
+
+
 class _Node:
     pass
 
