@@ -50,7 +50,8 @@ def taxi_unblessed_run(taxi_run, taxi_rerun):
 def test_memory_is_released_after_every_component_of_a_local_run(taxi_run, taxi_rerun,
                                                                   monkeypatch):
     """Each component launched, cached or run, is followed by a release; the arenas, when
-    set, are limited, and the free memory each keeps capped, before the first; the launcher is as TFX made it once the run is over.
+    set, are limited, and the free memory each keeps capped, before the first; the launcher
+    is as TFX made it once the run is over.
     Every component runs with the objects imported before the run frozen (TensorFlow's and
     TFX's: hundreds of thousands), unfrozen once the run is summarised, and the summary reads
     each Examples manifest once."""

@@ -11,12 +11,12 @@ them: after ExampleGen's 30M rows the process kept 197 MiB more than after 3M, i
 of about 20 MiB each. `limit_arenas` caps their number for a process that runs one stage
 after another.
 
-Those 20 MiB were mostly not live blocks but each arena's free top, which `malloc_trim` hands
-back for the main arena only. glibc lets that top grow to twice the largest block freed from
-its own mapping (up to 64 MiB an arena) before it shrinks it, and a 30M-row ExampleGen ends
-with 14 arenas above 4 MiB where a 3M one ends with 5. `cap_kept_free_memory` fixes both thresholds, so
-an arena never keeps more than the cap free at its top and larger blocks get mappings of
-their own, which go back to the kernel when freed.
+Those 20 MiB were mostly not live blocks but each arena's free top, which `malloc_trim`
+hands back for the main arena only. glibc lets that top grow to twice the largest block
+freed from a mapping of its own (up to 64 MiB an arena) before it shrinks it, and a 30M-row
+ExampleGen ends with 14 arenas above 4 MiB where a 3M one ends with 5. `cap_kept_free_memory`
+fixes both thresholds, so an arena never keeps more than the cap free at its top and larger
+blocks get mappings of their own, which go back to the kernel when freed.
 
 The garbage collector's own cost grows with what a process has imported: `objects_frozen`
 keeps its full passes off the objects alive when a run starts."""
