@@ -225,13 +225,14 @@ class PipelineConfig:
     allocator_arenas: Optional[int] = setting(
         None, "Allocator arenas of a local run's process (glibc); fewer keep a long run's "
               "memory flatter.", minimum=1)
-    # glibc's arenas each kept up to 64 MiB free at their top, which `malloc_trim` leaves
-    # resident: after ExampleGen at 30M taxi rows the process stayed 185 MiB above the 3M
-    # run's, and 7 MiB below it with this cap (`tfrecord_shards.memory.cap_kept_free_memory`).
+    # glibc's arenas each keep up to 64 MiB free at their top, which `malloc_trim` leaves
+    # resident (`tfrecord_shards.memory.cap_kept_free_memory`). 4 MiB kept the 30M taxi run's
+    # stage peaks 430 MiB lower (1,299 MiB at most against 1,738) but took 11 % longer:
+    # large blocks are mapped afresh each time (bench/RESULTS.md, 2026-12-04).
     allocator_kept_free_bytes: Optional[int] = setting(
-        4 << 20, "The most free memory each glibc allocator arena of a local run's process "
-                 "keeps, and the size from which blocks are mapped apart (none: glibc's "
-                 "own, which rise to 64 MiB).", minimum=4096)
+        None, "The most free memory each glibc allocator arena of a local run's process "
+              "keeps, and the size from which blocks are mapped apart; lower peaks for "
+              "slower stages (unset: glibc's own, which rise to 64 MiB).", minimum=4096)
     dataflow_project: Optional[str] = None
     dataflow_region: Optional[str] = None
     dataflow_temp_location: Optional[str] = None

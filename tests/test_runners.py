@@ -50,8 +50,8 @@ def taxi_unblessed_run(taxi_run, taxi_rerun):
 def test_memory_is_released_after_every_component_of_a_local_run(taxi_run, taxi_rerun,
                                                                   monkeypatch):
     """Each component launched, cached or run, is followed by a release; the arenas, when
-    set, are limited, and the free memory each keeps capped, before the first; the launcher
-    is as TFX made it once the run is over.
+    set, are limited, and the free memory each keeps capped when set, before the first; the
+    launcher is as TFX made it once the run is over.
     Every component runs with the objects imported before the run frozen (TensorFlow's and
     TFX's: hundreds of thousands), unfrozen once the run is summarised, and the summary reads
     each Examples manifest once."""
@@ -61,24 +61,26 @@ def test_memory_is_released_after_every_component_of_a_local_run(taxi_run, taxi_
     config, _ = taxi_run
     released, limits, caps, frozen, reads = [], [], [], [], collections.Counter()
     release, limit = local_runner.release_free_memory, local_runner.limit_arenas
-    cap = local_runner.cap_kept_free_memory
     monkeypatch.setattr(local_runner, "release_free_memory",
                         lambda: released.append(1) or frozen.append(gc.get_freeze_count())
                         or release())
     monkeypatch.setattr(local_runner, "limit_arenas",
                         lambda count: limits.append((count, len(released))) or limit(count))
+    # Recorded, not applied: a cap would slow the rest of this test process (its effect is
+    # tests/test_memory.py's, in processes of their own).
     monkeypatch.setattr(local_runner, "cap_kept_free_memory",
-                        lambda size: caps.append((size, len(released))) or cap(size))
+                        lambda size: caps.append((size, len(released))))
     read_manifest = run_summary.read_manifest
     monkeypatch.setattr(run_summary, "read_manifest",
                         lambda uri: reads.update([uri]) or read_manifest(uri))
     original = launcher.Launcher.launch
     # A bound no model reaches: nothing is pushed, so the later tests' production is as was.
-    summary = local_runner.run(config.replace(min_accuracy=1.02, allocator_arenas=4))
+    summary = local_runner.run(config.replace(min_accuracy=1.02, allocator_arenas=4,
+                                              allocator_kept_free_bytes=4 << 20))
     assert summary.components["Evaluator"] == "ran" and not summary.blessed
     assert len(released) == len(summary.components) > 5
     assert limits == [(4, 0)]
-    assert caps == [(config.allocator_kept_free_bytes, 0)] and caps[0][0] > 0
+    assert caps == [(4 << 20, 0)]
     assert launcher.Launcher.launch is original
     assert min(frozen) > 100_000, frozen
     assert gc.get_freeze_count() == 0
