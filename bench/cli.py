@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 
 from tfrecord_shards import fileio
+from pipeline.cli.group import config_options, load_config
 from pipeline.cli.output import Commands, configure_output, verbose_option
 
 
@@ -337,6 +338,37 @@ def bench_pipeline(rows, sides, train_steps, repeats, work_dir, as_json, plot,
     if plot:
         _log(f"Chart: {bench_lib.chart(result, plot)}")
     _show(result, bench_lib.table(result), as_json)
+
+
+@bench.command("arenas")
+@click.option("--rows", multiple=True, type=int, default=[3_000_000, 30_000_000],
+              show_default=True, help="Rows of taxi-like data; repeat for several sizes.")
+@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE",
+              help="A setting for every run, as `tfrp run --set`. Repeatable.")
+@click.option("--work-dir", default="tfrp_runs/bench", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def bench_arenas(rows, assignments, work_dir, as_json) -> None:
+    """What each component of a local run leaves resident for the next: the process's
+    resident size and glibc's large arenas after each, a whole run per size."""
+    from bench import arenas as bench_lib
+
+    result = bench_lib.run_benchmark(rows, fileio.absolute(work_dir), assignments, log=_log)
+    _show(result, bench_lib.table(result), as_json)
+
+
+@bench.command("arenas-run", hidden=True)
+@config_options
+def bench_arenas_run(config_file, assignments, **named) -> None:
+    """One local run, as `tfrp run`, reporting after each component (bench.arenas)."""
+    import json
+
+    from bench import arenas as bench_lib
+    from pipeline import local_runner
+
+    config = load_config(config_file, assignments, **named)
+    with bench_lib.reported_after_each_component(
+            lambda report: click.echo(bench_lib.REPORT_PREFIX + json.dumps(report))):
+        local_runner.run(config)
 
 
 @bench.command("fuzz")
