@@ -92,7 +92,7 @@ def reported_after_each_component(report: Callable[[dict], None]) -> Iterator[No
 def run_benchmark(sizes: Sequence[int], work_dir: str, assignments: Sequence[str] = (),
                   log: Callable[[str], None] = print) -> dict:
     """Each size as a run of its own process (`python -m bench arenas-run`)."""
-    from bench.pipeline import STOCK_EVAL_STEPS, STOCK_TRAIN_STEPS
+    from bench.pipeline import STOCK_TRAIN_STEPS, run_arguments
     from testsupport import data
 
     runs = {}
@@ -103,10 +103,7 @@ def run_benchmark(sizes: Sequence[int], work_dir: str, assignments: Sequence[str
         if fileio.exists(run_dir):
             fileio.rmtree(run_dir)
         command = [sys.executable, "-m", "bench", "arenas-run",
-                   "--dataset", "taxi", "--data-root", data_dir, "--output-root", run_dir,
-                   "--set", f"metadata_path={fileio.join(run_dir, 'metadata.sqlite')}",
-                   "--train-steps", str(STOCK_TRAIN_STEPS),
-                   "--eval-steps", str(STOCK_EVAL_STEPS)]
+                   *run_arguments(data_dir, run_dir, STOCK_TRAIN_STEPS)]
         for assignment in assignments:
             command += ["--set", assignment]
         result = subprocess.run(command, capture_output=True, text=True)

@@ -134,10 +134,16 @@ def side_command(side: str, data_dir: str, run_dir: str, train_steps: int) -> li
     """The child process a side runs as."""
     if side == "stock":
         return [sys.executable, "-m", "bench.pipeline", data_dir, run_dir, str(train_steps)]
-    return [sys.executable, "-m", "pipeline.cli", "run", "--dataset", "taxi",
-            "--data-root", data_dir, "--output-root", run_dir,
+    return [sys.executable, "-m", "pipeline.cli", "run",
+            *run_arguments(data_dir, run_dir, train_steps),
+            "--set", f"disable_statistics={side == NO_STATISTICS}"]
+
+
+def run_arguments(data_dir: str, run_dir: str, train_steps: int) -> list[str]:
+    """`tfrp run`'s arguments for our side on the taxi-like CSV in `data_dir`, its outputs
+    and metadata store in `run_dir`."""
+    return ["--dataset", "taxi", "--data-root", data_dir, "--output-root", run_dir,
             "--set", f"metadata_path={fileio.join(run_dir, METADATA_FILE)}",
-            "--set", f"disable_statistics={side == NO_STATISTICS}",
             "--train-steps", str(train_steps), "--eval-steps", str(STOCK_EVAL_STEPS)]
 
 

@@ -13,14 +13,24 @@ import weakref
 
 from tfrecord_shards.memory import objects_frozen
 
+
+def _printed(script: str, *args: str, **env: str) -> list[str]:
+    """What `script` printed, run as a process of its own (this checkout first on its path,
+    then `args`) with `env` added to the environment."""
+    result = subprocess.run([sys.executable, "-c", script, os.getcwd(), *args],
+                            capture_output=True, text=True, check=True,
+                            env={**os.environ, **env})
+    return result.stdout.split()
+
+
 _FRAGMENTED_HEAP = """
 import sys
 sys.path.insert(0, sys.argv[1])
+from bench.arenas import resident_bytes
 from tfrecord_shards.memory import release_free_memory
 
 def resident_mib():
-    with open("/proc/self/status") as f:
-        return int(f.read().split("VmRSS:")[1].split()[0]) // 1024
+    return resident_bytes() >> 20
 
 kept, freed = [], []
 for i in range(150_000):
@@ -37,28 +47,16 @@ def test_freed_pages_go_back_to_the_kernel_when_released():
     """600 MB of 4 KiB buffers, every 64th kept: freed, the holes stay resident (glibc keeps
     them for reuse); released, they go back. Locally every component runs in one process,
     and this is what each leaves behind."""
-    result = subprocess.run([sys.executable, "-c", _FRAGMENTED_HEAP, os.getcwd()],
-                            capture_output=True, text=True, check=True)
-    before, after_free, released = map(int, result.stdout.split())
+    before, after_free, released = map(int, _printed(_FRAGMENTED_HEAP))
     assert after_free > before - 100, (before, after_free)
     assert released < after_free - 400, (before, after_free, released)
 
 
 _THREADS_ALLOCATING = """
-import ctypes, os, sys, tempfile, threading
+import sys, threading
 sys.path.insert(0, sys.argv[1])
+from bench.arenas import arenas_now
 from tfrecord_shards.memory import limit_arenas
-
-libc = ctypes.CDLL(None)
-libc.fopen.restype, libc.fopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_char_p]
-libc.malloc_info.argtypes, libc.fclose.argtypes = [ctypes.c_int, ctypes.c_void_p], [ctypes.c_void_p]
-
-def arenas():
-    with tempfile.NamedTemporaryFile("r", suffix=".xml") as report:
-        stream = libc.fopen(report.name.encode(), b"w")
-        libc.malloc_info(0, stream)
-        libc.fclose(stream)
-        return report.read().count("<heap nr=")
 
 limited = limit_arenas(int(sys.argv[2])) if sys.argv[2] != "none" else None
 together = threading.Barrier(8)
@@ -73,15 +71,12 @@ for thread in threads:
     thread.start()
 for thread in threads:
     thread.join()
-print(limited, arenas())
+print(limited, len(arenas_now(min_bytes=0)))
 """
 
 
 def _arenas_after_eight_threads(limit: str, **env: str) -> tuple[str, int]:
-    result = subprocess.run([sys.executable, "-c", _THREADS_ALLOCATING, os.getcwd(), limit],
-                            capture_output=True, text=True, check=True,
-                            env={**os.environ, **env})
-    limited, arenas = result.stdout.split()
+    limited, arenas = _printed(_THREADS_ALLOCATING, limit, **env)
     return limited, int(arenas)
 
 
@@ -98,11 +93,11 @@ def test_threads_share_the_arenas_a_limit_allows():
 _THREAD_FREED = """
 import sys, threading
 sys.path.insert(0, sys.argv[1])
+from bench.arenas import resident_bytes
 from tfrecord_shards.memory import cap_kept_free_memory, release_free_memory
 
 def resident_mib():
-    with open("/proc/self/status") as f:
-        return int(f.read().split("VmRSS:")[1].split()[0]) // 1024
+    return resident_bytes() >> 20
 
 capped = cap_kept_free_memory(int(sys.argv[2])) if sys.argv[2] != "none" else None
 
@@ -122,10 +117,7 @@ print(capped, resident_mib() - before)
 
 
 def _kept_after_a_thread(cap: str, **env: str) -> tuple[str, int]:
-    result = subprocess.run([sys.executable, "-c", _THREAD_FREED, os.getcwd(), cap],
-                            capture_output=True, text=True, check=True,
-                            env={**os.environ, **env})
-    capped, kept_mib = result.stdout.split()
+    capped, kept_mib = _printed(_THREAD_FREED, cap, **env)
     return capped, int(kept_mib)
 
 
