@@ -187,6 +187,34 @@ def taxi_examples(taxi_slice_dir, tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def taxi_models(taxi_examples, tmp_path_factory) -> dict:
+    """The 2,000-trip slice through our Transform (the label exists only after it) and two
+    models trained on it as the pipeline trains them: the candidate (150 steps) and a
+    baseline (10 steps, so worse). Their serving signature scores raw tf.Examples and
+    `transform_features` gives the label. Once a suite: the Evaluator's files that read them
+    are one unit of work (SHARED_UNITS)."""
+    from tfrecord_shards.codec import schema_file
+    from components.trainer import module
+    from components.transform import beam_job, taxi
+    from components.transform.options import TransformOptions
+    from test_evaluator import fn_args
+
+    root = tmp_path_factory.mktemp("evaluator-taxi")
+    options = TransformOptions(preprocessing_fn=taxi.PREPROCESSING_FN,
+                               label_key=taxi.TAXI_LABEL, task="binary")
+    beam_job.run(options, taxi_examples, schema_file.load_schema(taxi_examples),
+                 str(root / "graph"), str(root / "transformed"))
+    models = {}
+    for name, steps in (("candidate", 150), ("baseline", 10)):
+        folder = root / name
+        module.run_fn(fn_args(str(root / "transformed"), folder, steps,
+                              {**taxi.TRAINER_SETTINGS, "batch_size": 64},
+                              graph=str(root / "graph")))
+        models[name] = str(folder)
+    return models
+
+
+@pytest.fixture(scope="session")
 def stock_taxi_examples(taxi_slice_dir, tmp_path_factory) -> tuple[str, str]:
     """Stock CsvExampleGen -> StatisticsGen -> SchemaGen on the slice, on LocalDagRunner.
     Returns (examples artifact folder, schema.pbtxt path)."""
@@ -360,11 +388,15 @@ FIXTURE_MARKERS = {
 }
 
 
-# The files that read the session's taxi run (`taxi_cli_run`, and the fixtures built on it):
-# pytest-xdist makes a session fixture once per worker, so these files are one unit of work
-# (one worker) and the 2,000-trip pipeline runs once a suite, not once on each worker.
-SHARED_RUN_FILES = ("test_foundation.py", "test_progress_live.py", "test_report.py",
-                    "test_run_output.py", "test_runners.py")
+# pytest-xdist makes a session fixture once per worker, so the files that read one costly
+# session fixture are one unit of work (one worker), and it is built once a suite: the taxi
+# run (`taxi_cli_run`, and the fixtures built on it) and the Evaluator's taxi models.
+SHARED_UNITS = {
+    "taxi_cli_run": ("test_foundation.py", "test_progress_live.py", "test_report.py",
+                     "test_run_output.py", "test_runners.py"),
+    "taxi_models": ("test_evaluator.py", "test_evaluator_beam.py",
+                    "test_evaluator_transformed.py"),
+}
 # Units of work start in this order of what they need (then in file order): the cold image
 # build first, as it spends half its time waiting on downloads and layer writes that the
 # other worker's tests fill; then whole pipelines and clusters; the quick files last, to
@@ -373,8 +405,9 @@ UNIT_ORDER = ("image", "pipeline", "spark", "slow", "object_store")
 
 
 def work_unit(path: str) -> str:
-    """The unit of work a test file belongs to: the file, or the shared run's unit."""
-    return "taxi_cli_run" if path.rsplit("/", 1)[-1] in SHARED_RUN_FILES else path
+    """The unit of work a test file belongs to: the file, or its shared fixture's unit."""
+    name = path.rsplit("/", 1)[-1]
+    return next((unit for unit, files in SHARED_UNITS.items() if name in files), path)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -385,12 +418,12 @@ def pytest_collection_modifyitems(config, items) -> None:
     if unmarked:
         raise pytest.UsageError("tests without the markers their fixtures need:\n  "
                                 + "\n  ".join(unmarked))
-    apart = sorted({item.path.name for item in items
-                    if "taxi_cli_run" in getattr(item, "fixturenames", ())}
-                   .difference(SHARED_RUN_FILES))
-    if apart:
-        raise pytest.UsageError(f"{', '.join(apart)} read the taxi run: add them to "
-                                "SHARED_RUN_FILES (tests/conftest.py)")
+    for fixture, files in SHARED_UNITS.items():
+        apart = sorted({item.path.name for item in items
+                        if fixture in getattr(item, "fixturenames", ())}.difference(files))
+        if apart:
+            raise pytest.UsageError(f"{', '.join(apart)} read {fixture}: add them to its "
+                                    "files in SHARED_UNITS (tests/conftest.py)")
 
 
 class UnitOrder:

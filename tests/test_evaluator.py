@@ -142,30 +142,6 @@ def fn_args(examples: str, folder, steps: int, custom_config: dict,
                   eval_steps=2, custom_config=custom_config)
 
 
-@pytest.fixture(scope="module")
-def taxi_models(taxi_examples, tmp_path_factory) -> dict:
-    """The 2,000-trip slice through our Transform (the label exists only after it) and two
-    models trained on it as the pipeline trains them: the candidate (150 steps) and a
-    baseline (10 steps, so worse). Their serving signature scores raw tf.Examples and
-    `transform_features` gives the label."""
-    from components.transform import beam_job
-    from components.transform.options import TransformOptions
-
-    root = tmp_path_factory.mktemp("evaluator-taxi")
-    options = TransformOptions(preprocessing_fn=taxi.PREPROCESSING_FN, label_key=taxi.TAXI_LABEL,
-                               task="binary")
-    beam_job.run(options, taxi_examples, schema_file.load_schema(taxi_examples),
-                 str(root / "graph"), str(root / "transformed"))
-    models = {}
-    for name, steps in (("candidate", 150), ("baseline", 10)):
-        folder = root / name
-        module.run_fn(fn_args(str(root / "transformed"), folder, steps,
-                              {**taxi.TRAINER_SETTINGS, "batch_size": 64},
-                              graph=str(root / "graph")))
-        models[name] = str(folder)
-    return models
-
-
 def table_examples(folder, frame, compression: str) -> str:
     """A pandas table as CSV through our ExampleGen (train 2 : eval 1)."""
     from components.example_gen import engine

@@ -219,9 +219,6 @@ def binary_taxi_config() -> tfma.EvalConfig:
         tfma.MetricConfig(class_name="MeanAbsoluteError")], TAXI_SLICES)
 
 
-from test_evaluator import taxi_models  # noqa: E402,F401 - the module's fixture, reused
-
-
 @pytest.mark.slow
 def test_multi_processing_matches_in_process_on_taxi(taxi_examples, taxi_models, tmp_path,
                                                      caplog):

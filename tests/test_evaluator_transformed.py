@@ -24,8 +24,6 @@ from components.evaluator.transformed import SERVING_TOLERANCE
 from tfrecord_shards import shards
 from test_evaluator import (TAXI_SLICES, binary_taxi_metrics, blessing_facts, bound, failures,
                             metric_table, run_evaluator, taxi_config)
-from test_evaluator import taxi_models  # noqa: F401 - the module's fixture, reused
-
 
 
 def transformed_dir(models: dict) -> str:
