@@ -23,16 +23,12 @@ import time
 from typing import Callable, Iterator, Sequence
 
 from bench.display import Table
+from bench.processes import resident_bytes
 from tfrecord_shards import fileio
 from tfrecord_shards.memory import release_free_memory
 
 ARENA_MIN_BYTES = 4 << 20
 REPORT_PREFIX = "ARENAS "
-
-
-def resident_bytes() -> int:
-    with open("/proc/self/status") as status:
-        return int(status.read().split("VmRSS:")[1].split()[0]) * 1024
 
 
 @functools.cache
@@ -92,13 +88,11 @@ def reported_after_each_component(report: Callable[[dict], None]) -> Iterator[No
 def run_benchmark(sizes: Sequence[int], work_dir: str, assignments: Sequence[str] = (),
                   log: Callable[[str], None] = print) -> dict:
     """Each size as a run of its own process (`python -m bench arenas-run`)."""
-    from bench.pipeline import STOCK_TRAIN_STEPS, run_arguments
-    from testsupport import data
+    from bench.pipeline import STOCK_TRAIN_STEPS, run_arguments, taxi_data
 
     runs = {}
     for rows in sorted(set(sizes)):
-        data_dir = fileio.join(work_dir, "pipeline-data", f"taxi-{rows}")
-        data.write_taxi_csv(rows, data_dir)
+        data_dir = taxi_data(work_dir, rows)
         run_dir = fileio.join(work_dir, "arenas-runs", str(rows))
         if fileio.exists(run_dir):
             fileio.rmtree(run_dir)

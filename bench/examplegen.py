@@ -29,14 +29,6 @@ from bench.display import Table
 IMPLEMENTATIONS = ("stock", "ours", "ours-gzip6", "ours-tfx")  # the first is the baseline
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
-
-
 def _data_bytes(folder: str) -> int:
     """Bytes of the Split-* data files below `folder` (schema and manifest left out)."""
     return sum(os.path.getsize(os.path.join(root, name))
@@ -72,7 +64,7 @@ def _child(impl: str, data_dir: str, work_dir: str, beam_args: list[str]) -> dic
             from components.example_gen import executor
         assert executor
         pipeline = _tfx_pipeline(impl, data_dir, work_dir, beam_args)
-        rss_after_imports = _rss_mb()
+        rss_after_imports = processes.resident_bytes() / 2**20
         start = time.perf_counter()
         tfx.orchestration.LocalDagRunner().run(pipeline)
         output = os.path.join(work_dir, "root")
@@ -87,7 +79,7 @@ def _child(impl: str, data_dir: str, work_dir: str, beam_args: list[str]) -> dic
         output = os.path.join(work_dir, "out")
         level = {"compression_level": 6} if impl == "ours-gzip6" else {}
         options = from_flat(ExampleGenOptions, {"source": data_dir, **level})
-        rss_after_imports = _rss_mb()
+        rss_after_imports = processes.resident_bytes() / 2**20
         start = time.perf_counter()
         engine.run(options, output, beam_pipeline_args=beam_args, progress=True)
     seconds = time.perf_counter() - start

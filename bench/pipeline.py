@@ -139,6 +139,16 @@ def side_command(side: str, data_dir: str, run_dir: str, train_steps: int) -> li
             "--set", f"disable_statistics={side == NO_STATISTICS}"]
 
 
+def taxi_data(work_dir: str, rows: int) -> str:
+    """The folder of the seeded taxi-like CSV of `rows` rows under `work_dir` (written once,
+    kept for later runs at that size)."""
+    from testsupport import data
+
+    data_dir = fileio.join(work_dir, "pipeline-data", f"taxi-{rows}")
+    data.write_taxi_csv(rows, data_dir)
+    return data_dir
+
+
 def run_arguments(data_dir: str, run_dir: str, train_steps: int) -> list[str]:
     """`tfrp run`'s arguments for our side on the taxi-like CSV in `data_dir`, its outputs
     and metadata store in `run_dir`."""
@@ -333,13 +343,10 @@ def run_benchmark(sizes: Sequence[int], work_dir: str, repeats: int = 1,
     if unknown or not sides:
         raise ValueError(f"sides {', '.join(unknown) or '(none)'}: choose from "
                          f"{', '.join(SIDES)}")
-    from testsupport import data
-
     train_steps = STOCK_TRAIN_STEPS if train_steps is None else train_steps
     samples: dict[str, dict[str, list]] = {side: {} for side in sides}
     for rows in sorted(set(sizes)):
-        data_dir = fileio.join(work_dir, "pipeline-data", f"taxi-{rows}")
-        data.write_taxi_csv(rows, data_dir)
+        data_dir = taxi_data(work_dir, rows)
         for repeat in range(repeats):
             for side in sides:
                 run_dir = fileio.join(work_dir, "pipeline-runs", side if not keep_runs

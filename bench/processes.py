@@ -12,6 +12,15 @@ import time
 from typing import Callable, Optional, Sequence
 
 
+def resident_bytes() -> int:
+    """This process's resident size now (VmRSS)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
 def pin_to_one_core() -> None:
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 

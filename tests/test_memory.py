@@ -26,7 +26,7 @@ def _printed(script: str, *args: str, **env: str) -> list[str]:
 _FRAGMENTED_HEAP = """
 import sys
 sys.path.insert(0, sys.argv[1])
-from bench.arenas import resident_bytes
+from bench.processes import resident_bytes
 from tfrecord_shards.memory import release_free_memory
 
 def resident_mib():
@@ -93,7 +93,7 @@ def test_threads_share_the_arenas_a_limit_allows():
 _THREAD_FREED = """
 import sys, threading
 sys.path.insert(0, sys.argv[1])
-from bench.arenas import resident_bytes
+from bench.processes import resident_bytes
 from tfrecord_shards.memory import cap_kept_free_memory, release_free_memory
 
 def resident_mib():
