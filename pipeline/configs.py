@@ -174,6 +174,9 @@ class PipelineConfig:
     # Below small_table_rows train rows, batches of at most small_table_batch_size (0: never).
     small_table_rows: int = TrainerOptions.small_table_rows
     small_table_batch_size: int = TrainerOptions.small_table_batch_size
+    # A train split of at least twice this many rows is scaled by an evenly spread sample of
+    # about this many (0: every row).
+    scaling_sample_rows: int = TrainerOptions.scaling_sample_rows
     # A table's numbers also enter the model through sines at this many trained frequencies
     # (0: off), drawn from N(0, periodic_sigma) at the start.
     periodic_frequencies: int = TrainerOptions.periodic_frequencies

@@ -137,7 +137,9 @@ def trainer_line(rows: dict) -> str:
     # A small train split is fitted again on every train row for the length they chose.
     refit = f"; then all {rows['refit_rows']:,} train rows trained the exported model for " \
         f"{rows['refit_steps']:,} steps" if rows.get("refit_rows") else ""
-    return (f"Trainer: {rows.get('rows_trained', 0):,} rows trained; "
+    # A large split's scaling sample gives its training rows' count as an estimate.
+    about = "about " if rows.get("rows_trained_estimated") else ""
+    return (f"Trainer: {about}{rows.get('rows_trained', 0):,} rows trained; "
             f"{rows.get('rows_choosing_weights', 0):,} validation rows chose the "
             f"{'training length' if refit else 'weights'} ({source}){refit}; "
             f"eval split {eval_split}")

@@ -6,7 +6,8 @@ images, split off the label), cache, repeat, prefetch. The feature spec comes fr
 so no one hand-writes it. What the chain reads and in what sizes is settled before it
 (`_ReadingPlan`), as is its parse function (`example_parser`). A global order's reading is in
 global_order.py, the tf.data service's stage in data_service.py, damaged files in
-corruption.py.
+corruption.py, and the scaling pass's sample of a large split (read in place of the files) in
+sampling.py.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from components.trainer.corruption import scan_for_corruption, with_salvaged_rec
 from components.trainer.data_service import ServedEpochs, on_data_service
 from components.trainer.global_order import global_blocks, global_records
 from components.trainer.options import GLOBAL_SHUFFLE, InputConfig
+from components.trainer.sampling import RecordSample
 
 AUTOTUNE = tf.data.AUTOTUNE
 LabelFn = Callable[[Mapping[str, tf.Tensor]], tf.Tensor]
@@ -308,7 +310,8 @@ def _known_batches(batches: Optional[int]):
     return apply
 
 
-def _check_config(config: InputConfig, holdout: Optional[Holdout]) -> None:
+def _check_config(config: InputConfig, holdout: Optional[Holdout],
+                  sample: Optional[RecordSample]) -> None:
     """Refuses the settings that cannot go together, each in one line."""
     if config.data_service and config.skip_corrupt:
         raise ValueError("skip_corrupt reads damaged files in this process, which tf.data "
@@ -316,6 +319,9 @@ def _check_config(config: InputConfig, holdout: Optional[Holdout]) -> None:
     if config.shuffle == GLOBAL_SHUFFLE and (config.data_service or config.skip_corrupt):
         raise ValueError("shuffle=global reads records by index in this process; it cannot "
                          "run on tf.data service workers or skip damaged records")
+    if sample is not None and (config.training or config.data_service or config.skip_corrupt):
+        raise ValueError("a sample of the records is read in this process, in order, once: "
+                         "not for training, a tf.data service or skip_corrupt")
     if config.shuffle == GLOBAL_SHUFFLE and holdout is not None:
         raise ValueError("shuffle=global reads records by index, so it cannot hold validation "
                          "rows out of the train split by hash: name a validation split "
@@ -339,6 +345,7 @@ class _ReadingPlan:
     records_per_turn: int  # the interleave's block_length
     served: Optional[ServedEpochs]  # through a tf.data service: each epoch's rows counted
     known_rows: Optional[int]  # an epoch's rows, when known before reading
+    sample: Optional[RecordSample]  # read instead of the files: a share of their records
 
     @property
     def clean_files(self) -> list[str]:
@@ -352,9 +359,9 @@ class _ReadingPlan:
 def _reading_plan(file_patterns, schema: schema_pb2.Schema, config: InputConfig,
                   input_context: Optional[tf.distribute.InputContext],
                   on_served_epoch: Optional[Callable[[dict], None]],
-                  holdout: Optional[Holdout]) -> _ReadingPlan:
+                  holdout: Optional[Holdout], sample: Optional[RecordSample]) -> _ReadingPlan:
     """This pipeline's reading plan (`_ReadingPlan`), once the settings are checked."""
-    _check_config(config, holdout)
+    _check_config(config, holdout, sample)
     global_order = config.shuffle == GLOBAL_SHUFFLE and config.training
     # tf.data reads the files: on s3:// through tensorflow-io, whatever process calls this.
     tf_filesystems.register_for(*([file_patterns] if isinstance(file_patterns, str)
@@ -395,8 +402,9 @@ def _reading_plan(file_patterns, schema: schema_pb2.Schema, config: InputConfig,
         records_per_parse=records_per_parse, records_per_turn=records_per_turn,
         served=ServedEpochs(split_total, on_served_epoch) if split_total else None,
         known_rows=None if global_order or record_share or damaged or config.data_service
-        or holdout is not None else
-        _rows_read(files, all_files, file_patterns, bool(rows_per_block)))
+        or holdout is not None or sample is not None else
+        _rows_read(files, all_files, file_patterns, bool(rows_per_block)),
+        sample=sample)
 
 
 def _features_and_label(schema: schema_pb2.Schema, label_key: Optional[str],
@@ -424,11 +432,21 @@ def _features_and_label(schema: schema_pb2.Schema, label_key: Optional[str],
     return to_features_and_label
 
 
-def _file_reader(compression: str, config: InputConfig) -> Callable:
+def _records(plan: _ReadingPlan, config: InputConfig) -> tf.data.Dataset:
+    """The plan's serialized records: its files shuffled and read interleaved, or its
+    sample's pieces in order."""
+    if plan.sample is not None:
+        return plan.sample.records_dataset()
+
     def read_file(path: tf.Tensor) -> tf.data.Dataset:
         return tf.data.TFRecordDataset(
-            path, compression_type=compression, buffer_size=config.reader_buffer_bytes)
-    return read_file
+            path, compression_type=plan.compression, buffer_size=config.reader_buffer_bytes)
+
+    return (tf.data.Dataset.from_tensor_slices(tf.constant(plan.clean_files, tf.string))
+            .apply(_shuffle_if(config.training, len(plan.clean_files), config.seed))
+            .interleave(read_file, cycle_length=config.cycle_length or AUTOTUNE,
+                        block_length=plan.records_per_turn, num_parallel_calls=AUTOTUNE,
+                        deterministic=plan.deterministic))
 
 
 def _to_batches(config: InputConfig, packed: bool):
@@ -466,7 +484,8 @@ def build_dataset(file_patterns: Union[str, Sequence[str]], schema: schema_pb2.S
                   config: Optional[InputConfig] = None,
                   input_context: Optional[tf.distribute.InputContext] = None,
                   on_served_epoch: Optional[Callable[[dict], None]] = None,
-                  holdout: Optional[Holdout] = None) -> tf.data.Dataset:
+                  holdout: Optional[Holdout] = None,
+                  sample: Optional[RecordSample] = None) -> tf.data.Dataset:
     """Builds batches of `(features, label)` from tf.Example shards.
 
     Args:
@@ -484,22 +503,20 @@ def build_dataset(file_patterns: Union[str, Sequence[str]], schema: schema_pb2.S
       on_served_epoch: through a tf.data service, called with each epoch's count of rows
         against the split's (`ServedEpochs`; our shards' manifest gives the split's rows).
       holdout: only the validation rows of the files, or only the rest (`Holdout`).
+      sample: read this share of the files' records instead of all of them, once, in order
+        (`RecordSample`: the Trainer's scaling pass over a large split).
     """
     config = config or InputConfig()
-    plan = _reading_plan(file_patterns, schema, config, input_context, on_served_epoch, holdout)
+    plan = _reading_plan(file_patterns, schema, config, input_context, on_served_epoch, holdout,
+                         sample)
     to_features_and_label = _features_and_label(schema, label_key, feature_keys, label_fn,
                                                 label_inputs, config, plan.global_order, holdout)
     if plan.global_order:
         batches = _global_order_batches(plan, config, input_context, to_features_and_label)
     else:
-        # The files shuffled, read interleaved and shuffled through a buffer.
+        # The records (the files shuffled, read interleaved), shuffled through a buffer.
         batches = (
-            tf.data.Dataset.from_tensor_slices(tf.constant(plan.clean_files, tf.string))
-            .apply(_shuffle_if(config.training, len(plan.clean_files), config.seed))
-            .interleave(_file_reader(plan.compression, config),
-                        cycle_length=config.cycle_length or AUTOTUNE,
-                        block_length=plan.records_per_turn, num_parallel_calls=AUTOTUNE,
-                        deterministic=plan.deterministic)
+            _records(plan, config)
             .apply(with_salvaged_records(sorted(plan.damaged), config.seed))
             .apply(_record_share(plan.record_share))
             .apply(_held_out_records(holdout, packed=plan.packed))

@@ -140,14 +140,18 @@ class Moments:
 
 @dataclasses.dataclass
 class DataStatistics:
-    """Moments of the numeric features and the label over every row of a dataset. The model's
-    scaling and the head's starting point come from all the training rows, not from the first
-    batches: tables are often sorted (by date, by id), and the first rows' spread is not the
-    data's."""
+    """Moments of the numeric features and the label over every row of a dataset, or of a
+    sample spread evenly over all of it (sampling.py). The model's scaling and the head's
+    starting point come from every part of the training rows, not from the first batches:
+    tables are often sorted (by date, by id), and the first rows' spread is not the data's."""
 
     features: dict[str, Moments]
     label: Moments
     rows: int = 0  # every row read, a missing label or not
+    # Read from a sample (sampling.py): the rows it held. `rows` is then the dataset's: from
+    # our manifest when no rows are held out, else estimated from the sample's share.
+    sampled_rows: Optional[int] = None
+    rows_estimated: bool = False
 
     @classmethod
     def of(cls, data: tf.data.Dataset, keys: list[str]) -> "DataStatistics":

@@ -40,6 +40,7 @@ from components.trainer.input import (  # noqa: E402
 from components.trainer.models import (  # noqa: E402
     DataStatistics, Head, Periodic, build_model, make_head, numeric_keys)
 from components.trainer.options import GLOBAL_SHUFFLE, TrainerOptions  # noqa: E402
+from components.trainer.sampling import RecordSample  # noqa: E402
 
 keras = tf.keras
 
@@ -188,11 +189,23 @@ class TrainingInput:
     def statistics(self, files, holdout: Optional[Holdout] = None) -> DataStatistics:
         """One pass over the training rows (`holdout`'s side of `files`), reading only the
         numbers the model scales and the label: cheaper than an epoch (no strings, no images,
-        no gradients), and it sees every row, which a sample of the first batches does not."""
+        no gradients), and it sees every part of the split, which the first batches do not:
+        every row, or of a large split an evenly spread sample (scaling_sample_rows)."""
         keys = [] if self.images else numeric_keys(self.schema, self.feature_keys)
         config = dataclasses.replace(self.options.input_config(
             max(self.options.input.batch_size, STATISTICS_BATCH_ROWS), False, {}), num_epochs=1)
-        return DataStatistics.of(self._dataset(files, keys, config, holdout=holdout), keys)
+        total = split_rows(files)
+        sample = RecordSample.of(resolve_files(files), total, self.options.scaling_sample_rows) \
+            if total and not config.data_service and not config.skip_corrupt else None
+        statistics = DataStatistics.of(self._dataset(files, keys, config, holdout=holdout,
+                                                     sample=sample), keys)
+        if sample is None:
+            return statistics
+        logging.info("Scaling statistics from %s rows: every %d-th piece of the split's "
+                     "%s rows", f"{statistics.rows:,}", sample.every, f"{total:,}")
+        return dataclasses.replace(
+            statistics, sampled_rows=statistics.rows, rows_estimated=holdout is not None,
+            rows=total if holdout is None else round(statistics.rows / sample.share()))
 
     def rows_read(self, files, holdout: Optional[Holdout], batches: int,
                   batch_size: int) -> int:
@@ -206,14 +219,15 @@ class TrainingInput:
     def _dataset(self, files, feature_keys: list[str], config,
                  context: Optional[tf.distribute.InputContext] = None,
                  on_served_epoch: Optional[Callable[[dict], None]] = None,
-                 holdout: Optional[Holdout] = None) -> tf.data.Dataset:
+                 holdout: Optional[Holdout] = None,
+                 sample: Optional[RecordSample] = None) -> tf.data.Dataset:
         """`feature_keys` and the label (read, or computed by label_fn) of `files`."""
         return build_dataset(files, self.schema,
                              None if self.label_fn else self.options.label_key,
                              feature_keys=feature_keys, label_fn=self.label_fn,
                              label_inputs=self.options.label_inputs if self.label_fn else (),
                              config=config, input_context=context,
-                             on_served_epoch=on_served_epoch, holdout=holdout)
+                             on_served_epoch=on_served_epoch, holdout=holdout, sample=sample)
 
 
 def run_fn(fn_args: Any) -> None:
@@ -472,7 +486,9 @@ def _validation_report(inputs: TrainingInput, statistics: DataStatistics,
         inputs.options.input.batch_size * budget.validation_batches_per_step) \
         if validation.files and budget.validation_steps else 0
     holdout = validation.holdout
-    return {"rows_trained": statistics.rows, "rows_choosing_weights": chose,
+    return {"rows_trained": statistics.rows, "rows_trained_estimated": statistics.rows_estimated,
+            "scaling_rows": statistics.sampled_rows or statistics.rows,
+            "rows_choosing_weights": chose,
             "split": validation.split, "fraction": holdout.fraction if holdout else None,
             "refit_rows": refit.rows if refit else None,
             "refit_steps": refit.steps if refit else None,

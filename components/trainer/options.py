@@ -175,6 +175,12 @@ class TrainerOptions(JsonOptions):
     # Images keep their batch. 0: never.
     small_table_rows: int = setting(2_000, minimum=0)
     small_table_batch_size: int = setting(64, minimum=1)
+    # The scaling pass (the numbers' mean and variance, the label's, before training) reads
+    # every training row of a split of fewer than twice this many; a larger split of our
+    # shards, an evenly spread sample of at least this many (sampling.py), so that its cost
+    # stays flat: over every row it took 6.1 s at 30M taxi rows against 0.9 s at 3M. 0: every
+    # row, always.
+    scaling_sample_rows: int = setting(2_000_000, minimum=0)
     # Each scaled number also enters the tabular model as a ReLU layer over sines and cosines
     # of it at this many trained frequencies (components/trainer/layers.py; 0: the number
     # alone), the frequencies drawn from N(0, periodic_sigma) at the start. A small sigma
