@@ -121,6 +121,33 @@ def test_plain_idx_files_are_what_tfrecord2idx_writes(wine_examples, tmp_path):
         assert open(ours, "rb").read() == open(theirs_of(path), "rb").read()
 
 
+def test_a_plain_idx_loads_as_the_framing_reads_and_a_bad_one_is_named(wine_examples,
+                                                                         tmp_path):
+    """A plain shard's stored `.idx` gives each record's offset and framed length as reading
+    the framing does; without its last newline it still loads; a bad token is an error naming
+    the index file."""
+    import shutil
+
+    if tfrecord_io.is_gzip(shard_files(wine_examples)[0]):
+        pytest.skip("a gzip file's index is its members, in the manifest")
+    copy = str(tmp_path / "copy")
+    shutil.copytree(wine_examples, copy)
+    path = shard_files(copy)[0]
+    built = record_index.RecordIndex.build(path)
+    stored = record_index.default_index_path(path, gzip=False)
+    text = open(stored, "rb").read()
+    for variant in (text, text.rstrip(b"\n")):
+        open(stored, "wb").write(variant)
+        loaded = record_index.load(path)
+        assert loaded.offsets.tolist() == built.offsets.tolist()
+        assert loaded.lengths.tolist() == built.lengths.tolist()
+    lines = text.split(b"\n")
+    open(stored, "wb").write(b"\n".join(lines[:1] + [b"12x 40"] + lines[2:]))
+    with pytest.raises(ValueError, match=f"^{stored}: not an index of `offset length` "
+                                         "lines \\(invalid literal"):
+        record_index.load(path)
+
+
 def test_row_i_of_the_source_is_the_ith_row_read_in_order(wine_examples):
     for split in ("train", "eval"):
         folder = os.path.join(wine_examples, f"Split-{split}")
