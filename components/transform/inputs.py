@@ -202,16 +202,15 @@ def record_batches(path: Union[str, tfrecord_io.RecordRange], raw_schema: schema
                    keep: Optional[str] = None) -> Iterator:
     """A file's (or a range of one's) tf.Examples as Arrow record batches of at most
     BATCH_ROWS rows, decoded by the codec's compiled decoder in a thread of their own, a
-    batch or two ahead of the caller, from blocks inflated and unframed in another thread a
-    block ahead of the decoder: inflating, unframing and decoding release the GIL, as the
-    caller's TensorFlow graph does, so the three share the cores. With `keep` (a path or
-    URI), the decoding thread also writes the batches there in their compact form
-    (`ArrowCopy`), for `kept_batches` to give back without decoding again; the copy appears
-    only once every batch has been read."""
+    batch or two ahead of the caller:
+    inflating, unframing and decoding release the GIL, as the caller's TensorFlow graph
+    does, so the two share the cores. With `keep` (a path or URI), that thread also writes
+    the batches there in their compact form (`ArrowCopy`), for `kept_batches` to give back
+    without decoding again; the copy appears only once every batch has been read."""
     per_decode = min(BATCH_ROWS, parser.records_per_decode(raw_schema))
 
     def decoded() -> Iterator:
-        for block in read_ahead(tfrecord_io.iter_record_blocks(path), BLOCKS_AHEAD):
+        for block in tfrecord_io.iter_record_blocks(path):
             for part in block.parts(per_decode):
                 yield parser.decode_record_block(part, raw_schema)
 
@@ -294,9 +293,6 @@ class ArrowCopy:
 
 
 READ_AHEAD = 2
-# Blocks of 16 MiB inflated ahead of the decoder: one waiting, besides the one it decodes and
-# the one being filled.
-BLOCKS_AHEAD = 1
 
 
 def read_ahead(items: Iterator, depth: int) -> Iterator:
